@@ -1,0 +1,199 @@
+// Package downloader holds the domain types of the crawler's downloader (下载器): the
+// entries a request can come through, the closed set of fail reasons, the lean summary
+// every entry returns, and the health signal the scheduler judges a domain by.
+//
+// Adapters live in sub-packages (fetch, render, store/..., server, lease); only
+// cmd/downloader wires them together. See docs/decisions.md for the layout.
+package downloader
+
+import (
+	"time"
+)
+
+// MaxMinInterval is the largest min_interval_ms the service accepts. A request above it is
+// refused with 400. It also bounds how long a limiter entry must be remembered: an entry
+// older than this can no longer refuse any request (SPEC §2).
+const MaxMinInterval = time.Hour
+
+// Entry names the way a request reached the downloader (SPEC §1).
+type Entry string
+
+const (
+	EntryLease  Entry = "a" // A: the lease loop, tasks from the scheduler or the local queue.
+	EntryRender Entry = "b" // B: POST /v1/render.
+	EntryProbe  Entry = "c" // C: POST /v1/probe.
+)
+
+// Entries lists every entry in display order.
+var Entries = [...]Entry{EntryLease, EntryRender, EntryProbe}
+
+// IntervalSource says where a request's min_interval_ms came from.
+type IntervalSource string
+
+const (
+	IntervalSourceLease   IntervalSource = "lease"   // lease 消息: set by the sampler, carried by a task.
+	IntervalSourceRequest IntervalSource = "request" // the caller of B or C gave it.
+	IntervalSourceDefault IntervalSource = "default" // 全局默认: the caller gave none.
+)
+
+// FailReason is the closed set of failure causes (SPEC §4). The empty value means success.
+type FailReason string
+
+const (
+	FailSelfRateLimited     FailReason = "self_rate_limited"
+	FailLocalQueueFull      FailReason = "local_queue_full"
+	FailRendererUnavailable FailReason = "renderer_unavailable"
+	FailRendererCrashed     FailReason = "renderer_crashed"
+	FailRenderTimeout       FailReason = "render_timeout"
+	FailResolverUnavailable FailReason = "resolver_unavailable"
+	FailShuttingDown        FailReason = "shutting_down"
+	FailInvalidTask         FailReason = "invalid_task"
+
+	FailDomainNotFound       FailReason = "domain_not_found"
+	FailConnectRefused       FailReason = "connect_refused"
+	FailConnectTimeout       FailReason = "connect_timeout"
+	FailTLSFailed            FailReason = "tls_failed"
+	FailResponseTimeout      FailReason = "response_timeout"
+	FailConnectionReset      FailReason = "connection_reset"
+	FailHTTPStatusError      FailReason = "http_status_error"
+	FailDestinationForbidden FailReason = "destination_forbidden"
+)
+
+// failReasonInfo is the fixed table behind FailReason's methods.
+var failReasonInfo = map[FailReason]struct {
+	hasReachedOrigin bool
+	label            string
+}{
+	FailSelfRateLimited:      {false, "自身限速拒绝"},
+	FailLocalQueueFull:       {false, "本地队列满"},
+	FailRendererUnavailable:  {false, "渲染器起不来"},
+	FailRendererCrashed:      {false, "渲染器中途崩溃"},
+	FailRenderTimeout:        {false, "渲染超时"},
+	FailResolverUnavailable:  {false, "我方 DNS 解析失败"},
+	FailShuttingDown:         {false, "服务正在停止"},
+	FailInvalidTask:          {false, "任务格式错误"},
+	FailDomainNotFound:       {true, "域名不存在"},
+	FailConnectRefused:       {true, "连接被拒绝"},
+	FailConnectTimeout:       {true, "连接超时"},
+	FailTLSFailed:            {true, "TLS 握手失败"},
+	FailResponseTimeout:      {true, "响应超时"},
+	FailConnectionReset:      {true, "连接被重置"},
+	FailHTTPStatusError:      {true, "对方返回非 2xx"},
+	FailDestinationForbidden: {true, "目标地址禁止访问"},
+}
+
+// FailReasons lists the closed set in a stable order.
+func FailReasons() []FailReason {
+	return []FailReason{
+		FailSelfRateLimited, FailLocalQueueFull, FailRendererUnavailable, FailRendererCrashed,
+		FailRenderTimeout, FailResolverUnavailable, FailShuttingDown, FailInvalidTask,
+		FailDomainNotFound, FailConnectRefused, FailConnectTimeout, FailTLSFailed,
+		FailResponseTimeout, FailConnectionReset, FailHTTPStatusError, FailDestinationForbidden,
+	}
+}
+
+// HasReachedOrigin reports whether a failure with this reason means the request really
+// reached the other side's server. The empty reason (success) has reached it.
+func (r FailReason) HasReachedOrigin() bool {
+	if r == "" {
+		return true
+	}
+	return failReasonInfo[r].hasReachedOrigin
+}
+
+// Label is the readable (Chinese) label the console shows.
+func (r FailReason) Label() string {
+	if r == "" {
+		return "—"
+	}
+	if info, ok := failReasonInfo[r]; ok {
+		return info.label
+	}
+	return string(r)
+}
+
+// IsValid reports whether r is in the closed set (or empty).
+func (r FailReason) IsValid() bool {
+	_, ok := failReasonInfo[r]
+	return ok || r == ""
+}
+
+// HealthSignal is the one object shape the scheduler judges a fetch by, in probe
+// responses, render responses and reports alike (SPEC §3). XHR fields are nil when the
+// request was not rendered.
+type HealthSignal struct {
+	ElapsedMs     int64  `json:"elapsed_ms"`
+	BodyBytes     int64  `json:"body_bytes"`
+	ContentType   string `json:"content_type"`
+	RedirectCount int    `json:"redirect_count"`
+	// RetryAfterSeconds is the origin's own Retry-After on a 429 or 503, when it sent one.
+	RetryAfterSeconds *int64 `json:"retry_after_seconds"`
+
+	XHRCount              *int `json:"xhr_count"`
+	XHRFailedCount        *int `json:"xhr_failed_count"`
+	SubrequestCount       *int `json:"subrequest_count"`
+	SubrequestFailedCount *int `json:"subrequest_failed_count"`
+	BlockedRequestCount   *int `json:"blocked_request_count"`
+}
+
+// Summary is the lean result every entry returns (CONTRACT §二): never the page itself.
+type Summary struct {
+	Domain           string        `json:"domain"`
+	HTTPStatus       *int          `json:"http_status"`
+	RawTextLength    *int          `json:"raw_text_length"`
+	TextLength       *int          `json:"text_length"`
+	HealthSignal     *HealthSignal `json:"health_signal"`
+	FailReason       *FailReason   `json:"fail_reason"`
+	HasReachedOrigin bool          `json:"has_reached_origin"`
+}
+
+// Request is one fetch or render asked of the downloader, through any entry.
+type Request struct {
+	URL            string
+	Domain         string // normalised host of URL
+	MinInterval    time.Duration
+	IntervalSource IntervalSource
+	ShouldRender   bool
+	ShouldStore    bool
+	Timeout        time.Duration // zero: the service default
+	Entry          Entry
+}
+
+// Outcome is what a fetch or render produced. Body and Text are the page content; they are
+// never part of a probe answer.
+type Outcome struct {
+	HTTPStatus    int // 0: no response
+	FinalURL      string
+	RawTextLength *int
+	TextLength    *int
+	HealthSignal  HealthSignal
+	FailReason    FailReason
+	Body          []byte // HTML as served (plain) or as rendered
+	Text          string // visible text, rendered when should_render
+}
+
+// Summary turns an outcome into the lean summary for domain.
+func (o *Outcome) Summary(domain string) Summary {
+	s := Summary{
+		Domain:           domain,
+		RawTextLength:    o.RawTextLength,
+		TextLength:       o.TextLength,
+		HasReachedOrigin: o.FailReason.HasReachedOrigin(),
+	}
+	hs := o.HealthSignal
+	s.HealthSignal = &hs
+	if o.HTTPStatus != 0 {
+		st := o.HTTPStatus
+		s.HTTPStatus = &st
+	}
+	if o.FailReason != "" {
+		fr := o.FailReason
+		s.FailReason = &fr
+	}
+	return s
+}
+
+// Failed returns an outcome that carries only a fail reason.
+func Failed(reason FailReason) *Outcome {
+	return &Outcome{FailReason: reason}
+}

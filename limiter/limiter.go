@@ -1,0 +1,332 @@
+// Package limiter is the downloader's insurance layer, downloader:domain_runtime: a
+// start-to-start interval per domain that covers every entry (A, B and C), and a global
+// cap on requests in flight (see gate.go). It does no I/O; time is always an argument or
+// comes from an injected clock.
+//
+// The model (SPEC §2). A request for domain d with interval I is admitted at time t only if
+// t >= last_request_at + I. Admitting sets last_request_at = t. When the request really
+// goes on the wire (after DNS, connect and TLS) the caller calls Admission.Wire, which
+// moves last_request_at forward to that moment and, in the rare case that another request
+// to d was admitted or went out in between, makes the caller wait until it is I after that
+// one. So the origin never sees two requests closer than I, while decisions are still made
+// at the time of the decision.
+//
+// Which method callers want:
+//   - Allow: entries B and C. Refuses at once with the wait, never blocks.
+//   - Reserve: entry A. Takes the next free slot (possibly in the future) unless that slot
+//     is past a deadline (the lease's end).
+//   - Wait: a redirect hop or anything that should simply wait its turn.
+//
+// The table is sharded by domain hash, so admissions of different domains rarely contend,
+// and the common path (domain known, not limited) allocates nothing.
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"downloader"
+	"downloader/clock"
+)
+
+const shardCount = 256
+
+// Limiter is safe for concurrent use. Create it with New; the zero value is not usable.
+type Limiter struct {
+	clk   clock.Clock
+	epoch time.Time // every instant is stored as nanoseconds since epoch (monotonic)
+	seed  maphash.Seed
+
+	// lossNs is the moment the table was last lost (start-up or Reset). A domain with no
+	// entry is treated as requested at that moment (conservative rebuild).
+	lossNs atomic.Int64
+
+	shards [shardCount]shard
+}
+
+type shard struct {
+	mu       sync.Mutex
+	entries  map[string]*entry
+	stats    shardStats
+	inFlight int64    // sum of the entries' inFlight
+	_        [32]byte // keep neighbouring shards' locks off one cache line
+}
+
+// entry is one domain's state. Its fields are guarded by the shard's mutex.
+type entry struct {
+	lastNs     int64  // last_request_at
+	seq        uint32 // admissions so far, to tell admissions apart
+	ownerSeq   uint32 // the admission whose admission or wire moment set lastNs
+	inFlight   int32
+	intervalMs int32 // the interval of the latest admission
+	source     sourceCode
+	overEntry  entryCode // the entry of the latest over-limit event
+	overNs     int64     // when it happened; 0 = never
+	requests   window    // requests admitted, hourly over 24 h
+}
+
+// New returns a limiter whose table counts as lost at clk.Now(): every domain waits one
+// interval from now before its first request (SPEC §2, loss and rebuild).
+func New(clk clock.Clock) *Limiter {
+	now := clk.Now()
+	l := &Limiter{clk: clk, epoch: now, seed: maphash.MakeSeed()}
+	for i := range l.shards {
+		l.shards[i].entries = make(map[string]*entry)
+	}
+	l.lossNs.Store(0)
+	return l
+}
+
+// Clock returns the limiter's clock.
+func (l *Limiter) Clock() clock.Clock { return l.clk }
+
+func (l *Limiter) ns(t time.Time) int64 { return int64(t.Sub(l.epoch)) }
+
+func (l *Limiter) at(ns int64) time.Time { return l.epoch.Add(time.Duration(ns)) }
+
+func (l *Limiter) shardOf(domain string) *shard {
+	return &l.shards[maphash.String(l.seed, domain)&(shardCount-1)]
+}
+
+// Admission is one admitted request. Call Wire when it goes on the wire and Done when it
+// completes, or Cancel if it never goes out. The zero Admission is not admitted and its
+// methods do nothing. An Admission is not safe for concurrent use.
+type Admission struct {
+	l         *Limiter
+	domain    string
+	seq       uint32
+	slotNs    int64
+	interval  int64 // this request's interval, ns
+	prevNs    int64
+	prevOwner uint32
+	wired     bool
+	done      bool
+}
+
+// Admitted reports whether a is a live admission.
+func (a *Admission) Admitted() bool { return a.l != nil }
+
+// Domain returns the admitted domain.
+func (a *Admission) Domain() string { return a.domain }
+
+// Slot returns the instant the request may start (now for Allow, possibly later for Reserve).
+func (a *Admission) Slot() time.Time { return a.l.at(a.slotNs) }
+
+// Allow admits a request to domain now if its interval has passed since the domain's last
+// request and returns the admission; otherwise it returns the wait until it would pass,
+// records an over-limit event for entry and changes nothing else.
+func (l *Limiter) Allow(now time.Time, domain string, interval time.Duration, source downloader.IntervalSource, e downloader.Entry) (Admission, time.Duration) {
+	t := l.ns(now)
+	s := l.shardOf(domain)
+	s.mu.Lock()
+	en := s.lookup(l, domain)
+	if next := en.lastNs + int64(interval); t < next {
+		s.overLimit(en, e, t)
+		s.mu.Unlock()
+		return Admission{}, time.Duration(next - t)
+	}
+	a := s.admit(l, en, domain, t, t, interval, source)
+	s.mu.Unlock()
+	return a, 0
+}
+
+// Reserve takes the next slot for domain: now if the interval has passed, otherwise the
+// moment it will. If that slot is after deadline (and deadline is not zero), nothing is
+// reserved and ok is false. A delayed reservation counts as an over-limit event for e.
+func (l *Limiter) Reserve(now time.Time, domain string, interval time.Duration, source downloader.IntervalSource, e downloader.Entry, deadline time.Time) (a Admission, delay time.Duration, ok bool) {
+	t := l.ns(now)
+	s := l.shardOf(domain)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	en := s.lookup(l, domain)
+	slot := max(t, en.lastNs+int64(interval))
+	if slot > t {
+		s.overLimit(en, e, t)
+		if !deadline.IsZero() && slot > l.ns(deadline) {
+			return Admission{}, time.Duration(slot - t), false
+		}
+	}
+	return s.admit(l, en, domain, t, slot, interval, source), time.Duration(slot - t), true
+}
+
+// Wait reserves the next slot for domain and blocks until it comes or ctx ends, in which
+// case the reservation is given back. A ctx deadline earlier than the slot fails at once.
+func (l *Limiter) Wait(ctx context.Context, domain string, interval time.Duration, source downloader.IntervalSource, e downloader.Entry) (Admission, error) {
+	deadline, _ := ctx.Deadline()
+	a, delay, ok := l.Reserve(l.clk.Now(), domain, interval, source, e, deadline)
+	if !ok {
+		return Admission{}, fmt.Errorf("limiter: %s: next slot in %v is past the deadline: %w", domain, delay, context.DeadlineExceeded)
+	}
+	if err := l.sleep(ctx, delay); err != nil {
+		a.Cancel()
+		return Admission{}, err
+	}
+	return a, nil
+}
+
+func (l *Limiter) sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := l.clk.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// lookup returns domain's entry, creating it as if requested at the moment of the last
+// loss. Requires s.mu held.
+func (s *shard) lookup(l *Limiter, domain string) *entry {
+	en := s.entries[domain]
+	if en == nil {
+		en = &entry{lastNs: l.lossNs.Load(), requests: newWindow()}
+		s.entries[domain] = en
+	}
+	return en
+}
+
+// admit records an admission at slot, decided at t. Requires s.mu held.
+func (s *shard) admit(l *Limiter, en *entry, domain string, t, slot int64, interval time.Duration, source downloader.IntervalSource) Admission {
+	en.seq++
+	if en.seq == 0 {
+		en.seq = 1 // 0 means "no owner"
+	}
+	a := Admission{l: l, domain: domain, seq: en.seq, slotNs: slot, interval: int64(interval), prevNs: en.lastNs, prevOwner: en.ownerSeq}
+	en.lastNs = slot
+	en.ownerSeq = en.seq
+	en.inFlight++
+	s.inFlight++
+	en.intervalMs = int32(interval / time.Millisecond)
+	en.source = sourceCodeOf(source)
+	h := hourOf(t)
+	en.requests.add(h, 1)
+	s.stats.requests.add(h, 1)
+	return a
+}
+
+// overLimit records an over-limit event. Requires s.mu held.
+func (s *shard) overLimit(en *entry, e downloader.Entry, t int64) {
+	c := entryCodeOf(e)
+	en.overEntry = c
+	en.overNs = t
+	if c != 0 {
+		s.stats.triggers[c-1].add(hourOf(t), 1)
+	}
+}
+
+// Wire is called the moment the admitted request goes on the wire (after DNS, connect and
+// TLS). It returns 0 after moving last_request_at forward to now, or, when another request
+// to the domain was admitted or sent since this admission, the time to wait before
+// calling Wire again.
+func (a *Admission) Wire(now time.Time) time.Duration {
+	if a.l == nil || a.done {
+		return 0
+	}
+	l := a.l
+	t := l.ns(now)
+	s := l.shardOf(a.domain)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	en := s.lookup(l, a.domain)
+	if en.ownerSeq != a.seq {
+		if next := en.lastNs + a.interval; t < next {
+			return time.Duration(next - t)
+		}
+	}
+	if t > en.lastNs {
+		en.lastNs = t
+	}
+	en.ownerSeq = a.seq
+	a.wired = true
+	return 0
+}
+
+// WaitWire calls Wire until it lets the request out, waiting on the limiter's clock, or
+// until ctx ends.
+func (a *Admission) WaitWire(ctx context.Context) error {
+	if a.l == nil {
+		return nil
+	}
+	for {
+		d := a.Wire(a.l.clk.Now())
+		if d == 0 {
+			return nil
+		}
+		if err := a.l.sleep(ctx, d); err != nil {
+			return err
+		}
+	}
+}
+
+// Done marks the request complete. Calling it more than once does nothing.
+func (a *Admission) Done() {
+	if a.l == nil || a.done {
+		return
+	}
+	a.done = true
+	s := a.l.shardOf(a.domain)
+	s.mu.Lock()
+	if en := s.entries[a.domain]; en != nil && en.inFlight > 0 {
+		en.inFlight--
+		s.inFlight--
+	}
+	s.mu.Unlock()
+}
+
+// Cancel gives back an admission whose request never went on the wire: if nothing else
+// happened to the domain since, last_request_at returns to what it was before. Safe to
+// call after Done or Wire (then it only completes the request).
+func (a *Admission) Cancel() {
+	if a.l == nil || a.done {
+		return
+	}
+	s := a.l.shardOf(a.domain)
+	s.mu.Lock()
+	if en := s.entries[a.domain]; en != nil && !a.wired && en.ownerSeq == a.seq {
+		en.lastNs = a.prevNs
+		en.ownerSeq = a.prevOwner
+	}
+	s.mu.Unlock()
+	a.Done()
+}
+
+// Reset forgets every domain, as a loss of the table would: from now on a domain with no
+// state is treated as requested at now (SPEC §2).
+func (l *Limiter) Reset(now time.Time) {
+	t := l.ns(now)
+	if t > l.lossNs.Load() {
+		l.lossNs.Store(t)
+	}
+	for i := range l.shards {
+		s := &l.shards[i]
+		s.mu.Lock()
+		for d, en := range s.entries {
+			if en.inFlight == 0 {
+				delete(s.entries, d)
+			} else if en.lastNs < t {
+				en.lastNs = t
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// IntervalOf returns the interval and source of domain's latest admission, if known.
+func (l *Limiter) IntervalOf(domain string) (time.Duration, downloader.IntervalSource, bool) {
+	s := l.shardOf(domain)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	en := s.entries[domain]
+	if en == nil || en.seq == 0 {
+		return 0, "", false
+	}
+	return time.Duration(en.intervalMs) * time.Millisecond, en.source.source(), true
+}

@@ -1,0 +1,159 @@
+package limiter
+
+import (
+	"context"
+	"time"
+
+	"downloader"
+)
+
+// overLimitStateSpan is how long after an over-limit event a domain's state shows it.
+const overLimitStateSpan = 5 * time.Minute
+
+// sweepEvery is how often Run looks for entries that carry no information any more.
+const sweepEvery = time.Minute
+
+// shardStats are the shard's share of the service-wide 24 h counts. Guarded by the
+// shard's mutex.
+type shardStats struct {
+	requests window
+	triggers [len(downloader.Entries)]window
+}
+
+// State is the rate-limit state of a domain shown by the console and the runtime API. It
+// is not domain health, which only the scheduler knows.
+type State string
+
+const (
+	StateNormal     State = "normal"       // 正常
+	StateOverLimitA State = "over_limit_a" // 入口 A 超限 (a task was delayed)
+	StateOverLimitB State = "over_limit_b" // 入口 B 超限 (a render got 429)
+	StateOverLimitC State = "over_limit_c" // 入口 C 超限 (a probe was refused)
+)
+
+// DomainState is a snapshot of one domain's entry in downloader:domain_runtime.
+type DomainState struct {
+	Domain          string                    `json:"domain"`
+	MinIntervalMs   int64                     `json:"min_interval_ms"`
+	IntervalSource  downloader.IntervalSource `json:"interval_source"`
+	LastRequestAt   time.Time                 `json:"last_request_at"`
+	InFlightCount   int                       `json:"in_flight_count"`
+	RequestCount24h uint64                    `json:"request_count_24h"`
+	State           State                     `json:"state"`
+	// LastOverLimitEntry and LastOverLimitAt tell the latest over-limit event, if any.
+	LastOverLimitEntry downloader.Entry `json:"last_over_limit_entry,omitempty"`
+	LastOverLimitAt    *time.Time       `json:"last_over_limit_at"`
+}
+
+func (l *Limiter) snapshot(domain string, en *entry, t int64) DomainState {
+	h := hourOf(t)
+	st := DomainState{
+		Domain:          domain,
+		MinIntervalMs:   int64(en.intervalMs),
+		IntervalSource:  en.source.source(),
+		LastRequestAt:   l.at(en.lastNs).UTC(),
+		InFlightCount:   int(en.inFlight),
+		RequestCount24h: en.requests.sum(h),
+		State:           StateNormal,
+	}
+	if en.overEntry != 0 {
+		at := l.at(en.overNs).UTC()
+		st.LastOverLimitEntry = en.overEntry.entry()
+		st.LastOverLimitAt = &at
+		if t-en.overNs < int64(overLimitStateSpan) {
+			st.State = State("over_limit_" + string(st.LastOverLimitEntry))
+		}
+	}
+	return st
+}
+
+// Domain returns the state of domain, or false if the table holds nothing for it.
+func (l *Limiter) Domain(now time.Time, domain string) (DomainState, bool) {
+	s := l.shardOf(domain)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	en := s.entries[domain]
+	if en == nil {
+		return DomainState{}, false
+	}
+	return l.snapshot(domain, en, l.ns(now)), true
+}
+
+// Range calls f with a snapshot of every domain, one shard at a time, until f returns
+// false. f must not call the limiter.
+func (l *Limiter) Range(now time.Time, f func(DomainState) bool) {
+	t := l.ns(now)
+	for i := range l.shards {
+		s := &l.shards[i]
+		s.mu.Lock()
+		for d, en := range s.entries {
+			if !f(l.snapshot(d, en, t)) {
+				s.mu.Unlock()
+				return
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// Stats are the service-wide numbers of the domain runtime page.
+type Stats struct {
+	DomainCount     int    `json:"domain_count"`
+	InFlightCount   int    `json:"in_flight_count"`
+	RequestCount24h uint64 `json:"request_count_24h"`
+	// TriggerCount24h counts over-limit events per entry over the last 24 hours.
+	TriggerCount24h map[downloader.Entry]uint64 `json:"trigger_count_24h"`
+}
+
+// Stats sums the shards' counts at now.
+func (l *Limiter) Stats(now time.Time) Stats {
+	h := hourOf(l.ns(now))
+	st := Stats{TriggerCount24h: make(map[downloader.Entry]uint64, len(downloader.Entries))}
+	for i := range l.shards {
+		s := &l.shards[i]
+		s.mu.Lock()
+		st.DomainCount += len(s.entries)
+		st.RequestCount24h += s.stats.requests.sum(h)
+		for k, e := range downloader.Entries {
+			st.TriggerCount24h[e] += s.stats.triggers[k].sum(h)
+		}
+		st.InFlightCount += int(s.inFlight)
+		s.mu.Unlock()
+	}
+	return st
+}
+
+// Sweep drops every entry that can no longer refuse a request and holds no statistic of
+// the last 24 hours: nothing in flight, its last request at least downloader.MaxMinInterval
+// ago (so any accepted interval has passed) and no request or over-limit event in 24 h.
+// It returns how many entries it dropped.
+func (l *Limiter) Sweep(now time.Time) int {
+	t := l.ns(now)
+	h := hourOf(t)
+	dropped := 0
+	for i := range l.shards {
+		s := &l.shards[i]
+		s.mu.Lock()
+		for d, en := range s.entries {
+			if en.inFlight == 0 &&
+				t-en.lastNs >= int64(downloader.MaxMinInterval) &&
+				en.requests.isEmpty(h) &&
+				(en.overEntry == 0 || t-en.overNs >= int64(windowHours*time.Hour)) {
+				delete(s.entries, d)
+				dropped++
+			}
+		}
+		s.mu.Unlock()
+	}
+	return dropped
+}
+
+// Run sweeps the table every minute until ctx ends. It always returns ctx's error.
+func (l *Limiter) Run(ctx context.Context) error {
+	for {
+		if err := l.sleep(ctx, sweepEvery); err != nil {
+			return err
+		}
+		l.Sweep(l.clk.Now())
+	}
+}
