@@ -1,0 +1,407 @@
+// Package netguard is the downloader's SSRF guard: the one place that decides which
+// addresses a fetch or a render may connect to. It is used by the plain fetcher (as its
+// transport's DialContext) and by the headless renderer (to vet the URLs a page asks for).
+//
+// The policy (issue 2, SPEC §4):
+//   - An address that an origin points us to, through DNS or a redirect, is refused when
+//     Forbidden says so (loopback, private, link-local, CGNAT, metadata, ...): the fetch
+//     fails with destination_forbidden.
+//   - A URL that names such an address directly, as an IP literal in any of the forms a
+//     browser accepts (2130706433, 0x7f.1, [::ffff:127.0.0.1]) or as "localhost", is the
+//     caller's mistake: CheckURLHost returns an EINVALID error (HTTP 400).
+//   - A --connect-to rule is the operator's choice: its target is always allowed.
+//   - Config.AllowPrivateNetworks turns the guard off.
+//
+// A host is resolved once and the checked address itself is dialled, so a DNS answer
+// that changes between the check and the dial (DNS rebinding) cannot slip through.
+package netguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"downloader"
+)
+
+// Resolver is satisfied by *net.Resolver.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+// ContextDialer is satisfied by *net.Dialer.
+type ContextDialer interface {
+	DialContext(ctx context.Context, network, address string) (net.Conn, error)
+}
+
+// Config configures a Guard. The zero value is a guard with no rules, the system resolver
+// and a plain dialer.
+type Config struct {
+	ConnectTo            []Rule
+	AllowPrivateNetworks bool          // --allow-private-networks turns the guard off
+	Resolver             Resolver      // default net.DefaultResolver
+	Dialer               ContextDialer // default &net.Dialer{}
+}
+
+// Guard dials on behalf of fetches and renders. It is safe for concurrent use and holds
+// no mutable state after New.
+type Guard struct {
+	rules        []Rule
+	allowPrivate bool
+	resolver     Resolver
+	dialer       ContextDialer
+}
+
+// New returns a guard for cfg.
+func New(cfg Config) *Guard {
+	g := &Guard{
+		rules:        append([]Rule(nil), cfg.ConnectTo...),
+		allowPrivate: cfg.AllowPrivateNetworks,
+		resolver:     cfg.Resolver,
+		dialer:       cfg.Dialer,
+	}
+	if g.resolver == nil {
+		g.resolver = net.DefaultResolver
+	}
+	if g.dialer == nil {
+		g.dialer = &net.Dialer{}
+	}
+	return g
+}
+
+// AllowsPrivateNetworks reports whether the guard is off.
+func (g *Guard) AllowsPrivateNetworks() bool { return g.allowPrivate }
+
+// ForbiddenError is returned by DialContext when the destination is an address the guard
+// refuses. Addr is the zero Addr when the host is refused by name ("localhost").
+type ForbiddenError struct {
+	Host   string
+	Addr   netip.Addr
+	Reason string
+}
+
+func (e *ForbiddenError) Error() string {
+	if !e.Addr.IsValid() || e.Host == e.Addr.String() {
+		return fmt.Sprintf("netguard: destination %s is forbidden (%s)", e.Host, e.Reason)
+	}
+	return fmt.Sprintf("netguard: destination %s resolves to %s, which is forbidden (%s)", e.Host, e.Addr, e.Reason)
+}
+
+// Map returns the connect-to target for host:port if a rule matches (the first one wins).
+func (g *Guard) Map(host, port string) (target string, ok bool) {
+	h := normHost(host)
+	p := port
+	if n, err := strconv.Atoi(port); err == nil {
+		p = strconv.Itoa(n)
+	}
+	for _, r := range g.rules {
+		if r.matchHost(h) && (r.FromPort == "" || r.FromPort == p) {
+			return r.target(h, port), true
+		}
+	}
+	return "", false
+}
+
+// mapsHost reports whether any rule matches host on some port.
+func (g *Guard) mapsHost(host string) bool {
+	h := normHost(host)
+	for _, r := range g.rules {
+		if r.matchHost(h) {
+			return true
+		}
+	}
+	return false
+}
+
+// CheckURLHost vets the host of a URL before anything is sent: a URL that names a
+// forbidden address directly (an IP literal in any form a browser reads as one, or a
+// "localhost" name) is refused with an EINVALID error on field "url", unless a connect-to
+// rule maps the host or private networks are allowed. A host whose last label is numeric
+// but is not a valid IPv4 address is refused too, as a browser would. host may carry a
+// port ("127.0.0.1:80", "[::1]:443") or brackets.
+func (g *Guard) CheckURLHost(host string) error {
+	if g.allowPrivate {
+		return nil
+	}
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimPrefix(strings.TrimSuffix(host, "]"), "[")
+	if host == "" {
+		return downloader.Invalidf("url", "url has no host")
+	}
+	if g.mapsHost(host) {
+		return nil
+	}
+	ip, isIP, err := literalIP(host)
+	if err != nil {
+		return downloader.Invalidf("url", "url host %q is not a valid address: %v", host, err)
+	}
+	if isIP {
+		if reason, bad := Forbidden(ip); bad {
+			return downloader.Invalidf("url", "url names a forbidden address %s (%s)", ip, reason)
+		}
+		return nil
+	}
+	if isLocalhostName(host) {
+		return downloader.Invalidf("url", "url names a forbidden host %q (loopback)", host)
+	}
+	return nil
+}
+
+// literalIP parses host as an IP literal: standard IPv4 and IPv6 (with zone), and the
+// legacy IPv4 forms browsers accept (WHATWG URL: 2130706433, 0x7f.1, 0177.0.0.1, 127.1).
+// isIP is false for a host name. err is set for a host that ends in a number but is not a
+// valid IPv4 address (a browser refuses such a URL).
+func literalIP(host string) (ip netip.Addr, isIP bool, err error) {
+	if a, err := netip.ParseAddr(host); err == nil {
+		return a, true, nil
+	}
+	if strings.Contains(host, ":") {
+		return netip.Addr{}, false, errors.New("bad IPv6 literal")
+	}
+	return parseLegacyIPv4(host)
+}
+
+// parseLegacyIPv4 implements the WHATWG URL IPv4 parser.
+func parseLegacyIPv4(host string) (netip.Addr, bool, error) {
+	parts := strings.Split(host, ".")
+	if len(parts) > 1 && parts[len(parts)-1] == "" {
+		parts = parts[:len(parts)-1]
+	}
+	if !endsInNumber(parts[len(parts)-1]) {
+		return netip.Addr{}, false, nil
+	}
+	if len(parts) > 4 {
+		return netip.Addr{}, false, errors.New("too many parts for an IPv4 address")
+	}
+	var nums [4]uint64
+	for i, p := range parts {
+		n, ok := parseIPv4Number(p)
+		if !ok {
+			return netip.Addr{}, false, fmt.Errorf("bad IPv4 part %q", p)
+		}
+		if i < len(parts)-1 && n > 255 {
+			return netip.Addr{}, false, fmt.Errorf("IPv4 part %q is over 255", p)
+		}
+		nums[i] = n
+	}
+	last := nums[len(parts)-1]
+	if last >= 1<<(8*(5-len(parts))) {
+		return netip.Addr{}, false, fmt.Errorf("IPv4 part %q is too large", parts[len(parts)-1])
+	}
+	v := last
+	for i := 0; i < len(parts)-1; i++ {
+		v += nums[i] << (8 * (3 - i))
+	}
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), true, nil
+}
+
+// endsInNumber is the WHATWG "ends in a number" test on the last label.
+func endsInNumber(last string) bool {
+	if last == "" {
+		return false
+	}
+	allDigits := true
+	for i := 0; i < len(last); i++ {
+		if last[i] < '0' || last[i] > '9' {
+			allDigits = false
+			break
+		}
+	}
+	if allDigits {
+		return true
+	}
+	if len(last) >= 2 && last[0] == '0' && (last[1] == 'x' || last[1] == 'X') {
+		for i := 2; i < len(last); i++ {
+			if !isHex(last[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+// parseIPv4Number parses one part: 0x-prefixed hex, 0-prefixed octal, else decimal.
+// Values over 2^32 are reported as not ok.
+func parseIPv4Number(p string) (uint64, bool) {
+	if p == "" {
+		return 0, false
+	}
+	base := uint64(10)
+	switch {
+	case len(p) >= 2 && p[0] == '0' && (p[1] == 'x' || p[1] == 'X'):
+		base, p = 16, p[2:]
+	case len(p) >= 2 && p[0] == '0':
+		base, p = 8, p[1:]
+	}
+	var n uint64
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		var d uint64
+		switch {
+		case c >= '0' && c <= '9':
+			d = uint64(c - '0')
+		case c >= 'a' && c <= 'f':
+			d = uint64(c-'a') + 10
+		case c >= 'A' && c <= 'F':
+			d = uint64(c-'A') + 10
+		default:
+			return 0, false
+		}
+		if d >= base {
+			return 0, false
+		}
+		n = n*base + d
+		if n > 1<<32 {
+			return 0, false
+		}
+	}
+	return n, true
+}
+
+// isLocalhostName reports whether host is "localhost" or a name under it: RFC 6761 says
+// those always resolve to loopback, whatever a resolver answers.
+func isLocalhostName(host string) bool {
+	h := strings.ToLower(strings.TrimSuffix(host, "."))
+	return h == "localhost" || strings.HasSuffix(h, ".localhost")
+}
+
+// DialContext connects to address ("host:port") for network "tcp", "tcp4" or "tcp6".
+//
+//  1. The first connect-to rule matching host:port wins: its target is dialled as given.
+//  2. With private networks allowed, address is dialled as given.
+//  3. An IP literal (any form, see CheckURLHost) or a localhost name is checked directly.
+//  4. Otherwise the host is resolved once. If ANY answer is forbidden, the dial is refused:
+//     a public site has no reason to publish a private address beside its public one, and
+//     a mixed answer is a known way to aim a fetcher at an internal service. The allowed
+//     answers are then dialled one after the other, by address, never by name again.
+//
+// A refused destination returns a *ForbiddenError. A resolver failure returns a
+// *net.DNSError (wrapping a resolver's own error type when it returned another one), so a
+// caller can tell NXDOMAIN (IsNotFound) from a failing resolver.
+func (g *Guard) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	host, port, err := net.SplitHostPort(address)
+	if err != nil {
+		return nil, fmt.Errorf("netguard: dial %q: %w", address, err)
+	}
+	if target, ok := g.Map(host, port); ok {
+		return g.dialer.DialContext(ctx, network, target)
+	}
+	if g.allowPrivate {
+		return g.dialer.DialContext(ctx, network, address)
+	}
+	ip, isIP, err := literalIP(host)
+	if err != nil {
+		return nil, fmt.Errorf("netguard: dial %q: %w", address, err)
+	}
+	if isIP {
+		if reason, bad := Forbidden(ip); bad {
+			return nil, &ForbiddenError{Host: host, Addr: ip, Reason: reason}
+		}
+		return g.dialer.DialContext(ctx, network, net.JoinHostPort(ip.WithZone("").String(), port))
+	}
+	if isLocalhostName(host) {
+		return nil, &ForbiddenError{Host: host, Reason: "loopback name"}
+	}
+
+	addrs, err := g.resolve(ctx, network, host)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range addrs {
+		if reason, bad := Forbidden(a); bad {
+			return nil, &ForbiddenError{Host: host, Addr: a, Reason: reason}
+		}
+	}
+	return g.dialSerial(ctx, network, host, port, addrs)
+}
+
+func (g *Guard) resolve(ctx context.Context, network, host string) ([]netip.Addr, error) {
+	ipNet := "ip"
+	switch network {
+	case "tcp4", "udp4":
+		ipNet = "ip4"
+	case "tcp6", "udp6":
+		ipNet = "ip6"
+	}
+	addrs, err := g.resolver.LookupNetIP(ctx, ipNet, host)
+	if err != nil {
+		var dnsErr *net.DNSError
+		if errors.As(err, &dnsErr) {
+			return nil, fmt.Errorf("netguard: resolve %s: %w", host, err)
+		}
+		return nil, &net.DNSError{
+			Err:         err.Error(),
+			Name:        host,
+			IsTimeout:   errors.Is(err, context.DeadlineExceeded),
+			IsTemporary: true,
+			UnwrapErr:   err,
+		}
+	}
+	out := addrs[:0:0]
+	for _, a := range addrs {
+		a = a.Unmap()
+		if (ipNet == "ip4" && !a.Is4()) || (ipNet == "ip6" && !a.Is6()) {
+			continue
+		}
+		out = append(out, a)
+	}
+	if len(out) == 0 {
+		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+	}
+	return out, nil
+}
+
+// minDialShare is the least time each address gets when several share a deadline (as in
+// package net's own serial dialler).
+const minDialShare = 2 * time.Second
+
+// dialSerial tries the checked addresses in order. When ctx has a deadline, each attempt
+// gets a fair share of what is left, so one black-holed address cannot eat it all.
+func (g *Guard) dialSerial(ctx context.Context, network, host, port string, addrs []netip.Addr) (net.Conn, error) {
+	var firstErr, usefulErr error
+	for i, a := range addrs {
+		if err := ctx.Err(); err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			break
+		}
+		dctx := ctx
+		cancel := func() {}
+		if dl, ok := ctx.Deadline(); ok && i < len(addrs)-1 {
+			left := time.Until(dl)
+			share := left / time.Duration(len(addrs)-i)
+			if share < minDialShare {
+				share = min(minDialShare, left)
+			}
+			dctx, cancel = context.WithTimeout(ctx, share)
+		}
+		c, err := g.dialer.DialContext(dctx, network, net.JoinHostPort(a.String(), port))
+		cancel()
+		if err == nil {
+			return c, nil
+		}
+		if firstErr == nil {
+			firstErr = err
+		}
+		if usefulErr == nil && !isLocalRouteError(err) {
+			usefulErr = err
+		}
+	}
+	if usefulErr != nil {
+		firstErr = usefulErr
+	}
+	return nil, fmt.Errorf("netguard: dial %s: %w", host, firstErr)
+}
