@@ -1,0 +1,215 @@
+package embedded
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"downloader"
+)
+
+// Paging bounds of FetchResults: a limit of 0 means defaultLimit; anything outside
+// 1..maxLimit is refused.
+const (
+	defaultLimit = 100
+	maxLimit     = 1000
+)
+
+const (
+	resultPrefix   = "downloader:fetch_result:"
+	byDomainPrefix = "downloader:fetch_result_by_domain:"
+	// idLen is the length of a record id: 32 hex digits (fetched_at, then sequence).
+	idLen = 32
+)
+
+// The range of fetched_at a record may have: its nanoseconds must fit the id.
+var (
+	minFetchedAt = time.Unix(0, 0)
+	maxFetchedAt = time.Unix(0, 1<<63-1)
+)
+
+// PutFetchResult appends r. r.FetchedAt must be set (records are ordered by it). It
+// returns once the record is durable.
+func (s *Store) PutFetchResult(ctx context.Context, r *downloader.FetchResult) error {
+	if r == nil {
+		return downloader.Invalidf("fetch_result", "fetch_result is required")
+	}
+	if r.FetchedAt.Before(minFetchedAt) || r.FetchedAt.After(maxFetchedAt) {
+		return downloader.Invalidf("fetched_at", "fetched_at %s is out of range", r.FetchedAt.Format(time.RFC3339Nano))
+	}
+	rec := *r
+	rec.FetchedAt = rec.FetchedAt.UTC()
+	v, err := json.Marshal(&rec)
+	if err != nil {
+		return fmt.Errorf("embedded store: encode fetch result: %w", err)
+	}
+	release, err := s.acquire(ctx, "put fetch result")
+	if err != nil {
+		return err
+	}
+	defer release()
+
+	id := s.nextID(rec.FetchedAt)
+	b := s.db.NewBatch()
+	defer b.Close()
+	if err := b.Set(resultKey(id), v, nil); err != nil {
+		return fmt.Errorf("embedded store: put fetch result: %w", err)
+	}
+	if rec.Domain != "" {
+		if err := b.Set(byDomainKey(rec.Domain, id), nil, nil); err != nil {
+			return fmt.Errorf("embedded store: put fetch result index: %w", err)
+		}
+	}
+	if err := b.Commit(s.opts.resultWrite); err != nil {
+		return fmt.Errorf("embedded store: put fetch result: %w", err)
+	}
+	return nil
+}
+
+// FetchResults lists results newest first (by fetched_at; on a tie the later insertion
+// first), only those of domain unless it is empty, starting after cursor ("" for the first
+// page). The returned cursor is "" after the last page. Records appended while a caller
+// pages never cause a duplicate or a gap: the cursor is a position in a fixed order, and a
+// new record lands either before it (not seen by this walk) or after it (seen once).
+//
+// limit 0 means 100; a limit outside 1..1000 or a cursor this store did not hand out is an
+// EINVALID error naming "limit" or "cursor".
+func (s *Store) FetchResults(ctx context.Context, domain string, limit int, cursor string) ([]downloader.FetchResult, string, error) {
+	switch {
+	case limit == 0:
+		limit = defaultLimit
+	case limit < 1 || limit > maxLimit:
+		return nil, "", downloader.Invalidf("limit", "limit must be between 1 and %d", maxLimit)
+	}
+	if cursor != "" && !validID(cursor) {
+		return nil, "", downloader.Invalidf("cursor", "cursor is not valid")
+	}
+	release, err := s.acquire(ctx, "list fetch results")
+	if err != nil {
+		return nil, "", err
+	}
+	defer release()
+
+	prefix := resultPrefix
+	if domain != "" {
+		prefix = byDomainPrefix + escapeDomain(domain) + ":"
+	}
+	ids, err := s.scanIDs(ctx, prefix, cursor, limit+1)
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(ids) > limit {
+		ids = ids[:limit]
+		next = ids[limit-1]
+	}
+	out := make([]downloader.FetchResult, 0, len(ids))
+	for _, id := range ids {
+		v, ok, err := s.get(resultKey(id))
+		if err != nil {
+			return nil, "", err
+		}
+		if !ok {
+			// The index and the record are written in one batch; this is corruption.
+			return nil, "", fmt.Errorf("embedded store: fetch result %s is indexed but missing", id)
+		}
+		var r downloader.FetchResult
+		if err := json.Unmarshal(v, &r); err != nil {
+			return nil, "", fmt.Errorf("embedded store: decode fetch result %s: %w", id, err)
+		}
+		out = append(out, r)
+	}
+	return out, next, nil
+}
+
+// scanIDs returns up to n record ids under prefix (whose keys end in an id), in key order,
+// starting after the id after ("" for the beginning).
+func (s *Store) scanIDs(ctx context.Context, prefix, after string, n int) ([]string, error) {
+	lower := []byte(prefix)
+	if after != "" {
+		// All keys under prefix are prefix+id with ids of one length, so prefix+after+"\x00"
+		// sorts right after prefix+after and before the next id.
+		lower = append(append(lower, after...), 0)
+	}
+	iter, err := s.db.NewIterWithContext(ctx, &pebble.IterOptions{
+		LowerBound: lower,
+		UpperBound: prefixEnd(prefix),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("embedded store: scan %q: %w", prefix, err)
+	}
+	ids := make([]string, 0, n)
+	for ok := iter.First(); ok && len(ids) < n; ok = iter.Next() {
+		k := iter.Key()
+		if len(k) != len(prefix)+idLen {
+			_ = iter.Close()
+			return nil, fmt.Errorf("embedded store: unexpected key %q under %q", k, prefix)
+		}
+		ids = append(ids, string(k[len(prefix):]))
+	}
+	if err := iter.Close(); err != nil {
+		return nil, fmt.Errorf("embedded store: scan %q: %w", prefix, err)
+	}
+	return ids, nil
+}
+
+// nextID returns the id of a new record fetched at t. Ids are unique as long as no two
+// records share both fetched_at (to the nanosecond) and the sequence number; the sequence
+// starts at the wall-clock nanoseconds of Open and grows by one per record, so a restart
+// continues above the previous run unless the clock went back by more than that run
+// lasted and a record then also carries the same fetched_at nanosecond.
+func (s *Store) nextID(t time.Time) string {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], ^uint64(t.UnixNano()))
+	binary.BigEndian.PutUint64(b[8:], ^s.seq.Add(1))
+	return hex.EncodeToString(b[:])
+}
+
+func validID(id string) bool {
+	return len(id) == idLen && isLowerHex(id)
+}
+
+func resultKey(id string) []byte { return []byte(resultPrefix + id) }
+
+func byDomainKey(domain, id string) []byte {
+	return []byte(byDomainPrefix + escapeDomain(domain) + ":" + id)
+}
+
+// escapeDomain percent-encodes '%' and ':' so that a domain is one key segment. Normalised
+// host names contain neither, so their keys stay readable; IPv6 literals contain ':'.
+func escapeDomain(d string) string {
+	if !strings.ContainsAny(d, "%:") {
+		return d
+	}
+	var b strings.Builder
+	for i := 0; i < len(d); i++ {
+		switch c := d[i]; c {
+		case '%':
+			b.WriteString("%25")
+		case ':':
+			b.WriteString("%3A")
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// prefixEnd returns the smallest key greater than every key that starts with prefix. The
+// prefixes here end in ':', so it is prefix with its last byte incremented.
+func prefixEnd(prefix string) []byte {
+	end := []byte(prefix)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil // prefix is all 0xff: no upper bound
+}
