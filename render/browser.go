@@ -1,0 +1,311 @@
+package render
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/remote"
+)
+
+// stableUptime is how long a browser must have lived for its loss to count as a crash
+// rather than a failed start: a browser that dies sooner is relaunched after a backoff.
+const stableUptime = 10 * time.Second
+
+// browser is one launched or connected browser. Its contexts end when it is closed or
+// lost.
+type browser struct {
+	ctx      context.Context // chromedp context that owns the browser (or the connection)
+	b        *chromedp.Browser
+	lost     <-chan struct{} // closed when the connection (or the process) is gone
+	proc     *os.Process     // nil for a remote endpoint
+	started  time.Time
+	gen      int
+	closeFn  func()
+	closeOne sync.Once
+}
+
+// close ends the browser: kills the local process and waits until it has exited and its
+// temporary user data directory is removed, or closes the connection to a remote one.
+func (b *browser) close() { b.closeOne.Do(b.closeFn) }
+
+func (b *browser) alive() bool {
+	select {
+	case <-b.lost:
+		return false
+	default:
+		return true
+	}
+}
+
+// supervise keeps a browser up until the pool closes: it launches (or connects), waits
+// for the browser to be lost, and starts again. Failed attempts back off exponentially.
+func (p *Pool) supervise() {
+	failures := 0
+	for gen := 1; ; gen++ {
+		b, err := p.launch(gen)
+		if err != nil {
+			failures++
+			wait := backoff(failures)
+			p.log.Warn("renderer unavailable", "error", err, "attempt_count", failures, "retry_in_ms", wait.Milliseconds())
+			p.setState(stateFailed, nil, err)
+			if !p.sleep(wait) {
+				return
+			}
+			p.setState(stateLaunching, nil, err)
+			continue
+		}
+		p.log.Info("renderer up", "generation", gen, "is_remote", p.cfg.Endpoint != "")
+		p.setState(stateUp, b, nil)
+		p.refill()
+
+		select {
+		case <-b.lost:
+		case <-p.ctx.Done():
+			p.dropBrowser(b)
+			return
+		}
+		uptime := p.clk.Now().Sub(b.started)
+		p.log.Warn("renderer lost", "generation", gen, "uptime_ms", uptime.Milliseconds())
+		p.mu.Lock()
+		p.restarts++
+		p.mu.Unlock()
+		p.setState(stateLaunching, nil, nil)
+		p.dropBrowser(b)
+		if uptime < stableUptime {
+			failures++
+			if !p.sleep(backoff(failures)) {
+				return
+			}
+		} else {
+			failures = 0
+		}
+	}
+}
+
+// dropBrowser forgets b's warm tabs and closes b.
+func (p *Pool) dropBrowser(b *browser) {
+	p.mu.Lock()
+	var keep, drop []*tab
+	for _, t := range p.spares {
+		if t.b == b {
+			drop = append(drop, t)
+		} else {
+			keep = append(keep, t)
+		}
+	}
+	p.spares = keep
+	p.mu.Unlock()
+	for _, t := range drop {
+		t.close()
+	}
+	b.close()
+}
+
+// sleep waits d on the pool's clock; false when the pool closed first.
+func (p *Pool) sleep(d time.Duration) bool {
+	t := p.clk.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return true
+	case <-p.ctx.Done():
+		return false
+	}
+}
+
+func backoff(failures int) time.Duration {
+	d := minBackoff
+	for i := 1; i < failures && d < maxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, maxBackoff)
+}
+
+func (p *Pool) setState(s browserState, b *browser, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.state, p.cur = s, b
+	if s == stateUp {
+		p.lastErr = nil
+	} else if err != nil {
+		p.lastErr = err
+	}
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// errUnavailable wraps the reason the browser cannot be used.
+type errUnavailable struct{ err error }
+
+func (e *errUnavailable) Error() string { return fmt.Sprintf("renderer unavailable: %v", e.err) }
+func (e *errUnavailable) Unwrap() error { return e.err }
+
+// browserFor returns the live browser, waiting while one is being launched. It fails at
+// once with *errUnavailable while the last attempt has failed.
+func (p *Pool) browserFor(ctx context.Context) (*browser, error) {
+	for {
+		p.mu.Lock()
+		switch {
+		case p.closed:
+			p.mu.Unlock()
+			return nil, errPoolClosed
+		case p.state == stateUp && p.cur.alive():
+			b := p.cur
+			p.mu.Unlock()
+			return b, nil
+		case p.state == stateFailed:
+			err := p.lastErr
+			p.mu.Unlock()
+			return nil, &errUnavailable{err}
+		}
+		ch := p.changed
+		p.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, &errUnavailable{fmt.Errorf("no browser before the render's end: %w", context.Cause(ctx))}
+		}
+	}
+}
+
+// launch starts the local browser or connects to the endpoint, bounded by LaunchTimeout.
+func (p *Pool) launch(gen int) (*browser, error) {
+	var allocCtx context.Context
+	var allocCancel context.CancelFunc
+	if p.cfg.Endpoint != "" {
+		opts := []remote.Option{remote.WithDialTimeout(p.cfg.LaunchTimeout)}
+		if u, err := url.Parse(p.cfg.Endpoint); err == nil && u.Path != "" && u.Path != "/" {
+			// A full websocket path (Obscura's /devtools/browser) is dialled as given;
+			// host:port alone is looked up at /json/version.
+			opts = append(opts, remote.NoModifyURL)
+		}
+		allocCtx, allocCancel = remote.NewAllocator(p.ctx, p.cfg.Endpoint, opts...)
+	} else {
+		if _, err := os.Stat(p.cfg.BinaryPath); err != nil {
+			return nil, fmt.Errorf("browser binary: %w", err)
+		}
+		allocCtx, allocCancel = chromedp.NewExecAllocator(p.ctx, p.execOptions()...)
+	}
+	logf := func(format string, args ...any) { p.log.Debug("chromedp", "message", fmt.Sprintf(format, args...)) }
+	errf := func(format string, args ...any) {
+		p.log.Debug("chromedp error", "message", fmt.Sprintf(format, args...))
+	}
+	rootCtx, rootCancel := chromedp.NewContext(allocCtx, chromedp.WithLogf(logf), chromedp.WithErrorf(errf))
+	closeFn := func() {
+		rootCancel()
+		allocCancel()
+	}
+
+	// The first call binds the browser to rootCtx, which must not have a deadline: the
+	// launch is bounded by a timer instead.
+	done := make(chan error, 1)
+	go func() {
+		_, err := chromedp.Targets(rootCtx)
+		done <- err
+	}()
+	t := p.clk.NewTimer(p.cfg.LaunchTimeout)
+	defer t.Stop()
+	var err error
+	select {
+	case err = <-done:
+	case <-t.C():
+		err = fmt.Errorf("no browser after %v", p.cfg.LaunchTimeout)
+		closeFn()
+		<-done
+	case <-p.ctx.Done():
+		err = errPoolClosed
+		closeFn()
+		<-done
+	}
+	if err != nil {
+		closeFn()
+		if p.cfg.Endpoint != "" {
+			return nil, fmt.Errorf("connect to %s: %w", p.cfg.Endpoint, err)
+		}
+		return nil, fmt.Errorf("launch %s: %w", p.cfg.BinaryPath, err)
+	}
+	c := chromedp.FromContext(rootCtx)
+	lost := c.Browser.LostConnection
+	b := &browser{
+		ctx:     rootCtx,
+		b:       c.Browser,
+		lost:    lost,
+		proc:    c.Browser.Process(),
+		started: p.clk.Now(),
+		gen:     gen,
+		closeFn: func() {
+			closeFn()
+			// The connection's close handshake finishes after the cancellation; wait for
+			// it (a remote peer that never answers is given up after a second by chromedp).
+			t := p.clk.NewTimer(closeTimeout)
+			defer t.Stop()
+			select {
+			case <-lost:
+			case <-t.C():
+			}
+		},
+	}
+	return b, nil
+}
+
+// execOptions are the local browser's flags. Besides headless operation they turn off
+// everything that would make the browser talk to Google's hosts by itself, and point the
+// browser's default context at a proxy that refuses everything: only our per-render
+// contexts, each with its own guarded proxy, may reach the network.
+func (p *Pool) execOptions() []chromedp.ExecAllocatorOption {
+	return []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(p.cfg.BinaryPath),
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Headless,
+		chromedp.NoSandbox, // we run as root
+		chromedp.DisableGPU,
+		chromedp.UserAgent(p.cfg.UserAgent),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-default-apps", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.Flag("disable-breakpad", true),
+		chromedp.Flag("disable-client-side-phishing-detection", true),
+		chromedp.Flag("disable-domain-reliability", true),
+		chromedp.Flag("safebrowsing-disable-auto-update", true),
+		chromedp.Flag("metrics-recording-only", true),
+		chromedp.Flag("no-pings", true),
+		chromedp.Flag("dns-prefetch-disable", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("disable-background-timer-throttling", true),
+		chromedp.Flag("disable-backgrounding-occluded-windows", true),
+		chromedp.Flag("disable-renderer-backgrounding", true),
+		chromedp.Flag("disable-hang-monitor", true),
+		chromedp.Flag("disable-popup-blocking", true),
+		chromedp.Flag("disable-prompt-on-repost", true),
+		chromedp.Flag("disable-ipc-flooding-protection", true),
+		chromedp.Flag("password-store", "basic"),
+		chromedp.Flag("use-mock-keychain", true),
+		chromedp.Flag("mute-audio", true),
+		chromedp.Flag("hide-scrollbars", true),
+		// One process per render's context is isolation enough; keeping cross-site frames
+		// in the page's process saves a process per iframe and lets us see their requests.
+		chromedp.Flag("disable-features", "Translate,OptimizationHints,MediaRouter,InterestFeedContentSuggestions,CalculateNativeWinOcclusion,AutofillServerCommunication,CertificateTransparencyComponentUpdater,IsolateOrigins,site-per-process"),
+		chromedp.Flag("disable-site-isolation-trials", true),
+		// WebRTC could reach addresses without the proxy.
+		chromedp.Flag("force-webrtc-ip-handling-policy", "disable_non_proxied_udp"),
+		chromedp.Flag("webrtc-ip-handling-policy", "disable_non_proxied_udp"),
+		chromedp.Flag("proxy-server", "http://"+p.deny.Addr().String()),
+		chromedp.Flag("proxy-bypass-list", "<-loopback>"),
+		chromedp.WindowSize(1280, 1024),
+	}
+}
+
+// isBrowserGone reports whether err says the browser connection or the tab is gone.
+func isBrowserGone(err error) bool {
+	return errors.Is(err, chromedp.ErrTargetDetached) || errors.Is(err, chromedp.ErrChannelClosed)
+}

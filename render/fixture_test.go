@@ -1,0 +1,363 @@
+package render
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"downloader/clock"
+	"downloader/netguard"
+)
+
+// The render tests share one origin (many virtual hosts on one 127.0.0.1 listener) and,
+// where they can, one pool: a browser launch costs most of a second.
+
+// testUserAgent is the user agent the test pools send.
+const testUserAgent = "downloader-render-test/1.0"
+
+// tmpRoot is TMPDIR for the whole test binary, so that every temporary directory of ours
+// (Chromium's user data directories above all) is under it and TestMain can check that
+// none is left.
+var tmpRoot string
+
+func TestMain(m *testing.M) {
+	var err error
+	tmpRoot, err = os.MkdirTemp("", "render-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv("TMPDIR", tmpRoot)
+	code := m.Run()
+	closeFixture()
+	if code == 0 {
+		code = checkNoLeftovers()
+	}
+	os.RemoveAll(tmpRoot)
+	os.Exit(code)
+}
+
+// checkNoLeftovers fails the run if a browser process, a temporary directory or a
+// goroutine of ours is left.
+func checkNoLeftovers() int {
+	code := 0
+	if procs := browserProcesses(tmpRoot); len(procs) > 0 {
+		fmt.Fprintf(os.Stderr, "FAIL: browser processes left: %v\n", procs)
+		code = 1
+	}
+	entries, _ := os.ReadDir(tmpRoot)
+	for _, e := range entries {
+		// The go tool's own build cache files are not ours.
+		if strings.HasPrefix(e.Name(), "go-build") {
+			continue
+		}
+		fmt.Fprintf(os.Stderr, "FAIL: temporary directory left: %s\n", filepath.Join(tmpRoot, e.Name()))
+		code = 1
+	}
+	if err := goleak.Find(); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: goroutines left: %v\n", err)
+		code = 1
+	}
+	return code
+}
+
+// browserProcesses lists the processes whose command line names a user data directory
+// under dir.
+func browserProcesses(dir string) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	want := []byte("--user-data-dir=" + dir)
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		if bytes.Contains(cmdline, want) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// fixture is the shared origin and guard.
+type fixture struct {
+	srv     *http.Server
+	ln      net.Listener
+	port    string
+	closing chan struct{}
+	guard   *netguard.Guard
+
+	mu         sync.Mutex
+	requests   []http.Request // headers and URL of every request the origin saw
+	violations []string       // dials the guard should never have made
+	slowHit    chan struct{}  // a request reached /slow on slowxhr.test
+	hangHit    chan struct{}  // a request reached hang.test
+}
+
+var (
+	fxOnce   sync.Once
+	fx       *fixture
+	poolOnce sync.Once
+	shared   *Pool
+)
+
+// virtualHosts are the origin's names, each mapped to the listener by --connect-to.
+var virtualHosts = []string{"js.test", "empty.test", "hang.test", "slowxhr.test", "status.test", "blocked.test", "redirect.test", "cookie.test"}
+
+func getFixture(t testing.TB) *fixture {
+	fxOnce.Do(func() { fx = newFixture() })
+	if fx == nil {
+		t.Fatal("no fixture")
+	}
+	return fx
+}
+
+func newFixture() *fixture {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	f := &fixture{ln: ln, closing: make(chan struct{}), slowHit: make(chan struct{}, 16), hangHit: make(chan struct{}, 16)}
+	_, f.port, _ = net.SplitHostPort(ln.Addr().String())
+	f.srv = &http.Server{Handler: f, ErrorLog: nil}
+	go f.srv.Serve(ln)
+
+	// A port nothing listens on, for connect_refused.
+	dead, _ := net.Listen("tcp", "127.0.0.1:0")
+	_, deadPort, _ := net.SplitHostPort(dead.Addr().String())
+	dead.Close()
+
+	var rules []netguard.Rule
+	for _, h := range virtualHosts {
+		r, err := netguard.ParseConnectTo(h + ":80:127.0.0.1:" + f.port)
+		if err != nil {
+			panic(err)
+		}
+		rules = append(rules, r)
+	}
+	r, _ := netguard.ParseConnectTo("refused.test:80:127.0.0.1:" + deadPort)
+	rules = append(rules, r)
+	f.guard = netguard.New(netguard.Config{ConnectTo: rules, Resolver: fakeResolver{}, Dialer: loopbackOnly{f}})
+	return f
+}
+
+func closeFixture() {
+	poolOnce.Do(func() {})
+	if shared != nil {
+		shared.Close()
+	}
+	if fx != nil {
+		close(fx.closing)
+		fx.srv.Close()
+	}
+}
+
+// fakeResolver answers internal.test and forbidden.test with a private address and
+// knows no other name: nothing in these tests may leave the machine.
+type fakeResolver struct{}
+
+func (fakeResolver) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
+	switch strings.TrimSuffix(strings.ToLower(host), ".") {
+	case "internal.test", "forbidden.test":
+		return []netip.Addr{netip.MustParseAddr("10.0.0.5")}, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+// loopbackOnly dials loopback addresses and records any other request as a violation,
+// without dialling it: the guard must refuse before it gets here.
+type loopbackOnly struct{ f *fixture }
+
+func (d loopbackOnly) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return nil, err
+	}
+	if ip, err := netip.ParseAddr(host); err != nil || !ip.IsLoopback() {
+		d.f.mu.Lock()
+		d.f.violations = append(d.f.violations, address)
+		d.f.mu.Unlock()
+		return nil, errors.New("test dialer: refusing a non-loopback address " + address)
+	}
+	var nd net.Dialer
+	return nd.DialContext(ctx, network, address)
+}
+
+func (f *fixture) noViolations(t testing.TB) {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.violations) > 0 {
+		t.Errorf("the guard let the browser dial %v", f.violations)
+	}
+}
+
+// requestsTo returns the requests the origin saw for host since mark.
+func (f *fixture) requestsTo(host string, mark int) []http.Request {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []http.Request
+	for _, r := range f.requests[mark:] {
+		if r.Host == host {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (f *fixture) mark() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.requests)
+}
+
+func (f *fixture) url(hostPath string) *url.URL {
+	u, err := url.Parse("http://" + hostPath)
+	if err != nil {
+		panic(err)
+	}
+	return u
+}
+
+func testdata(name string) []byte {
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func (f *fixture) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	f.requests = append(f.requests, http.Request{Method: r.Method, Host: r.Host, URL: r.URL, Header: r.Header.Clone()})
+	f.mu.Unlock()
+	html := func(name string) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Write(testdata(name))
+	}
+	host, _, err := net.SplitHostPort(r.Host)
+	if err != nil {
+		host = r.Host
+	}
+	switch host + r.URL.Path {
+	case "js.test/":
+		html("js.html")
+	case "js.test/api/article":
+		var paras []string
+		for i := range 8 {
+			paras = append(paras, fmt.Sprintf("Paragraph %d of the article, which only JavaScript puts on the page, long enough to count.", i+1))
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"paragraphs": paras})
+	case "js.test/api/related":
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"items": []string{"First related story", "Second related story"}})
+	case "empty.test/":
+		html("empty.html")
+	case "blocked.test/":
+		html("blocked.html")
+	case "slowxhr.test/":
+		html("slowxhr.html")
+	case "slowxhr.test/slow":
+		select {
+		case f.slowHit <- struct{}{}:
+		default:
+		}
+		f.block(r)
+	case "hang.test/":
+		select {
+		case f.hangHit <- struct{}{}:
+		default:
+		}
+		f.block(r)
+	case "status.test/missing":
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprint(w, "<!doctype html><html><body><h1>Not found</h1><p>There is no such page here.</p></body></html>")
+	case "redirect.test/":
+		http.Redirect(w, r, "http://js.test/", http.StatusFound)
+	case "cookie.test/":
+		http.SetCookie(w, &http.Cookie{Name: "visit", Value: "1", Path: "/"})
+		html("cookie.html")
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+// block holds a request until the client goes away or the fixture closes.
+func (f *fixture) block(r *http.Request) {
+	select {
+	case <-r.Context().Done():
+	case <-f.closing:
+	}
+}
+
+// testLogger writes the pool's log to the test output only when the test fails.
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tlogWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+type tlogWriter struct{ t testing.TB }
+
+func (w tlogWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// sharedPool is the pool most tests use: a local browser, two slots.
+func sharedPool(t testing.TB) *Pool {
+	f := getFixture(t)
+	poolOnce.Do(func() {
+		p, err := New(Config{
+			Clock:       clock.Real{},
+			Logger:      slog.New(slog.DiscardHandler),
+			Concurrency: 2,
+			QueueLength: 4,
+			WarmTabs:    2,
+			UserAgent:   testUserAgent,
+			Guard:       f.guard,
+		})
+		if err != nil {
+			panic(err)
+		}
+		shared = p
+	})
+	if shared == nil {
+		t.Fatal("no shared pool")
+	}
+	return shared
+}
+
+// browserProcess returns the pool's local browser process, waiting for the browser.
+func (p *Pool) browserProcess(t testing.TB) *os.Process {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := p.browserFor(ctx)
+	if err != nil {
+		t.Fatalf("no browser: %v", err)
+	}
+	return b.proc
+}

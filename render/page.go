@@ -1,0 +1,357 @@
+package render
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	jsonv2 "github.com/chromedp/cdproto/cdp/jsonv2"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+
+	"downloader"
+	"downloader/clock"
+	"downloader/htmltext"
+)
+
+// maxReadReserve is the most of a render's timeout kept for reading the page.
+const maxReadReserve = time.Second
+
+// outerHTMLExpr reads the rendered document.
+const outerHTMLExpr = `(() => { const d = document.documentElement; if (!d) return ""; ` +
+	`const t = document.doctype ? new XMLSerializer().serializeToString(document.doctype) : ""; ` +
+	`return t + d.outerHTML; })()`
+
+// renderJob is one render in its own goroutine, so that Render can return at its timeout
+// while the job cleans up behind it.
+type renderJob struct {
+	p        *Pool
+	u        *url.URL
+	st       *renderState
+	start    time.Time
+	deadline time.Time
+	done     chan *downloader.Outcome // buffered: the job never blocks on it
+}
+
+func (j *renderJob) run(ctx context.Context) {
+	p := j.p
+	var t *tab
+	defer func() {
+		if t != nil {
+			t.close()
+		}
+	}()
+	b, err := p.browserFor(ctx)
+	if err != nil {
+		var ue *errUnavailable
+		switch {
+		case errors.As(err, &ue):
+			j.done <- downloader.Failed(downloader.FailRendererUnavailable)
+		default:
+			j.done <- downloader.Failed(stopReason(ctx))
+		}
+		return
+	}
+	t, err = p.takeTab(ctx, b)
+	if err != nil {
+		switch {
+		case ctx.Err() != nil:
+			j.done <- downloader.Failed(stopReason(ctx))
+		case !b.alive():
+			j.done <- downloader.Failed(downloader.FailRendererCrashed)
+		default:
+			p.log.Warn("render: no tab", "error", err)
+			j.done <- downloader.Failed(downloader.FailRendererUnavailable)
+		}
+		return
+	}
+	out := j.renderIn(ctx, t)
+	p.mu.Lock()
+	p.rendered++
+	p.mu.Unlock()
+	j.done <- out
+}
+
+func (j *renderJob) renderIn(ctx context.Context, t *tab) *downloader.Outcome {
+	t.proxy.arm(j.st)
+	t.tr.arm(t.proxy.token)
+
+	// runCtx carries the tab (chromedp finds its target in it) and ends with the render,
+	// or at once when the browser or the tab dies.
+	runCtx, stopRun := context.WithCancelCause(t.ctx)
+	defer stopRun(nil)
+	stop := context.AfterFunc(ctx, func() { stopRun(context.Cause(ctx)) })
+	defer stop()
+	watchDone := make(chan struct{})
+	defer func() { <-watchDone }()
+	defer stopRun(nil)
+	go func() {
+		defer close(watchDone)
+		select {
+		case <-t.b.lost:
+			stopRun(errCrashed)
+		case <-t.detached:
+			stopRun(errCrashed)
+		case <-t.tr.crashedCh():
+			stopRun(errCrashed)
+		case <-runCtx.Done():
+		}
+	}()
+
+	nav, err := chromedp.Call(runCtx, page.Navigate, page.NavigateParams{URL: j.u.String()})
+	if err != nil {
+		return downloader.Failed(j.stopped(runCtx, t, err))
+	}
+	if nav.ErrorText != "" || nav.IsDownload {
+		return j.navigationFailed(runCtx, t, nav)
+	}
+	if err := j.wait(runCtx, t); err != nil {
+		return downloader.Failed(j.stopped(runCtx, t, err))
+	}
+	return j.read(runCtx, t)
+}
+
+// stopped is the fail reason of a render that could not go on because of err.
+func (j *renderJob) stopped(runCtx context.Context, t *tab, err error) downloader.FailReason {
+	cause := context.Cause(runCtx)
+	switch {
+	case errors.Is(cause, errCrashed):
+		return downloader.FailRendererCrashed
+	case errors.Is(cause, errRenderTimeout), errors.Is(cause, context.DeadlineExceeded):
+		return downloader.FailRenderTimeout
+	case errors.Is(cause, errPoolClosed):
+		return downloader.FailShuttingDown
+	case !t.b.alive(), t.isDetached(), t.tr.state().crashed, isBrowserGone(err):
+		return downloader.FailRendererCrashed
+	case runCtx.Err() != nil:
+		return downloader.FailShuttingDown
+	}
+	j.p.log.Warn("render: browser error", "url", j.u.String(), "error", err)
+	return downloader.FailRendererCrashed
+}
+
+// wait waits until the page can be read: loaded and quiet, loaded and busy for too long,
+// or close to the timeout with its DOM ready.
+func (j *renderJob) wait(ctx context.Context, t *tab) error {
+	clk := j.p.clk
+	reserve := min(maxReadReserve, j.deadline.Sub(j.start)/5)
+	soft := clk.NewTimer(max(j.deadline.Add(-reserve).Sub(clk.Now()), 0))
+	defer soft.Stop()
+	var quiet, idleMax clock.Timer
+	var quietC, idleMaxC <-chan time.Time
+	var quietSince uint64
+	softFired := false
+	defer func() {
+		if quiet != nil {
+			quiet.Stop()
+		}
+		if idleMax != nil {
+			idleMax.Stop()
+		}
+	}()
+	for {
+		s := t.tr.state()
+		if s.crashed {
+			return errCrashed
+		}
+		if softFired && s.domReady {
+			return nil
+		}
+		if s.loaded && idleMax == nil {
+			idleMax = clk.NewTimer(j.p.cfg.NetworkIdleMax)
+			idleMaxC = idleMax.C()
+		}
+		switch {
+		case s.loaded && s.inflight == 0:
+			if quiet == nil || quietSince != s.activity {
+				if quiet != nil {
+					quiet.Stop()
+				}
+				quiet = clk.NewTimer(j.p.cfg.NetworkQuiet)
+				quietC = quiet.C()
+				quietSince = s.activity
+			}
+		case quiet != nil:
+			quiet.Stop()
+			quiet, quietC = nil, nil
+		}
+		select {
+		case <-t.tr.notify:
+		case <-quietC:
+			return nil
+		case <-idleMaxC:
+			return nil
+		case <-soft.C():
+			softFired = true
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+}
+
+// read reads the rendered DOM and the main document as served, and builds the outcome.
+func (j *renderJob) read(ctx context.Context, t *tab) *downloader.Outcome {
+	res, err := chromedp.Call(ctx, runtime.Evaluate, runtime.EvaluateParams{
+		Expression:    outerHTMLExpr,
+		ReturnByValue: new(true),
+	})
+	if err == nil && res.ExceptionDetails != nil {
+		err = errors.New(res.ExceptionDetails.Text)
+	}
+	var rendered string
+	if err == nil && res.Result != nil {
+		err = jsonv2.Unmarshal(res.Result.Value, &rendered)
+	}
+	if err != nil {
+		return downloader.Failed(j.stopped(ctx, t, err))
+	}
+	md := t.tr.main()
+	out := j.base(md, t)
+	if seen, _ := j.st.snapshot(); !seen && md.found {
+		// The browser got the page without our proxy: the endpoint ignores per-context
+		// proxies, so nothing it does would obey the guard. Fail closed.
+		j.p.log.Error("render: the browser bypassed the proxy; refusing its result", "url", j.u.String())
+		return downloader.Failed(downloader.FailRendererUnavailable)
+	}
+	if out.FailReason == "" || out.FailReason == downloader.FailHTTPStatusError {
+		j.rawText(ctx, md, out)
+		text, _ := htmltext.VisibleText(strings.NewReader(rendered)) // a string reader never fails
+		n := utf8.RuneCountInString(text)
+		out.TextLength = &n
+		out.Text = text
+		out.Body = []byte(rendered)
+	}
+	return out
+}
+
+// base is the outcome of the main document's response and the page's requests, without
+// content.
+func (j *renderJob) base(md mainDocument, t *tab) *downloader.Outcome {
+	out := &downloader.Outcome{HTTPStatus: int(md.status), FinalURL: md.committed}
+	if md.proxyReason != "" {
+		// Our proxy's own answer: the origin said nothing.
+		out.HTTPStatus = 0
+		md.headers, md.mime = nil, ""
+	}
+	if out.FinalURL == "" || out.FinalURL == "about:blank" || strings.HasPrefix(out.FinalURL, "chrome-error:") {
+		out.FinalURL = md.url
+	}
+	hs := &out.HealthSignal
+	hs.ContentType = header(md.headers, "Content-Type")
+	if hs.ContentType == "" {
+		hs.ContentType = md.mime
+	}
+	hs.RedirectCount = md.redirects
+	if md.status == http.StatusTooManyRequests || md.status == http.StatusServiceUnavailable {
+		hs.RetryAfterSeconds = retryAfter(header(md.headers, "Retry-After"), j.p.clk.Now())
+	}
+	c := t.tr.counts()
+	_, blocked := j.st.snapshot()
+	hs.XHRCount, hs.XHRFailedCount = &c.xhr, &c.xhrFailed
+	hs.SubrequestCount, hs.SubrequestFailedCount = &c.sub, &c.subFailed
+	hs.BlockedRequestCount = &blocked
+	switch {
+	case md.proxyReason != "":
+		out.FailReason = md.proxyReason
+	case md.status != 0 && (md.status < 200 || md.status > 299):
+		out.FailReason = downloader.FailHTTPStatusError
+	}
+	return out
+}
+
+// rawText measures the main document as served, before JavaScript.
+func (j *renderJob) rawText(ctx context.Context, md mainDocument, out *downloader.Outcome) {
+	if !md.found {
+		return
+	}
+	body, err := chromedp.Call(ctx, network.GetResponseBody, network.GetResponseBodyParams{RequestID: md.id})
+	if err != nil {
+		j.p.log.Debug("render: main document body", "url", j.u.String(), "error", err)
+		return
+	}
+	out.HealthSignal.BodyBytes = int64(len(body.Body))
+	n, err := htmltext.VisibleTextLength(bytes.NewReader(body.Body))
+	if err != nil {
+		n = 0
+	}
+	out.RawTextLength = &n
+}
+
+// navigationFailed is the outcome of a main document that did not commit.
+func (j *renderJob) navigationFailed(ctx context.Context, t *tab, nav page.NavigateResult) *downloader.Outcome {
+	md := t.tr.main()
+	out := j.base(md, t)
+	if out.FailReason != "" {
+		if out.FailReason == downloader.FailHTTPStatusError {
+			j.rawText(ctx, md, out)
+		}
+		return out
+	}
+	if nav.IsDownload || (strings.Contains(nav.ErrorText, "ERR_ABORTED") && md.status >= 200 && md.status <= 299) {
+		// Not a page the browser shows (a download, a PDF): it was fetched fine, and
+		// renders to no text.
+		j.rawText(ctx, md, out)
+		zero := 0
+		out.TextLength = &zero
+		return out
+	}
+	if strings.Contains(nav.ErrorText, "ERR_TUNNEL_CONNECTION_FAILED") {
+		target := md.url
+		if target == "" {
+			target = j.u.String()
+		}
+		if reason := j.st.tunnelFailure(hostPort(target)); reason != "" {
+			out.FailReason = reason
+			return out
+		}
+		out.FailReason = downloader.FailRendererUnavailable // our proxy failed us
+		return out
+	}
+	out.FailReason = classifyNetError(nav.ErrorText)
+	if out.FailReason == downloader.FailRendererCrashed {
+		// ERR_ABORTED without a response: the navigation was cut short on our side.
+		j.p.log.Warn("render: navigation aborted", "url", j.u.String(), "error_text", nav.ErrorText)
+	}
+	return out
+}
+
+// hostPort is the host:port a CONNECT for rawURL names.
+func hostPort(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return ""
+	}
+	port := u.Port()
+	if port == "" {
+		port = "443"
+		if u.Scheme == "http" {
+			port = "80"
+		}
+	}
+	return net.JoinHostPort(u.Hostname(), port)
+}
+
+// retryAfter parses Retry-After (seconds or an HTTP date) into seconds from now.
+func retryAfter(v string, now time.Time) *int64 {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return nil
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+		return &n
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		n := max(int64(t.Sub(now)/time.Second), 0)
+		return &n
+	}
+	return nil
+}

@@ -1,0 +1,361 @@
+package render
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strings"
+	"sync"
+	"time"
+
+	"downloader"
+	"downloader/clock"
+	"downloader/limiter"
+	"downloader/netguard"
+)
+
+// proxyErrorHeader marks an answer that our proxy made up itself (the origin could not be
+// reached or was refused): "<token> <fail_reason>". The token is new for every tab, so an
+// origin cannot forge the mark.
+const proxyErrorHeader = "X-Downloader-Proxy-Error"
+
+// errNotArmed refuses requests of a tab that is not rendering (there should be none).
+var errNotArmed = errors.New("render proxy: no render in progress")
+
+// proxy is one tab's HTTP forward proxy: plain HTTP is forwarded, CONNECT (HTTPS, WSS) is
+// tunnelled; every connection to an origin is dialled through the Guard. It serves one
+// render, which it learns with arm. Safe for concurrent use.
+type proxy struct {
+	dialGuard func(ctx context.Context, network, address string) (net.Conn, error)
+	log       *slog.Logger
+	token     string
+	ln        net.Listener
+	srv       *http.Server
+	rp        *httputil.ReverseProxy
+	transport *http.Transport
+	ctx       context.Context
+	cancel    context.CancelFunc
+
+	mu      sync.Mutex
+	st      *renderState
+	closed  bool
+	tunnels map[net.Conn]struct{}
+	wg      sync.WaitGroup // handlers, tunnels and the server
+}
+
+func (p *Pool) newProxy() (*proxy, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(p.cfg.ProxyHost, "0"))
+	if err != nil {
+		return nil, fmt.Errorf("render proxy: listen: %w", err)
+	}
+	var tok [12]byte
+	rand.Read(tok[:])
+	x := &proxy{
+		dialGuard: p.cfg.Guard.DialContext,
+		log:       p.log,
+		token:     hex.EncodeToString(tok[:]),
+		ln:        ln,
+		tunnels:   make(map[net.Conn]struct{}),
+	}
+	x.ctx, x.cancel = context.WithCancel(p.ctx)
+	x.transport = &http.Transport{
+		DialContext:         x.dial,
+		Proxy:               nil,
+		DisableCompression:  true, // pass the browser's Accept-Encoding and the body through as they are
+		MaxIdleConnsPerHost: 6,
+		IdleConnTimeout:     30 * time.Second,
+	}
+	x.rp = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			// The request line is absolute; send it on as it came. Rewrite strips
+			// X-Forwarded-* and Forwarded, and the hop-by-hop headers are removed.
+			pr.Out.Host = pr.In.Host
+		},
+		Transport:     x.transport,
+		FlushInterval: -1,
+		ErrorHandler:  x.fail,
+		ErrorLog:      log.New(io.Discard, "", 0),
+	}
+	x.srv = &http.Server{
+		Handler:           x,
+		ReadHeaderTimeout: 30 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return x.ctx },
+		ErrorLog:          log.New(io.Discard, "", 0),
+	}
+	x.wg.Go(func() { x.srv.Serve(ln) })
+	return x, nil
+}
+
+func (x *proxy) addr() string { return x.ln.Addr().String() }
+
+// arm makes the proxy serve the render st.
+func (x *proxy) arm(st *renderState) {
+	x.mu.Lock()
+	x.st = st
+	x.mu.Unlock()
+}
+
+func (x *proxy) state() *renderState {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.st
+}
+
+// close stops the server, ends every request and tunnel, and waits for them.
+func (x *proxy) close() {
+	x.mu.Lock()
+	if x.closed {
+		x.mu.Unlock()
+		return
+	}
+	x.closed = true
+	for c := range x.tunnels {
+		c.Close()
+	}
+	x.mu.Unlock()
+	x.cancel()
+	x.srv.Close()
+	x.wg.Wait()
+	x.transport.CloseIdleConnections()
+}
+
+// track registers c to be closed by close; false if the proxy is already closed.
+func (x *proxy) track(c net.Conn) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.closed {
+		return false
+	}
+	x.tunnels[c] = struct{}{}
+	return true
+}
+
+func (x *proxy) untrack(c net.Conn) {
+	x.mu.Lock()
+	delete(x.tunnels, c)
+	x.mu.Unlock()
+	c.Close()
+}
+
+// enter counts a handler in, unless the proxy is closing.
+func (x *proxy) enter() bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.closed {
+		return false
+	}
+	x.wg.Add(1)
+	return true
+}
+
+func (x *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !x.enter() {
+		http.Error(w, "closing", http.StatusServiceUnavailable)
+		return
+	}
+	defer x.wg.Done()
+	st := x.state()
+	if st == nil {
+		x.fail(w, r, errNotArmed)
+		return
+	}
+	st.sawRequest()
+	if r.Method == http.MethodConnect {
+		x.connect(w, r, st)
+		return
+	}
+	if !r.URL.IsAbs() || r.URL.Scheme != "http" {
+		http.Error(w, "render proxy: only absolute http:// requests and CONNECT", http.StatusBadRequest)
+		return
+	}
+	x.rp.ServeHTTP(w, r)
+}
+
+// dial connects to an origin through the Guard. The first connection to the page's own
+// host is the moment its request goes on the wire: it waits there for the limiter.
+func (x *proxy) dial(ctx context.Context, network, address string) (net.Conn, error) {
+	st := x.state()
+	if st == nil {
+		return nil, errNotArmed
+	}
+	conn, err := x.dialGuard(ctx, network, address)
+	if err != nil {
+		var fe *netguard.ForbiddenError
+		if errors.As(err, &fe) {
+			st.countBlocked()
+			x.log.Info("render sub-request refused", "address", address, "reason", fe.Reason)
+		}
+		return nil, err
+	}
+	if host, _, err := net.SplitHostPort(address); err == nil {
+		if d, err := downloader.NormalizeDomain(host); err == nil && d == st.domain {
+			if err := st.wire(ctx); err != nil {
+				conn.Close()
+				return nil, err
+			}
+		}
+	}
+	return conn, nil
+}
+
+// fail answers a request the proxy could not forward, with our mark and the reason.
+func (x *proxy) fail(w http.ResponseWriter, r *http.Request, err error) {
+	reason := classifyError(err)
+	status := http.StatusBadGateway
+	if reason == downloader.FailDestinationForbidden {
+		status = http.StatusForbidden
+	}
+	w.Header().Set(proxyErrorHeader, x.token+" "+string(reason))
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(status)
+}
+
+// connect tunnels a CONNECT request. A refused or failed dial is answered with an error
+// status, which the browser reports as net::ERR_TUNNEL_CONNECTION_FAILED; the reason is
+// kept for the render by host:port.
+func (x *proxy) connect(w http.ResponseWriter, r *http.Request, st *renderState) {
+	up, err := x.dial(r.Context(), "tcp", r.Host)
+	if err != nil {
+		st.recordTunnelFailure(r.Host, classifyError(err))
+		x.fail(w, r, err)
+		return
+	}
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		up.Close()
+		http.Error(w, "render proxy: cannot tunnel", http.StatusInternalServerError)
+		return
+	}
+	down, brw, err := hj.Hijack()
+	if err != nil {
+		up.Close()
+		return
+	}
+	if !x.track(up) {
+		up.Close()
+		down.Close()
+		return
+	}
+	if !x.track(down) {
+		x.untrack(up)
+		down.Close()
+		return
+	}
+	if _, err := io.WriteString(down, "HTTP/1.1 200 Connection Established\r\n\r\n"); err != nil {
+		x.untrack(up)
+		x.untrack(down)
+		return
+	}
+	// Bytes the browser sent right after its CONNECT may sit in the server's buffer.
+	var fromClient io.Reader = down
+	if n := brw.Reader.Buffered(); n > 0 {
+		buffered, _ := brw.Reader.Peek(n)
+		fromClient = io.MultiReader(strings.NewReader(string(buffered)), down)
+	}
+	x.wg.Add(1) // the handler's own count keeps the group above zero here
+	go func() {
+		defer x.wg.Done()
+		io.Copy(up, fromClient)
+		x.untrack(up)
+		x.untrack(down)
+	}()
+	io.Copy(down, up)
+	x.untrack(up)
+	x.untrack(down)
+}
+
+// renderState is what a render shares with its proxy. Safe for concurrent use.
+type renderState struct {
+	clk    clock.Clock
+	domain string // the page's normalised host
+
+	mu             sync.Mutex
+	adm            *limiter.Admission // nil: no limiter (or released)
+	released       bool               // Render returned: adm is the caller's again
+	wired          bool
+	seen           bool // the proxy saw at least one request
+	blocked        int
+	tunnelFailures map[string]downloader.FailReason
+}
+
+var errReleased = errors.New("render proxy: render over")
+
+// wire lets the first request to the page's host out once the limiter agrees (SPEC §2:
+// last_request_at moves to the moment the request goes on the wire).
+func (st *renderState) wire(ctx context.Context) error {
+	for {
+		st.mu.Lock()
+		switch {
+		case st.released:
+			st.mu.Unlock()
+			return errReleased
+		case st.wired || st.adm == nil:
+			st.wired = true
+			st.mu.Unlock()
+			return nil
+		}
+		d := st.adm.Wire(st.clk.Now())
+		if d == 0 {
+			st.wired = true
+		}
+		st.mu.Unlock()
+		if d == 0 {
+			return nil
+		}
+		t := st.clk.NewTimer(d)
+		select {
+		case <-t.C():
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
+}
+
+// release hands the admission back to Render's caller: the proxy no longer touches it.
+func (st *renderState) release() {
+	st.mu.Lock()
+	st.released = true
+	st.mu.Unlock()
+}
+
+func (st *renderState) sawRequest() {
+	st.mu.Lock()
+	st.seen = true
+	st.mu.Unlock()
+}
+
+func (st *renderState) countBlocked() {
+	st.mu.Lock()
+	st.blocked++
+	st.mu.Unlock()
+}
+
+func (st *renderState) recordTunnelFailure(hostport string, reason downloader.FailReason) {
+	st.mu.Lock()
+	if st.tunnelFailures == nil {
+		st.tunnelFailures = make(map[string]downloader.FailReason)
+	}
+	st.tunnelFailures[hostport] = reason
+	st.mu.Unlock()
+}
+
+func (st *renderState) snapshot() (seen bool, blocked int) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.seen, st.blocked
+}
+
+func (st *renderState) tunnelFailure(hostport string) downloader.FailReason {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.tunnelFailures[hostport]
+}

@@ -1,0 +1,405 @@
+// Package render is the downloader's headless-browser renderer (SPEC §3): a pool of renders
+// over the Chrome DevTools Protocol, on a local Chromium that the pool launches (the
+// default) or on a remote CDP endpoint such as Obscura. Both go through the same code
+// path; only the way to get a browser differs.
+//
+// The model:
+//
+//   - One browser per pool, launched or dialled by a supervisor goroutine, relaunched or
+//     reconnected by itself when it dies (at once after a loss, with exponential backoff
+//     after failed attempts). While a launch fails, renders answer renderer_unavailable at
+//     once instead of waiting.
+//   - One fresh browser context per render (cookies, storage and cache isolated), with one
+//     tab in it. A new context and tab costs a new renderer process (~150–250 ms on two
+//     cores), so the pool keeps a few of them warm: a render takes a tab that was made
+//     before it was asked for, and the tab and its context are thrown away after the
+//     render. No context or tab is ever used twice.
+//   - Every request the browser makes goes through a small HTTP forward proxy of ours,
+//     one per tab on ProxyHost:0, set as the proxy of the tab's browser context (which
+//     also works on a remote endpoint). The proxy dials through the netguard Guard, so
+//     --connect-to and the SSRF guard apply to sub-requests (scripts, XHRs, iframes,
+//     redirects) exactly as to plain fetches, and it calls the limiter's WaitWire when the
+//     first request to the page's own host goes out. Loopback is proxied too ("<-loopback>").
+//   - A render navigates, waits for the load event and then for the network to be quiet
+//     (NetworkQuiet with no request in flight), reads the rendered DOM and the main
+//     document as served, and builds the outcome. See Pool.Render for the limits.
+//
+// Pool is safe for concurrent use.
+package render
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"downloader"
+	"downloader/clock"
+	"downloader/limiter"
+	"downloader/netguard"
+)
+
+// Defaults of Config.
+const (
+	DefaultBinaryPath     = "/usr/lib/chromium/chromium-headless-shell"
+	DefaultTimeout        = 30 * time.Second
+	DefaultUserAgent      = "Mozilla/5.0 (compatible; downloader/1.0; +render)"
+	DefaultNetworkQuiet   = 500 * time.Millisecond
+	DefaultNetworkIdleMax = 5 * time.Second
+	DefaultLaunchTimeout  = 20 * time.Second
+	DefaultProxyHost      = "127.0.0.1"
+)
+
+// Backoff between failed launches or connections: doubling from minBackoff to maxBackoff.
+const (
+	minBackoff = 250 * time.Millisecond
+	maxBackoff = 30 * time.Second
+)
+
+// Config configures a Pool. The zero value of each field means its default.
+type Config struct {
+	Clock  clock.Clock  // default clock.Real{}
+	Logger *slog.Logger // default slog.Default()
+
+	// BinaryPath is the local browser: Debian's chromium-headless-shell, never the
+	// /usr/bin wrapper scripts, which fork the real browser and hide it from us.
+	BinaryPath string
+	// Endpoint is a remote CDP endpoint (ws://host:9222, http://host:9222, or a full
+	// websocket path such as Obscura's ws://host:9222/devtools/browser). When set, the pool
+	// launches nothing and connects there instead.
+	Endpoint string
+
+	Concurrency int // renders at once (--render-concurrency); default runtime.NumCPU()
+	// QueueLength is how many renders may wait for a free slot; more answer
+	// local_queue_full. Zero means none wait.
+	QueueLength int
+	// WarmTabs is how many fresh tabs (each in its own new browser context) are kept ready
+	// ahead of renders; default Concurrency, negative means none.
+	WarmTabs int
+
+	UserAgent string // sent by the browser instead of its own (which says HeadlessChrome)
+
+	// Guard dials every connection the browser makes (connect-to and the SSRF guard).
+	// Required.
+	Guard *netguard.Guard
+
+	DefaultTimeout time.Duration // a render's timeout when Render is given none
+
+	// NetworkQuiet is how long the network must stay quiet (no request in flight) after
+	// the load event before the page is read. NetworkIdleMax bounds that wait: a page that
+	// is still busy NetworkIdleMax after its load event is read as it is.
+	NetworkQuiet   time.Duration
+	NetworkIdleMax time.Duration
+
+	// ProxyHost is the address the per-tab proxies listen on and the browser reaches them
+	// at. The default, 127.0.0.1, suits a local browser; for a remote endpoint on another
+	// machine it must be an address of this machine that the endpoint can reach (and only
+	// it: firewall it).
+	ProxyHost string
+
+	LaunchTimeout time.Duration // bound on one launch or connection attempt
+}
+
+// Stats is a snapshot of the pool for health pages and metrics.
+type Stats struct {
+	Size          int    `json:"size"`
+	BusyCount     int    `json:"busy_count"`
+	QueuedCount   int    `json:"queued_count"`
+	WarmTabCount  int    `json:"warm_tab_count"`
+	RestartCount  int    `json:"restart_count"`
+	IsBrowserUp   bool   `json:"is_browser_up"`
+	IsRemote      bool   `json:"is_remote"`
+	LastError     string `json:"last_error,omitempty"`
+	RenderedCount int64  `json:"rendered_count"`
+}
+
+// Pool renders pages. Create it with New and stop it with Close. Safe for concurrent use.
+type Pool struct {
+	cfg  Config
+	clk  clock.Clock
+	log  *slog.Logger
+	gate *limiter.Gate
+
+	ctx    context.Context // ends at Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // every goroutine the pool starts
+
+	// deny is where the local browser's own default context is pointed: a listener that
+	// refuses everything, so a request outside any render (there should be none) never
+	// leaves the machine.
+	deny net.Listener
+
+	mu       sync.Mutex
+	state    browserState
+	cur      *browser      // the live browser when state is stateUp
+	changed  chan struct{} // closed and replaced at every change of state
+	lastErr  error
+	restarts int
+	spares   []*tab // warm tabs of cur
+	warming  int    // warm-ups in progress
+	closed   bool
+	rendered int64
+}
+
+type browserState int
+
+const (
+	stateLaunching browserState = iota // renders wait
+	stateUp                            // cur is live
+	stateFailed                        // the last attempt failed: renders fail at once
+)
+
+// New returns a pool and starts its browser in the background; it does not wait for it.
+// It fails only on an invalid configuration: a browser that cannot start makes renders
+// answer renderer_unavailable.
+func New(cfg Config) (*Pool, error) {
+	if cfg.Guard == nil {
+		return nil, downloader.Invalidf("guard", "render: a netguard Guard is required")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.BinaryPath == "" {
+		cfg.BinaryPath = DefaultBinaryPath
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = runtime.NumCPU()
+	}
+	if cfg.QueueLength < 0 {
+		cfg.QueueLength = 0
+	}
+	switch {
+	case cfg.WarmTabs == 0:
+		cfg.WarmTabs = cfg.Concurrency
+	case cfg.WarmTabs < 0:
+		cfg.WarmTabs = 0
+	}
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = DefaultUserAgent
+	}
+	if strings.Contains(cfg.UserAgent, "Headless") {
+		return nil, downloader.Invalidf("user_agent", "render: the user agent must not say Headless")
+	}
+	if cfg.DefaultTimeout <= 0 {
+		cfg.DefaultTimeout = DefaultTimeout
+	}
+	if cfg.NetworkQuiet <= 0 {
+		cfg.NetworkQuiet = DefaultNetworkQuiet
+	}
+	if cfg.NetworkIdleMax <= 0 {
+		cfg.NetworkIdleMax = DefaultNetworkIdleMax
+	}
+	if cfg.ProxyHost == "" {
+		cfg.ProxyHost = DefaultProxyHost
+	}
+	if cfg.LaunchTimeout <= 0 {
+		cfg.LaunchTimeout = DefaultLaunchTimeout
+	}
+	if cfg.Endpoint != "" {
+		u, err := url.Parse(cfg.Endpoint)
+		if err != nil || u.Host == "" || (u.Scheme != "ws" && u.Scheme != "wss" && u.Scheme != "http" && u.Scheme != "https") {
+			return nil, downloader.Invalidf("renderer_endpoint", "render: endpoint %q is not a ws:// or http:// URL", cfg.Endpoint)
+		}
+	}
+	p := &Pool{
+		cfg:     cfg,
+		clk:     cfg.Clock,
+		log:     cfg.Logger.With("component", "render"),
+		gate:    limiter.NewGate(cfg.Concurrency, cfg.QueueLength),
+		changed: make(chan struct{}),
+	}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	if cfg.Endpoint == "" {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			p.cancel()
+			return nil, fmt.Errorf("render: deny listener: %w", err)
+		}
+		p.deny = ln
+		p.wg.Go(func() { refuseAll(ln) })
+	}
+	p.wg.Go(p.supervise)
+	return p, nil
+}
+
+// refuseAll accepts connections on ln and closes them at once, until ln is closed.
+func refuseAll(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		c.Close()
+	}
+}
+
+// Stats returns a snapshot of the pool.
+func (p *Pool) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := Stats{
+		Size:          p.gate.Capacity(),
+		BusyCount:     p.gate.InFlight(),
+		QueuedCount:   p.gate.Waiting(),
+		WarmTabCount:  len(p.spares),
+		RestartCount:  p.restarts,
+		IsBrowserUp:   p.state == stateUp,
+		IsRemote:      p.cfg.Endpoint != "",
+		RenderedCount: p.rendered,
+	}
+	if p.lastErr != nil {
+		s.LastError = p.lastErr.Error()
+	}
+	return s
+}
+
+// Close stops the pool: renders in flight end with shutting_down, the browser is killed
+// (or the connection to a remote one closed, after closing our tabs and contexts), and
+// every temporary directory is removed. It waits for all of it. Calling it again does
+// nothing.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	spares := p.spares
+	p.spares = nil
+	p.mu.Unlock()
+	for _, t := range spares {
+		t.close()
+	}
+	p.cancel()
+	if p.deny != nil {
+		p.deny.Close()
+	}
+	p.wg.Wait()
+	return nil
+}
+
+// Errors that end a render, as context causes.
+var (
+	errRenderTimeout = errors.New("render: timeout")
+	errPoolClosed    = errors.New("render: pool closed")
+	errCrashed       = errors.New("render: renderer crashed")
+)
+
+// Render renders u and returns its outcome; it never returns nil.
+//
+// adm is the limiter admission of u's domain, taken and finished by the caller; Render
+// calls its WaitWire when the first request to u's host goes on the wire (after the
+// proxy's connection to the origin is made), and no longer touches it once Render has
+// returned. A nil adm renders without it (tests, benchmarks).
+//
+// The timeout (DefaultTimeout when zero) covers everything from the call: the wait for a
+// slot, the browser and the page. Render returns at the latest when it ends, with
+// render_timeout, cleaning up in the background. Reading the page:
+//   - after the load event, the network must be quiet for NetworkQuiet;
+//   - a page still busy NetworkIdleMax after load, or close to the timeout (the last
+//     fifth of it, at most one second, is kept for reading), is read as it is;
+//   - a page whose DOMContentLoaded never comes within the timeout is a render_timeout.
+//
+// Failures (SPEC §4, all with has_reached_origin=false): pool and queue full →
+// local_queue_full; browser cannot start or endpoint unreachable → renderer_unavailable;
+// browser or tab died → renderer_crashed (found from the connection, Inspector.targetCrashed
+// and the target's detach, without waiting for the timeout); ctx cancelled or the pool
+// closed → shutting_down. A main document that fails on the network is classified like a
+// plain fetch; a non-2xx main document is http_status_error (with its rendered content).
+func (p *Pool) Render(ctx context.Context, u *url.URL, adm *limiter.Admission, timeout time.Duration) *downloader.Outcome {
+	start := p.clk.Now()
+	if timeout <= 0 {
+		timeout = p.cfg.DefaultTimeout
+	}
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stopClosed := context.AfterFunc(p.ctx, func() { cancel(errPoolClosed) })
+	defer stopClosed()
+	timer := p.clk.NewTimer(timeout)
+	timerDone := make(chan struct{})
+	go func() {
+		defer close(timerDone)
+		select {
+		case <-timer.C():
+			cancel(errRenderTimeout)
+		case <-rctx.Done():
+			timer.Stop()
+		}
+	}()
+	defer func() { <-timerDone }()
+	defer cancel(nil)
+
+	out := p.render(rctx, u, adm, start, start.Add(timeout))
+	out.HealthSignal.ElapsedMs = p.clk.Now().Sub(start).Milliseconds()
+	return out
+}
+
+func (p *Pool) render(ctx context.Context, u *url.URL, adm *limiter.Admission, start, deadline time.Time) *downloader.Outcome {
+	if u == nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
+		return downloader.Failed(downloader.FailInvalidTask)
+	}
+	domain, err := downloader.NormalizeDomain(u.Host)
+	if err != nil {
+		return downloader.Failed(downloader.FailInvalidTask)
+	}
+	if err := p.gate.Acquire(ctx, limiter.QueueBounded); err != nil {
+		if errors.Is(err, limiter.ErrQueueFull) {
+			return downloader.Failed(downloader.FailLocalQueueFull)
+		}
+		return downloader.Failed(stopReason(ctx))
+	}
+	// The slot is given back when Render returns; the tab's cleanup goes on behind it.
+	defer p.gate.Release()
+	st := &renderState{adm: adm, domain: domain, clk: p.clk}
+	job := &renderJob{p: p, u: u, st: st, start: start, deadline: deadline, done: make(chan *downloader.Outcome, 1)}
+	if !p.goTracked(func() { job.run(ctx) }) {
+		return downloader.Failed(downloader.FailShuttingDown)
+	}
+	select {
+	case out := <-job.done:
+		st.release()
+		return out
+	case <-ctx.Done():
+		st.release()
+		// The job may have finished at the same moment.
+		select {
+		case out := <-job.done:
+			return out
+		default:
+		}
+		return downloader.Failed(stopReason(ctx))
+	}
+}
+
+// goTracked runs f on a goroutine that Close waits for, unless the pool is closed.
+func (p *Pool) goTracked(f func()) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.wg.Go(f)
+	return true
+}
+
+// stopReason is the fail reason of a render whose context ended.
+func stopReason(ctx context.Context) downloader.FailReason {
+	cause := context.Cause(ctx)
+	switch {
+	case errors.Is(cause, errCrashed):
+		return downloader.FailRendererCrashed
+	case errors.Is(cause, errRenderTimeout), errors.Is(cause, context.DeadlineExceeded):
+		return downloader.FailRenderTimeout
+	default: // the caller cancelled, or the pool is closing
+		return downloader.FailShuttingDown
+	}
+}

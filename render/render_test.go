@@ -1,0 +1,547 @@
+package render
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"downloader"
+	"downloader/clock"
+	"downloader/limiter"
+)
+
+func render(t *testing.T, p *Pool, u string, timeout time.Duration) *downloader.Outcome {
+	t.Helper()
+	out := p.Render(context.Background(), getFixture(t).url(u), nil, timeout)
+	if out == nil {
+		t.Fatal("Render returned nil")
+	}
+	return out
+}
+
+func failReason(out *downloader.Outcome) string {
+	if out.FailReason == "" {
+		return "null"
+	}
+	return string(out.FailReason)
+}
+
+func deref(p *int) int {
+	if p == nil {
+		return -1
+	}
+	return *p
+}
+
+// TestRenderJSPage: a page whose article arrives by XHR after the load event renders to
+// much more text than it was served with, under our user agent, and its first request to
+// the page host is the limiter's on-the-wire moment.
+func TestRenderJSPage(t *testing.T) {
+	f := getFixture(t)
+	p := sharedPool(t)
+	l := limiter.New(clock.Real{})
+	adm, _ := l.Allow(time.Now(), "js.test", 0, downloader.IntervalSourceRequest, downloader.EntryRender)
+	admittedAt := adm.Slot()
+	mark := f.mark()
+
+	out := p.Render(context.Background(), f.url("js.test/"), &adm, 20*time.Second)
+	adm.Done()
+
+	if out.FailReason != "" || out.HTTPStatus != 200 {
+		t.Fatalf("fail_reason=%s http_status=%d, want null and 200", failReason(out), out.HTTPStatus)
+	}
+	raw, text := deref(out.RawTextLength), deref(out.TextLength)
+	if raw < 0 || text <= raw {
+		t.Errorf("raw_text_length=%d text_length=%d, want text_length > raw_text_length", raw, text)
+	}
+	if !strings.Contains(out.Text, "Paragraph 8 of the article") || !strings.Contains(out.Text, "Second related story") {
+		t.Errorf("rendered text misses the XHR content: %q", out.Text)
+	}
+	if !strings.Contains(string(out.Body), "<p>Paragraph 1 of the article") {
+		t.Errorf("rendered HTML misses the XHR content")
+	}
+	hs := out.HealthSignal
+	if deref(hs.XHRCount) < 2 || deref(hs.XHRFailedCount) != 0 {
+		t.Errorf("xhr_count=%d xhr_failed_count=%d, want >= 2 and 0", deref(hs.XHRCount), deref(hs.XHRFailedCount))
+	}
+	if deref(hs.BlockedRequestCount) != 0 {
+		t.Errorf("blocked_request_count=%d, want 0", deref(hs.BlockedRequestCount))
+	}
+	if !strings.HasPrefix(hs.ContentType, "text/html") || hs.BodyBytes == 0 || hs.ElapsedMs <= 0 {
+		t.Errorf("health signal %+v: want text/html, body bytes and elapsed time", hs)
+	}
+	if out.FinalURL != "http://js.test/" {
+		t.Errorf("final_url=%q", out.FinalURL)
+	}
+
+	reqs := f.requestsTo("js.test", mark)
+	if len(reqs) < 3 {
+		t.Fatalf("origin saw %d requests for js.test, want the page and two XHRs", len(reqs))
+	}
+	for _, r := range reqs {
+		if ua := r.Header.Get("User-Agent"); ua != testUserAgent {
+			t.Errorf("%s: User-Agent %q, want %q", r.URL.Path, ua, testUserAgent)
+		}
+		for k, vs := range r.Header {
+			for _, v := range vs {
+				if strings.Contains(strings.ToLower(v), "headless") {
+					t.Errorf("%s: header %s: %q names the headless browser", r.URL.Path, k, v)
+				}
+			}
+		}
+	}
+	st, ok := l.Domain(time.Now(), "js.test")
+	if !ok || !st.LastRequestAt.After(admittedAt) {
+		t.Errorf("last_request_at %v not moved past the admission at %v: WaitWire was not called on the wire", st.LastRequestAt, admittedAt)
+	}
+	f.noViolations(t)
+}
+
+// TestRenderEmptyText: a 200 page that renders to no text is a success with text_length 0.
+func TestRenderEmptyText(t *testing.T) {
+	p := sharedPool(t)
+	out := render(t, p, "empty.test/", 20*time.Second)
+	if out.FailReason != "" || out.HTTPStatus != 200 {
+		t.Fatalf("fail_reason=%s http_status=%d, want null and 200", failReason(out), out.HTTPStatus)
+	}
+	if deref(out.TextLength) != 0 || deref(out.RawTextLength) != 0 {
+		t.Errorf("text_length=%d raw_text_length=%d, want 0 and 0", deref(out.TextLength), deref(out.RawTextLength))
+	}
+	if s := out.Summary("empty.test"); s.FailReason != nil || !s.HasReachedOrigin {
+		t.Errorf("summary %+v: want fail_reason null, has_reached_origin true", s)
+	}
+}
+
+// TestRenderHangingPage: a page that never answers is a render_timeout within the
+// timeout plus one second.
+func TestRenderHangingPage(t *testing.T) {
+	p := sharedPool(t)
+	const timeout = 2 * time.Second
+	start := time.Now()
+	out := render(t, p, "hang.test/", timeout)
+	took := time.Since(start)
+	if out.FailReason != downloader.FailRenderTimeout {
+		t.Fatalf("fail_reason=%s, want render_timeout", failReason(out))
+	}
+	if took < timeout || took > timeout+time.Second {
+		t.Errorf("took %v, want within [%v, %v]", took, timeout, timeout+time.Second)
+	}
+	if out.Summary("hang.test").HasReachedOrigin {
+		t.Error("has_reached_origin=true, want false")
+	}
+}
+
+// TestRenderBrowserKilled: the browser killed mid-render ends the render at once with
+// renderer_crashed, and the pool relaunches by itself for the next render.
+func TestRenderBrowserKilled(t *testing.T) {
+	f := getFixture(t)
+	p := sharedPool(t)
+	proc := p.browserProcess(t)
+	if proc == nil {
+		t.Fatal("no local browser process")
+	}
+	killed := make(chan struct{})
+	go func() {
+		defer close(killed)
+		select {
+		case <-f.slowHit: // the render is waiting for its XHR
+			proc.Kill()
+		case <-time.After(20 * time.Second):
+		}
+	}()
+	start := time.Now()
+	out := render(t, p, "slowxhr.test/", 20*time.Second)
+	<-killed
+	if out.FailReason != downloader.FailRendererCrashed {
+		t.Fatalf("fail_reason=%s, want renderer_crashed", failReason(out))
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("took %v: the crash was found by the timeout, not by the browser's loss", took)
+	}
+	if out.Summary("slowxhr.test").HasReachedOrigin {
+		t.Error("has_reached_origin=true, want false")
+	}
+
+	next := render(t, p, "js.test/", 30*time.Second)
+	if next.FailReason != "" || deref(next.TextLength) <= deref(next.RawTextLength) {
+		t.Fatalf("next render: fail_reason=%s text_length=%d raw_text_length=%d, want a full render",
+			failReason(next), deref(next.TextLength), deref(next.RawTextLength))
+	}
+	if s := p.Stats(); s.RestartCount < 1 || !s.IsBrowserUp {
+		t.Errorf("stats %+v: want a restart and the browser up", s)
+	}
+}
+
+// TestRenderBlockedSubrequest: sub-requests to a name that resolves to a private address
+// are refused by the guard before any dial, counted, and fail in the page; the page
+// itself renders. A page whose own host resolves there is destination_forbidden.
+func TestRenderBlockedSubrequest(t *testing.T) {
+	f := getFixture(t)
+	p := sharedPool(t)
+	out := render(t, p, "blocked.test/", 20*time.Second)
+	if out.FailReason != "" || out.HTTPStatus != 200 {
+		t.Fatalf("fail_reason=%s http_status=%d, want null and 200", failReason(out), out.HTTPStatus)
+	}
+	hs := out.HealthSignal
+	if deref(hs.BlockedRequestCount) < 2 {
+		t.Errorf("blocked_request_count=%d, want the fetch and the image", deref(hs.BlockedRequestCount))
+	}
+	if deref(hs.XHRFailedCount) < 1 || deref(hs.SubrequestFailedCount) < 2 {
+		t.Errorf("xhr_failed_count=%d subrequest_failed_count=%d, want >= 1 and >= 2", deref(hs.XHRFailedCount), deref(hs.SubrequestFailedCount))
+	}
+	if !strings.Contains(out.Text, "was not reachable") {
+		t.Errorf("the page did not see its fetch fail: %q", out.Text)
+	}
+
+	out = render(t, p, "forbidden.test/", 20*time.Second)
+	if out.FailReason != downloader.FailDestinationForbidden || out.HTTPStatus != 0 {
+		t.Errorf("forbidden page host: fail_reason=%s http_status=%d, want destination_forbidden and none", failReason(out), out.HTTPStatus)
+	}
+	if !out.Summary("forbidden.test").HasReachedOrigin {
+		t.Error("destination_forbidden must have has_reached_origin=true")
+	}
+	f.noViolations(t)
+}
+
+// TestRenderMainDocument: the main document's failures are classified like plain fetch.
+func TestRenderMainDocument(t *testing.T) {
+	p := sharedPool(t)
+	tests := []struct {
+		name       string
+		url        string
+		wantReason downloader.FailReason
+		wantStatus int
+		wantText   bool
+		wantFinal  string
+		wantRedir  int
+	}{
+		{"not found", "status.test/missing", downloader.FailHTTPStatusError, 404, true, "http://status.test/missing", 0},
+		{"redirect", "redirect.test/", "", 200, true, "http://js.test/", 1},
+		{"refused", "refused.test/", downloader.FailConnectRefused, 0, false, "", 0},
+		{"no such domain", "nxdomain.test/", downloader.FailDomainNotFound, 0, false, "", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out := render(t, p, tt.url, 20*time.Second)
+			if out.FailReason != tt.wantReason || out.HTTPStatus != tt.wantStatus {
+				t.Fatalf("fail_reason=%s http_status=%d, want %q and %d", failReason(out), out.HTTPStatus, tt.wantReason, tt.wantStatus)
+			}
+			if got := deref(out.TextLength) > 0; got != tt.wantText {
+				t.Errorf("text_length=%d, want text: %v", deref(out.TextLength), tt.wantText)
+			}
+			if tt.wantFinal != "" && out.FinalURL != tt.wantFinal {
+				t.Errorf("final_url=%q, want %q", out.FinalURL, tt.wantFinal)
+			}
+			if out.HealthSignal.RedirectCount != tt.wantRedir {
+				t.Errorf("redirect_count=%d, want %d", out.HealthSignal.RedirectCount, tt.wantRedir)
+			}
+		})
+	}
+	getFixture(t).noViolations(t)
+}
+
+// TestRenderIsolation: every render has a browser context of its own: cookies and storage
+// of one render are not seen by the next.
+func TestRenderIsolation(t *testing.T) {
+	f := getFixture(t)
+	p := sharedPool(t)
+	mark := f.mark()
+	for i := range 2 {
+		out := render(t, p, "cookie.test/", 20*time.Second)
+		if out.FailReason != "" {
+			t.Fatalf("render %d: fail_reason=%s", i, failReason(out))
+		}
+		if !strings.Contains(out.Text, "cookie=visit=1 storage=x") {
+			t.Errorf("render %d saw state of an earlier render: %q", i, out.Text)
+		}
+	}
+	for _, r := range f.requestsTo("cookie.test", mark) {
+		if c := r.Header.Get("Cookie"); c != "" {
+			t.Errorf("request carried a cookie of an earlier render: %q", c)
+		}
+	}
+}
+
+// TestRenderUnavailable: a missing binary and a dead remote endpoint answer
+// renderer_unavailable at once.
+func TestRenderUnavailable(t *testing.T) {
+	f := getFixture(t)
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.Addr().String()
+	dead.Close()
+	tests := []struct {
+		name string
+		cfg  Config
+	}{
+		{"missing binary", Config{BinaryPath: "/nonexistent/chromium-headless-shell"}},
+		{"dead endpoint", Config{Endpoint: "ws://" + deadAddr}},
+		{"dead endpoint with path", Config{Endpoint: "ws://" + deadAddr + "/devtools/browser"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := tt.cfg
+			cfg.Guard = f.guard
+			cfg.Logger = testLogger(t)
+			p, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			start := time.Now()
+			out := render(t, p, "js.test/", 20*time.Second)
+			if out.FailReason != downloader.FailRendererUnavailable {
+				t.Fatalf("fail_reason=%s, want renderer_unavailable", failReason(out))
+			}
+			if took := time.Since(start); took > 5*time.Second {
+				t.Errorf("took %v, want an answer at once", took)
+			}
+			if out.Summary("js.test").HasReachedOrigin {
+				t.Error("has_reached_origin=true, want false")
+			}
+			if s := p.Stats(); s.IsBrowserUp || s.LastError == "" {
+				t.Errorf("stats %+v: want the browser down with an error", s)
+			}
+		})
+	}
+}
+
+// startRemoteBrowser starts chromium-headless-shell with a debugging port, as an
+// operator would start a remote renderer, and returns its websocket URL.
+func startRemoteBrowser(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "remote-browser-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(DefaultBinaryPath,
+		"--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--user-data-dir="+dir, "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
+		"about:blank")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-exited
+		// Its helper processes may outlive it for a moment.
+		for i := 0; i < 100 && len(browserProcesses(dir)) > 0; i++ {
+			for _, pid := range browserProcesses(dir) {
+				if pr, err := os.FindProcess(pid); err == nil {
+					pr.Kill()
+				}
+			}
+			<-time.After(20 * time.Millisecond)
+		}
+		os.RemoveAll(dir)
+	})
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "DevTools listening on "); ok {
+			go io.Copy(io.Discard, stderr)
+			return strings.TrimSpace(rest)
+		}
+	}
+	t.Fatal("the browser did not print its websocket URL")
+	return ""
+}
+
+// TestRenderRemoteEndpoint: a browser started elsewhere (here: by the test, with a
+// debugging port) renders through the same code path, obeys the guard through the
+// per-context proxy, and a full pool answers local_queue_full.
+func TestRenderRemoteEndpoint(t *testing.T) {
+	f := getFixture(t)
+	wsURL := startRemoteBrowser(t)
+	p, err := New(Config{
+		Endpoint:    wsURL,
+		Concurrency: 1,
+		QueueLength: 0,
+		WarmTabs:    -1,
+		UserAgent:   testUserAgent,
+		Guard:       f.guard,
+		Logger:      testLogger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+
+	mark := f.mark()
+	out := render(t, p, "js.test/", 20*time.Second)
+	if out.FailReason != "" || deref(out.TextLength) <= deref(out.RawTextLength) || deref(out.HealthSignal.XHRCount) < 1 {
+		t.Fatalf("fail_reason=%s text_length=%d raw_text_length=%d xhr_count=%d, want a full render",
+			failReason(out), deref(out.TextLength), deref(out.RawTextLength), deref(out.HealthSignal.XHRCount))
+	}
+	for _, r := range f.requestsTo("js.test", mark) {
+		if ua := r.Header.Get("User-Agent"); ua != testUserAgent {
+			t.Errorf("User-Agent %q, want %q", ua, testUserAgent)
+		}
+	}
+	out = render(t, p, "blocked.test/", 20*time.Second)
+	if out.FailReason != "" {
+		t.Errorf("blocked.test: fail_reason=%s", failReason(out))
+	}
+	if deref(out.HealthSignal.BlockedRequestCount) < 2 {
+		t.Errorf("blocked_request_count=%d, want >= 2", deref(out.HealthSignal.BlockedRequestCount))
+	}
+	f.noViolations(t)
+
+	// One slot, no queue: a render while another hangs is local_queue_full.
+	for len(f.hangHit) > 0 {
+		<-f.hangHit
+	}
+	hanging := make(chan *downloader.Outcome, 1)
+	go func() { hanging <- p.Render(context.Background(), f.url("hang.test/"), nil, 20*time.Second) }()
+	select {
+	case <-f.hangHit:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the hanging render did not start")
+	}
+	out = render(t, p, "js.test/", 20*time.Second)
+	if out.FailReason != downloader.FailLocalQueueFull {
+		t.Errorf("fail_reason=%s, want local_queue_full", failReason(out))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if out := p.Render(ctx, f.url("js.test/"), nil, time.Second); out.FailReason == "" {
+		t.Error("a cancelled render succeeded")
+	}
+	p.Close()
+	if out := <-hanging; out.FailReason != downloader.FailShuttingDown {
+		t.Errorf("render in flight at Close: fail_reason=%s, want shutting_down", failReason(out))
+	}
+	if out := render(t, p, "js.test/", time.Second); out.FailReason != downloader.FailShuttingDown {
+		t.Errorf("render after Close: fail_reason=%s, want shutting_down", failReason(out))
+	}
+}
+
+// TestNew checks the configuration errors.
+func TestNew(t *testing.T) {
+	f := getFixture(t)
+	tests := []struct {
+		name string
+		cfg  Config
+	}{
+		{"no guard", Config{}},
+		{"headless user agent", Config{Guard: f.guard, UserAgent: "Mozilla/5.0 HeadlessChrome/156"}},
+		{"bad endpoint", Config{Guard: f.guard, Endpoint: "tcp://host:9222"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.cfg.Logger = slog.New(slog.DiscardHandler)
+			p, err := New(tt.cfg)
+			if err == nil {
+				p.Close()
+				t.Fatal("New succeeded")
+			}
+			if downloader.ErrorCode(err) != downloader.EINVALID {
+				t.Errorf("error %v: want EINVALID", err)
+			}
+		})
+	}
+}
+
+func TestClassifyNetError(t *testing.T) {
+	tests := []struct {
+		text string
+		want downloader.FailReason
+	}{
+		{"net::ERR_NAME_NOT_RESOLVED", downloader.FailDomainNotFound},
+		{"net::ERR_CONNECTION_REFUSED", downloader.FailConnectRefused},
+		{"net::ERR_CONNECTION_TIMED_OUT", downloader.FailConnectTimeout},
+		{"net::ERR_CONNECTION_RESET", downloader.FailConnectionReset},
+		{"net::ERR_EMPTY_RESPONSE", downloader.FailConnectionReset},
+		{"net::ERR_CERT_AUTHORITY_INVALID", downloader.FailTLSFailed},
+		{"net::ERR_SSL_PROTOCOL_ERROR", downloader.FailTLSFailed},
+		{"net::ERR_TOO_MANY_REDIRECTS", downloader.FailHTTPStatusError},
+		{"net::ERR_PROXY_CONNECTION_FAILED", downloader.FailRendererUnavailable},
+		{"net::ERR_SOMETHING_NEW", downloader.FailConnectionReset},
+	}
+	for _, tt := range tests {
+		if got := classifyNetError(tt.text); got != tt.want {
+			t.Errorf("classifyNetError(%q) = %q, want %q", tt.text, got, tt.want)
+		}
+	}
+}
+
+func TestClassifyError(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want downloader.FailReason
+	}{
+		{"nxdomain", &net.DNSError{Err: "no such host", IsNotFound: true}, downloader.FailDomainNotFound},
+		{"servfail", &net.DNSError{Err: "server misbehaving", IsTemporary: true}, downloader.FailResolverUnavailable},
+		{"refused", &net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, downloader.FailConnectRefused},
+		{"timeout", context.DeadlineExceeded, downloader.FailConnectTimeout},
+		{"eof", io.EOF, downloader.FailConnectionReset},
+		{"other", errors.New("boom"), downloader.FailConnectionReset},
+	}
+	for _, tt := range tests {
+		if got := classifyError(tt.err); got != tt.want {
+			t.Errorf("%s: classifyError = %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestRetryAfter(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	tests := []struct {
+		in   string
+		want int64 // -1: none
+	}{
+		{"", -1},
+		{"120", 120},
+		{"Fri, 02 Jan 2026 03:05:05 GMT", 60},
+		{"Fri, 02 Jan 2026 03:00:00 GMT", 0},
+		{"soon", -1},
+	}
+	for _, tt := range tests {
+		got := retryAfter(tt.in, now)
+		if (got == nil) != (tt.want == -1) || (got != nil && *got != tt.want) {
+			t.Errorf("retryAfter(%q) = %v, want %d", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestProxyReasonOf(t *testing.T) {
+	h := map[string]any{"x-downloader-proxy-error": "tok destination_forbidden"}
+	if got := proxyReasonOf(h, "tok"); got != downloader.FailDestinationForbidden {
+		t.Errorf("marked answer: %q", got)
+	}
+	if got := proxyReasonOf(h, "other"); got != "" {
+		t.Errorf("an origin forging the mark without the token: %q", got)
+	}
+	if got := proxyReasonOf(map[string]any{}, "tok"); got != "" {
+		t.Errorf("an origin's answer: %q", got)
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	for failures, want := range map[int]time.Duration{1: 250 * time.Millisecond, 2: 500 * time.Millisecond, 3: time.Second, 20: 30 * time.Second} {
+		if got := backoff(failures); got != want {
+			t.Errorf("backoff(%d) = %v, want %v", failures, got, want)
+		}
+	}
+}

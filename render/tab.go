@@ -1,0 +1,171 @@
+package render
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/target"
+	"github.com/chromedp/chromedp"
+)
+
+// closeTimeout bounds the disposal of a browser context that chromedp could not dispose
+// of itself.
+const closeTimeout = 5 * time.Second
+
+// tab is one fresh tab in its own new browser context, with its own proxy. It serves one
+// render at most and is then closed with its context.
+type tab struct {
+	b        *browser
+	ctx      context.Context // chromedp context of the tab
+	cancel   context.CancelFunc
+	detached <-chan struct{} // closed when the browser detaches the tab
+	proxy    *proxy
+	tr       *tracker
+	closeOne sync.Once
+}
+
+// newTab makes a tab in a new browser context whose proxy is a new proxy of ours, and
+// sets our user agent in it. It gives up when ctx ends.
+func (p *Pool) newTab(ctx context.Context, b *browser) (*tab, error) {
+	px, err := p.newProxy()
+	if err != nil {
+		return nil, err
+	}
+	tr := newTracker()
+	tctx, cancel := chromedp.NewContext(b.ctx,
+		chromedp.WithNewBrowserContext(func(params *target.CreateBrowserContextParams) {
+			params.ProxyServer = "http://" + px.addr()
+			// Chrome sends loopback destinations around a proxy unless told not to; ours
+			// must see them (the guard refuses them unless --connect-to maps them).
+			params.ProxyBypassList = "<-loopback>"
+		}),
+		chromedp.WithListener(tr.onEvent),
+	)
+	t := &tab{b: b, ctx: tctx, cancel: cancel, proxy: px, tr: tr}
+
+	// The first Run attaches the tab and binds its event loop to tctx, which therefore has
+	// no deadline of its own; ctx bounds the wait.
+	done := make(chan error, 1)
+	go func() {
+		done <- chromedp.Do(tctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			_, err := cdp.Call(ctx, tg, emulation.SetUserAgentOverride, p.userAgentOverride())
+			return err
+		}))
+	}()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		t.close()
+		<-done
+		return nil, context.Cause(ctx)
+	}
+	if err != nil {
+		t.close()
+		return nil, fmt.Errorf("new tab: %w", err)
+	}
+	c := chromedp.FromContext(tctx)
+	tr.setMainFrame(cdp.FrameID(c.Target.TargetID))
+	if t.detached, err = chromedp.Detached(tctx); err != nil {
+		t.close()
+		return nil, fmt.Errorf("new tab: %w", err)
+	}
+	return t, nil
+}
+
+// userAgentOverride replaces the user agent and its client hints (Sec-CH-UA,
+// navigator.userAgentData), which would otherwise name HeadlessChrome.
+func (p *Pool) userAgentOverride() emulation.SetUserAgentOverrideParams {
+	return emulation.SetUserAgentOverrideParams{
+		UserAgent: p.cfg.UserAgent,
+		UserAgentMetadata: &emulation.UserAgentMetadata{
+			Brands:          []*emulation.UserAgentBrandVersion{{Brand: "downloader", Version: "1"}},
+			FullVersionList: []*emulation.UserAgentBrandVersion{{Brand: "downloader", Version: "1.0"}},
+			Platform:        "Linux",
+			Architecture:    "x86",
+			Bitness:         "64",
+		},
+	}
+}
+
+// close closes the tab and disposes of its browser context, then closes its proxy. It
+// blocks until done (a few milliseconds; at most a few seconds with a hung browser).
+func (t *tab) close() {
+	t.closeOne.Do(func() {
+		c := chromedp.FromContext(t.ctx)
+		t.cancel() // closes the target and disposes of the context it created
+		// A context created while its tab never attached is not disposed by chromedp.
+		if c.Target == nil && c.BrowserContextID != "" && t.b.alive() {
+			ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+			cdp.Call(ctx, t.b.b, target.DisposeBrowserContext, target.DisposeBrowserContextParams{BrowserContextID: c.BrowserContextID})
+			cancel()
+		}
+		t.proxy.close()
+	})
+}
+
+// takeTab returns a warm tab of b, or makes one. It starts a warm-up to replace it.
+func (p *Pool) takeTab(ctx context.Context, b *browser) (*tab, error) {
+	p.mu.Lock()
+	var t *tab
+	for len(p.spares) > 0 && t == nil {
+		s := p.spares[0]
+		p.spares = p.spares[1:]
+		if s.b == b && b.alive() && !s.isDetached() {
+			t = s
+			continue
+		}
+		p.wg.Go(s.close) // a tab of an old browser; p.mu held, so not closed yet
+	}
+	p.mu.Unlock()
+	p.refill()
+	if t != nil {
+		return t, nil
+	}
+	return p.newTab(ctx, b)
+}
+
+func (t *tab) isDetached() bool {
+	select {
+	case <-t.detached:
+		return true
+	default:
+		return false
+	}
+}
+
+// refill starts warm-ups until WarmTabs tabs are ready or being made.
+func (p *Pool) refill() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || p.state != stateUp {
+		return
+	}
+	b := p.cur
+	for len(p.spares)+p.warming < p.cfg.WarmTabs {
+		p.warming++
+		p.wg.Go(func() { p.warm(b) })
+	}
+}
+
+func (p *Pool) warm(b *browser) {
+	t, err := p.newTab(p.ctx, b)
+	p.mu.Lock()
+	p.warming--
+	if err == nil && !p.closed && p.cur == b && b.alive() {
+		p.spares = append(p.spares, t)
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	if err != nil {
+		if b.alive() && p.ctx.Err() == nil {
+			p.log.Warn("warm tab", "error", err)
+		}
+		return
+	}
+	t.close()
+}
