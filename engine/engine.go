@@ -1,0 +1,324 @@
+// Package engine runs a request through the insurance limiter, the global cap and a
+// fetcher or renderer, stores what should be stored, and tells observers. It implements
+// the three entries' over-limit behaviours (SPEC §2):
+//
+//	entry   over the domain interval          global cap and local queue full
+//	A       reserve the next slot, delay      wait for a slot
+//	B       OverLimitError → HTTP 429         OverLimitError → HTTP 429
+//	C       self_rate_limited, not reached    local_queue_full, not reached
+//
+// The HTTP layer (package server) and the lease loop (package lease) call it.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/url"
+	"sync"
+	"time"
+
+	"downloader"
+	"downloader/clock"
+	"downloader/limiter"
+)
+
+// Fetcher does one plain GET under an admission taken by the caller (package fetch).
+type Fetcher interface {
+	Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome
+}
+
+// Renderer renders one page in a headless browser under an admission taken by the caller
+// (package render). When its own pool and queue are full it answers local_queue_full.
+type Renderer interface {
+	Render(ctx context.Context, u *url.URL, adm *limiter.Admission, timeout time.Duration) *downloader.Outcome
+}
+
+// Observer is told about every finished request and every over-limit event, for metrics,
+// logs and the console. Implementations must be fast and safe for concurrent use.
+type Observer interface {
+	Observe(ev *Event)
+}
+
+// Event is one finished request or one over-limit refusal.
+type Event struct {
+	At             time.Time
+	Entry          downloader.Entry
+	URL            string
+	Domain         string
+	ShouldRender   bool
+	MinInterval    time.Duration
+	IntervalSource downloader.IntervalSource
+	// OverLimit is set when the limiter or the global cap refused or delayed the request.
+	OverLimit bool
+	// Delay is how long entry A's task was delayed, or the wait a refusal announced.
+	Delay    time.Duration
+	Summary  downloader.Summary
+	Duration time.Duration // service time, for finished requests
+	TaskID   string
+}
+
+// Config wires an Engine. Limiter, Gate and Fetcher are required.
+type Config struct {
+	Clock    clock.Clock
+	Logger   *slog.Logger
+	Limiter  *limiter.Limiter
+	Gate     *limiter.Gate
+	Fetcher  Fetcher
+	Renderer Renderer // nil: every render answers renderer_unavailable
+	Results  downloader.ResultStore
+	Pages    downloader.PageStore
+	Settings downloader.SettingsStore
+	Observer Observer // nil: none
+
+	DefaultMinInterval time.Duration // applies when B or C gives no min_interval_ms
+	DefaultTimeout     time.Duration // per request, when the caller gives none
+}
+
+// Engine is safe for concurrent use. Create it with New.
+type Engine struct {
+	cfg Config
+	log *slog.Logger
+
+	// stopping is closed when the service starts to stop: new requests answer
+	// shutting_down and requests in flight are cancelled with that reason.
+	stopping chan struct{}
+	stopOnce sync.Once
+}
+
+// New returns an engine. It does not start anything.
+func New(cfg Config) *Engine {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.DefaultTimeout <= 0 {
+		cfg.DefaultTimeout = 30 * time.Second
+	}
+	return &Engine{cfg: cfg, log: cfg.Logger, stopping: make(chan struct{})}
+}
+
+// Limiter returns the engine's limiter.
+func (e *Engine) Limiter() *limiter.Limiter { return e.cfg.Limiter }
+
+// Gate returns the engine's global cap.
+func (e *Engine) Gate() *limiter.Gate { return e.cfg.Gate }
+
+// DefaultMinInterval returns the interval used when a caller gives none.
+func (e *Engine) DefaultMinInterval() time.Duration { return e.cfg.DefaultMinInterval }
+
+// Stop makes every new request answer shutting_down and cancels requests in flight with
+// that reason. Safe to call more than once.
+func (e *Engine) Stop() { e.stopOnce.Do(func() { close(e.stopping) }) }
+
+func (e *Engine) isStopping() bool {
+	select {
+	case <-e.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
+// OverLimitError is entry B's refusal: answer 429 with RetryAfter.
+type OverLimitError struct {
+	Reason     downloader.FailReason // self_rate_limited or local_queue_full
+	RetryAfter time.Duration
+}
+
+func (e *OverLimitError) Error() string {
+	return fmt.Sprintf("over limit (%s): retry after %v", e.Reason, e.RetryAfter)
+}
+
+// RetryAfterSeconds is the wait rounded up to whole seconds, at least 1.
+func (e *OverLimitError) RetryAfterSeconds() int64 {
+	return max(1, int64(math.Ceil(e.RetryAfter.Seconds())))
+}
+
+// queueFullRetryAfter is the wait announced when the global cap and local queue are full:
+// the real wait is unknown, and a second is about one mean service time.
+const queueFullRetryAfter = time.Second
+
+// Result is a finished B or C request: the outcome and, when stored, the page's key.
+type Result struct {
+	Outcome *downloader.Outcome
+	Summary downloader.Summary
+	PageKey string
+}
+
+// Probe runs entry C: never refused with an error, never stored (SPEC §5).
+func (e *Engine) Probe(ctx context.Context, req downloader.Request, u *url.URL) downloader.Summary {
+	req.Entry = downloader.EntryProbe
+	req.ShouldStore = false
+	res, err := e.do(ctx, req, u)
+	if ol := (*OverLimitError)(nil); errors.As(err, &ol) {
+		s := downloader.Failed(ol.Reason).Summary(req.Domain)
+		s.HealthSignal = nil
+		return s
+	}
+	return res.Summary
+}
+
+// Render runs entry B. Over the domain interval, or with the global cap and local queue
+// full, it returns an *OverLimitError (HTTP 429).
+func (e *Engine) Render(ctx context.Context, req downloader.Request, u *url.URL) (*Result, error) {
+	req.Entry = downloader.EntryRender
+	return e.do(ctx, req, u)
+}
+
+// do admits and runs a B or C request.
+func (e *Engine) do(ctx context.Context, req downloader.Request, u *url.URL) (*Result, error) {
+	if e.isStopping() {
+		return e.finish(ctx, req, u, downloader.Failed(downloader.FailShuttingDown), 0, e.cfg.Clock.Now()), nil
+	}
+	now := e.cfg.Clock.Now()
+	adm, wait := e.cfg.Limiter.Allow(now, req.Domain, req.MinInterval, req.IntervalSource, req.Entry)
+	if wait > 0 {
+		return nil, e.overLimit(req, now, downloader.FailSelfRateLimited, wait)
+	}
+	defer adm.Cancel()
+	if err := e.cfg.Gate.Acquire(ctx, limiter.QueueBounded); err != nil {
+		if errors.Is(err, limiter.ErrQueueFull) {
+			adm.Cancel()
+			return nil, e.overLimit(req, now, downloader.FailLocalQueueFull, queueFullRetryAfter)
+		}
+		return e.finish(ctx, req, u, downloader.Failed(downloader.FailShuttingDown), 0, now), nil
+	}
+	defer e.cfg.Gate.Release()
+	start := e.cfg.Clock.Now()
+	out := e.run(ctx, req, u, &adm)
+	if out.FailReason == downloader.FailLocalQueueFull && req.Entry == downloader.EntryRender {
+		adm.Cancel()
+		return nil, e.overLimit(req, now, downloader.FailLocalQueueFull, queueFullRetryAfter)
+	}
+	return e.finish(ctx, req, u, out, e.cfg.Clock.Now().Sub(start), start), nil
+}
+
+// overLimit records and builds a refusal.
+func (e *Engine) overLimit(req downloader.Request, now time.Time, reason downloader.FailReason, wait time.Duration) *OverLimitError {
+	s := downloader.Failed(reason).Summary(req.Domain)
+	s.HealthSignal = nil
+	e.observe(&Event{At: now, Entry: req.Entry, URL: req.URL, Domain: req.Domain, ShouldRender: req.ShouldRender,
+		MinInterval: req.MinInterval, IntervalSource: req.IntervalSource, OverLimit: true, Delay: wait, Summary: s})
+	return &OverLimitError{Reason: reason, RetryAfter: wait}
+}
+
+// run fetches or renders under adm, with the request's timeout, and turns a stop of the
+// service into shutting_down.
+func (e *Engine) run(ctx context.Context, req downloader.Request, u *url.URL, adm *limiter.Admission) *downloader.Outcome {
+	timeout := req.Timeout
+	if timeout <= 0 {
+		timeout = e.cfg.DefaultTimeout
+	}
+	ctx, cancel := context.WithTimeout(withEntry(ctx, req.Entry), timeout)
+	defer cancel()
+	stop := context.AfterFunc(ctxOf(e.stopping), cancel)
+	defer stop()
+
+	var out *downloader.Outcome
+	switch {
+	case req.ShouldRender && e.cfg.Renderer == nil:
+		out = downloader.Failed(downloader.FailRendererUnavailable)
+	case req.ShouldRender:
+		out = e.cfg.Renderer.Render(ctx, u, adm, timeout)
+	default:
+		out = e.cfg.Fetcher.Fetch(ctx, u, adm)
+	}
+	// A request cut short by our own stop did not fail on the origin's side.
+	if e.isStopping() && out.HTTPStatus == 0 && out.FailReason != "" {
+		out.FailReason = downloader.FailShuttingDown
+	}
+	return out
+}
+
+// finish stores what should be stored and tells observers.
+func (e *Engine) finish(ctx context.Context, req downloader.Request, u *url.URL, out *downloader.Outcome, took time.Duration, at time.Time) *Result {
+	res := &Result{Outcome: out, Summary: out.Summary(req.Domain)}
+	if req.Entry == downloader.EntryRender && req.ShouldStore {
+		key, err := e.store(ctx, req, "", out, at)
+		if err != nil {
+			e.log.Error("store render result", "domain", req.Domain, "url", req.URL, "error", err)
+		}
+		res.PageKey = key
+	}
+	e.observe(&Event{At: at, Entry: req.Entry, URL: req.URL, Domain: req.Domain, ShouldRender: req.ShouldRender,
+		MinInterval: req.MinInterval, IntervalSource: req.IntervalSource, Summary: res.Summary, Duration: took})
+	return res
+}
+
+// store writes the page (when there is one) and the fetch_result record.
+func (e *Engine) store(ctx context.Context, req downloader.Request, taskID string, out *downloader.Outcome, at time.Time) (string, error) {
+	var key string
+	if req.ShouldStore && e.cfg.Pages != nil && out.Body != nil && out.HTTPStatus != 0 {
+		k, err := e.cfg.Pages.PutPage(ctx, &downloader.Page{URL: req.URL, FinalURL: out.FinalURL,
+			ContentType: out.HealthSignal.ContentType, FetchedAt: at.UTC(), Body: out.Body})
+		if err != nil {
+			return "", fmt.Errorf("put page of %s: %w", req.URL, err)
+		}
+		key = k
+	}
+	if e.cfg.Results == nil {
+		return key, nil
+	}
+	r := &downloader.FetchResult{Summary: out.Summary(req.Domain), TaskID: taskID, URL: req.URL,
+		FinalURL: out.FinalURL, Entry: req.Entry, FetchedAt: at.UTC(), PageKey: key}
+	if err := e.cfg.Results.PutFetchResult(ctx, r); err != nil {
+		return key, fmt.Errorf("put fetch_result of %s: %w", req.URL, err)
+	}
+	return key, nil
+}
+
+func (e *Engine) observe(ev *Event) {
+	if e.cfg.Observer != nil {
+		e.cfg.Observer.Observe(ev)
+	}
+}
+
+// ctxOf turns a done channel into a context for context.AfterFunc.
+func ctxOf(done <-chan struct{}) context.Context { return doneContext(done) }
+
+type doneContext <-chan struct{}
+
+func (d doneContext) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (d doneContext) Done() <-chan struct{}       { return d }
+func (d doneContext) Err() error {
+	select {
+	case <-d:
+		return context.Canceled
+	default:
+		return nil
+	}
+}
+func (d doneContext) Value(any) any { return nil }
+
+type entryKey struct{}
+
+func withEntry(ctx context.Context, e downloader.Entry) context.Context {
+	return context.WithValue(ctx, entryKey{}, e)
+}
+
+func entryFrom(ctx context.Context) downloader.Entry {
+	e, _ := ctx.Value(entryKey{}).(downloader.Entry)
+	return e
+}
+
+// Hops admits redirect hops (fetch.HopAdmitter). Its zero value is not usable.
+type Hops struct {
+	Limiter            *limiter.Limiter
+	DefaultMinInterval time.Duration
+}
+
+// AdmitHop admits a redirect hop to domain: it waits its turn with the interval last used
+// for that domain, or the default interval when the domain is new. The over-limit event,
+// if any, counts for the entry of the request the hop belongs to.
+func (h Hops) AdmitHop(ctx context.Context, domain string) (limiter.Admission, error) {
+	interval, source, ok := h.Limiter.IntervalOf(domain)
+	if !ok {
+		interval, source = h.DefaultMinInterval, downloader.IntervalSourceDefault
+	}
+	return h.Limiter.Wait(ctx, domain, interval, source, entryFrom(ctx))
+}

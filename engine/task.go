@@ -1,0 +1,147 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net/url"
+	"time"
+
+	"downloader"
+	"downloader/limiter"
+)
+
+// TaskOutcome is what entry A does with a leased task: report it, or hand it back.
+type TaskOutcome struct {
+	// Report is set when the task ran (or was invalid): send it to the scheduler.
+	Report *downloader.Report
+	// Release is set when the task was handed back unrun, with RetryAfter.
+	Release    bool
+	RetryAfter time.Duration
+}
+
+// RetryAfterSeconds is RetryAfter rounded up to whole seconds, at least 1.
+func (o TaskOutcome) RetryAfterSeconds() int64 {
+	return max(1, int64(math.Ceil(o.RetryAfter.Seconds())))
+}
+
+// ValidateTask checks a leased task (SPEC §4, invalid_task): a bad URL, a missing or
+// out-of-range min_interval_ms, or a domain that is not the URL's host. It returns the
+// parsed URL and the request to run.
+func ValidateTask(t *downloader.Task) (*url.URL, downloader.Request, error) {
+	u, host, err := downloader.ParseTargetURL("url", t.URL)
+	if err != nil {
+		return nil, downloader.Request{}, err
+	}
+	if t.MinIntervalMs == nil {
+		return nil, downloader.Request{}, downloader.Invalidf("min_interval_ms", "min_interval_ms is required on a leased task")
+	}
+	if err := CheckMinInterval(*t.MinIntervalMs); err != nil {
+		return nil, downloader.Request{}, err
+	}
+	if t.Domain != "" {
+		d, err := downloader.NormalizeDomain(t.Domain)
+		if err != nil || d != host {
+			return nil, downloader.Request{}, downloader.Invalidf("domain", "domain %q is not the URL's host %q", t.Domain, host)
+		}
+	}
+	return u, downloader.Request{
+		URL: t.URL, Domain: host, MinInterval: time.Duration(*t.MinIntervalMs) * time.Millisecond,
+		IntervalSource: downloader.IntervalSourceLease, ShouldRender: t.ShouldRender,
+		ShouldStore: t.ShouldStore, Entry: downloader.EntryLease,
+	}, nil
+}
+
+// CheckMinInterval checks a min_interval_ms value against the accepted range.
+func CheckMinInterval(ms int64) error {
+	if ms < 0 {
+		return downloader.Invalidf("min_interval_ms", "min_interval_ms must not be negative")
+	}
+	if ms > downloader.MaxMinInterval.Milliseconds() {
+		return downloader.Invalidf("min_interval_ms", "min_interval_ms must be at most %d (one hour)", downloader.MaxMinInterval.Milliseconds())
+	}
+	return nil
+}
+
+// RunTask runs one leased task through entry A: an invalid task is reported as
+// invalid_task and never fetched; otherwise it reserves the domain's next slot, and if
+// that slot (plus the time the request may take) would outlive the lease, hands the task
+// back at once; else it waits for the slot, then for a global slot, fetches or renders,
+// stores the fetch_result (and the page when should_store) and returns the report.
+func (e *Engine) RunTask(ctx context.Context, t *downloader.Task) TaskOutcome {
+	now := e.cfg.Clock.Now()
+	u, req, err := ValidateTask(t)
+	if err != nil {
+		return e.invalidTask(ctx, t, now, err)
+	}
+	if e.isStopping() {
+		return TaskOutcome{Release: true, RetryAfter: time.Second}
+	}
+	req.Timeout = e.cfg.DefaultTimeout
+	var deadline time.Time
+	if !t.LeaseExpiresAt.IsZero() {
+		deadline = t.LeaseExpiresAt.Add(-req.Timeout)
+	}
+	adm, delay, ok := e.cfg.Limiter.Reserve(now, req.Domain, req.MinInterval, req.IntervalSource, req.Entry, deadline)
+	if delay > 0 {
+		e.observe(&Event{At: now, Entry: req.Entry, URL: req.URL, Domain: req.Domain, ShouldRender: req.ShouldRender,
+			MinInterval: req.MinInterval, IntervalSource: req.IntervalSource, OverLimit: true, Delay: delay, TaskID: t.TaskID})
+	}
+	if !ok {
+		return TaskOutcome{Release: true, RetryAfter: delay}
+	}
+	defer adm.Cancel()
+	if err := e.sleep(ctx, delay); err != nil {
+		return TaskOutcome{Release: true, RetryAfter: time.Second}
+	}
+	if err := e.cfg.Gate.Acquire(ctx, limiter.QueueAlways); err != nil {
+		return TaskOutcome{Release: true, RetryAfter: time.Second}
+	}
+	defer e.cfg.Gate.Release()
+	start := e.cfg.Clock.Now()
+	out := e.run(ctx, req, u, &adm)
+	if out.FailReason == downloader.FailLocalQueueFull || out.FailReason == downloader.FailShuttingDown {
+		// Nothing was fetched: the task goes back rather than failing for our reasons.
+		return TaskOutcome{Release: true, RetryAfter: time.Second}
+	}
+	return e.report(ctx, t, req, out, start)
+}
+
+func (e *Engine) invalidTask(ctx context.Context, t *downloader.Task, now time.Time, err error) TaskOutcome {
+	domain := t.Domain
+	if _, d, perr := downloader.ParseTargetURL("url", t.URL); perr == nil {
+		domain = d
+	}
+	e.log.Warn("invalid task", "task_id", t.TaskID, "url", t.URL, "domain", t.Domain, "error", downloader.ErrorMessage(err), "field", downloader.ErrorField(err))
+	out := downloader.Failed(downloader.FailInvalidTask)
+	req := downloader.Request{URL: t.URL, Domain: domain, Entry: downloader.EntryLease}
+	return e.report(ctx, t, req, out, now)
+}
+
+func (e *Engine) report(ctx context.Context, t *downloader.Task, req downloader.Request, out *downloader.Outcome, start time.Time) TaskOutcome {
+	key, err := e.store(ctx, req, t.TaskID, out, start)
+	if err != nil {
+		e.log.Error("store task result", "task_id", t.TaskID, "url", t.URL, "error", err)
+	}
+	s := out.Summary(req.Domain)
+	e.observe(&Event{At: start, Entry: downloader.EntryLease, URL: t.URL, Domain: req.Domain, ShouldRender: req.ShouldRender,
+		MinInterval: req.MinInterval, IntervalSource: req.IntervalSource, Summary: s,
+		Duration: e.cfg.Clock.Now().Sub(start), TaskID: t.TaskID})
+	return TaskOutcome{Report: &downloader.Report{TaskID: t.TaskID, Summary: s, FetchedAt: start.UTC(), PageKey: key}}
+}
+
+func (e *Engine) sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := e.cfg.Clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-e.stopping:
+		return errors.New("shutting down")
+	}
+}

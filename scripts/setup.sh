@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what the downloader needs on a fresh Debian machine (run as root):
+# Debian's headless Chromium for rendering, fonts so pages have text metrics, and the Go
+# modules. Safe to run again: it installs only what is missing.
+set -euo pipefail
+
+packages=(chromium-headless-shell chromium fonts-liberation ca-certificates)
+missing=()
+for p in "${packages[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	if [ "$(id -u)" -ne 0 ]; then
+		echo "setup: need root to install: ${missing[*]}" >&2
+		exit 1
+	fi
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -q
+	apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+test -x /usr/lib/chromium/chromium-headless-shell || {
+	echo "setup: /usr/lib/chromium/chromium-headless-shell not found after install" >&2
+	exit 1
+}
+
+cd "$(dirname "$0")/.."
+go mod download

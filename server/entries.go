@@ -1,0 +1,139 @@
+package server
+
+import (
+	"errors"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"downloader"
+	"downloader/engine"
+)
+
+// maxTimeout bounds timeout_ms on entry B.
+const maxTimeout = 5 * time.Minute
+
+// probeRequest is entry C's body (SPEC §5).
+type probeRequest struct {
+	URL           string `json:"url"`
+	Domain        string `json:"domain"`
+	ShouldRender  *bool  `json:"should_render"`
+	MinIntervalMs *int64 `json:"min_interval_ms"`
+}
+
+// renderRequest is entry B's body (SPEC §5).
+type renderRequest struct {
+	URL           string `json:"url"`
+	Domain        string `json:"domain"`
+	ShouldRender  *bool  `json:"should_render"`
+	ShouldStore   *bool  `json:"should_store"`
+	MinIntervalMs *int64 `json:"min_interval_ms"`
+	TimeoutMs     *int64 `json:"timeout_ms"`
+}
+
+// renderResponse is entry B's answer: the lean summary plus the content.
+type renderResponse struct {
+	downloader.Summary
+	FinalURL string `json:"final_url"`
+	HTML     string `json:"html"`
+	Text     string `json:"text"`
+	PageKey  string `json:"page_key,omitempty"`
+}
+
+type overLimitBody struct {
+	RetryAfterSeconds int64                 `json:"retry_after_seconds"`
+	FailReason        downloader.FailReason `json:"fail_reason"`
+}
+
+// target validates url, domain and min_interval_ms, shared by B and C.
+func (s *Server) target(rawURL, domain string, minIntervalMs *int64) (*url.URL, downloader.Request, error) {
+	u, host, err := downloader.ParseTargetURL("url", rawURL)
+	if err != nil {
+		return nil, downloader.Request{}, err
+	}
+	if s.cfg.Guard != nil {
+		if err := s.cfg.Guard.CheckURLHost(u.Hostname()); err != nil {
+			return nil, downloader.Request{}, err
+		}
+	}
+	if domain != "" {
+		d, err := downloader.NormalizeDomain(domain)
+		if err != nil {
+			return nil, downloader.Request{}, err
+		}
+		if d != host {
+			return nil, downloader.Request{}, downloader.Invalidf("domain", "domain %q is not the URL's host %q: the limiter is keyed by the URL's host", domain, host)
+		}
+	}
+	req := downloader.Request{URL: u.String(), Domain: host}
+	if minIntervalMs == nil {
+		req.MinInterval = s.cfg.Engine.DefaultMinInterval()
+		req.IntervalSource = downloader.IntervalSourceDefault
+	} else {
+		if err := engine.CheckMinInterval(*minIntervalMs); err != nil {
+			return nil, downloader.Request{}, err
+		}
+		req.MinInterval = time.Duration(*minIntervalMs) * time.Millisecond
+		req.IntervalSource = downloader.IntervalSourceRequest
+	}
+	return u, req, nil
+}
+
+// handleProbe is entry C: always 200 with the lean summary, never stored (SPEC §5).
+func (s *Server) handleProbe() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body probeRequest
+		if err := decode(w, r, &body); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		u, req, err := s.target(body.URL, body.Domain, body.MinIntervalMs)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		req.ShouldRender = body.ShouldRender != nil && *body.ShouldRender
+		writeJSON(w, http.StatusOK, s.cfg.Engine.Probe(r.Context(), req, u))
+	})
+}
+
+// handleRender is entry B: 200 with the summary and content, or 429 over the limit.
+func (s *Server) handleRender() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body renderRequest
+		if err := decode(w, r, &body); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		u, req, err := s.target(body.URL, body.Domain, body.MinIntervalMs)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		req.ShouldRender = body.ShouldRender == nil || *body.ShouldRender
+		req.ShouldStore = body.ShouldStore != nil && *body.ShouldStore
+		if body.TimeoutMs != nil {
+			ms := *body.TimeoutMs
+			if ms < 1 || ms > maxTimeout.Milliseconds() {
+				s.writeError(w, r, downloader.Invalidf("timeout_ms", "timeout_ms must be between 1 and %d", maxTimeout.Milliseconds()))
+				return
+			}
+			req.Timeout = time.Duration(ms) * time.Millisecond
+		}
+		res, err := s.cfg.Engine.Render(r.Context(), req, u)
+		var ol *engine.OverLimitError
+		if errors.As(err, &ol) {
+			n := ol.RetryAfterSeconds()
+			w.Header().Set("Retry-After", strconv.FormatInt(n, 10))
+			writeJSON(w, http.StatusTooManyRequests, overLimitBody{RetryAfterSeconds: n, FailReason: ol.Reason})
+			return
+		}
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, renderResponse{Summary: res.Summary, FinalURL: res.Outcome.FinalURL,
+			HTML: string(res.Outcome.Body), Text: res.Outcome.Text, PageKey: res.PageKey})
+	})
+}

@@ -1,0 +1,16 @@
+package server
+
+import "net/http"
+
+// routes lists the whole API.
+func (s *Server) routes(mux *http.ServeMux) {
+	mux.Handle("POST /v1/probe", s.handleProbe())   // entry C
+	mux.Handle("POST /v1/render", s.handleRender()) // entry B
+
+	mux.Handle("GET /v1/domains/{domain}", s.handleDomain())
+	mux.Handle("GET /v1/settings", s.handleGetSettings())
+	mux.Handle("PUT /v1/settings", s.handlePutSettings())
+
+	mux.Handle("GET /healthz", s.handleHealthz())
+	mux.Handle("GET /readyz", s.handleReadyz())
+}

@@ -1,0 +1,75 @@
+// Package server is the downloader's HTTP face: entries B (POST /v1/render) and C
+// (POST /v1/probe), the runtime and settings API, health endpoints. routes.go lists the
+// whole API on one screen.
+package server
+
+import (
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+
+	"downloader/clock"
+	"downloader/engine"
+)
+
+// URLGuard refuses URLs that name a forbidden address directly (package netguard).
+type URLGuard interface {
+	CheckURLHost(host string) error
+}
+
+// Config wires a Server. Engine is required.
+type Config struct {
+	Engine *engine.Engine
+	Guard  URLGuard // nil: no literal-address check
+	Logger *slog.Logger
+	Clock  clock.Clock
+	// Extra registers more routes (tasks, results, console, metrics) from other packages.
+	Extra func(mux *http.ServeMux)
+}
+
+// Server is an http.Handler. Safe for concurrent use.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	handler http.Handler
+	ready   atomic.Bool
+}
+
+// New returns the server's handler; it answers /readyz with 503 until SetReady(true).
+func New(cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger}
+	mux := http.NewServeMux()
+	s.routes(mux)
+	if cfg.Extra != nil {
+		cfg.Extra(mux)
+	}
+	s.handler = s.recoverPanics(mux)
+	return s
+}
+
+// SetReady sets what /readyz answers.
+func (s *Server) SetReady(ready bool) { s.ready.Store(ready) }
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+// recoverPanics turns a handler panic into a 500 whose detail is only in the log.
+func (s *Server) recoverPanics(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.log.Error("handler panic", "method", r.Method, "path", r.URL.Path, "panic", v)
+				writeJSON(w, http.StatusInternalServerError, errorBody{Error: "internal error"})
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,291 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"downloader"
+	"downloader/clock"
+	"downloader/engine"
+	"downloader/limiter"
+)
+
+// fakeFetcher answers every fetch with fn, or a 200 page.
+type fakeFetcher struct {
+	clk clock.Clock
+	fn  func(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome
+}
+
+func (f *fakeFetcher) Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome {
+	if f.fn != nil {
+		return f.fn(ctx, u, adm)
+	}
+	if f.clk != nil {
+		adm.Wire(f.clk.Now())
+	}
+	n := 5
+	return &downloader.Outcome{HTTPStatus: 200, FinalURL: u.String(), RawTextLength: &n, Body: []byte("<p>hello</p>"), Text: "hello"}
+}
+
+var _ engine.Fetcher = (*fakeFetcher)(nil)
+
+// memSettings is an in-memory SettingsStore.
+type memSettings struct {
+	mu sync.Mutex
+	s  *downloader.Settings
+}
+
+func (m *memSettings) Settings(context.Context) (downloader.Settings, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.s == nil {
+		return downloader.Settings{}, false, nil
+	}
+	return *m.s, true, nil
+}
+
+func (m *memSettings) SaveSettings(_ context.Context, s downloader.Settings) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.s = &s
+	return nil
+}
+
+type harness struct {
+	clk  *clock.Fake
+	eng  *engine.Engine
+	gate *limiter.Gate
+	srv  *Server
+	set  *memSettings
+}
+
+func newHarness(t *testing.T, f engine.Fetcher) *harness {
+	t.Helper()
+	clk := clock.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
+	lim := limiter.New(clk)
+	clk.Advance(time.Hour) // past the conservative rebuild window
+	gate := limiter.NewGate(4, 2)
+	if ff, ok := f.(*fakeFetcher); ok && ff.clk == nil {
+		ff.clk = clk
+	}
+	set := &memSettings{}
+	eng := engine.New(engine.Config{Clock: clk, Limiter: lim, Gate: gate, Fetcher: f, Settings: set,
+		DefaultMinInterval: time.Second, DefaultTimeout: 5 * time.Second})
+	return &harness{clk: clk, eng: eng, gate: gate, set: set, srv: New(Config{Engine: eng, Clock: clk})}
+}
+
+func (h *harness) do(t *testing.T, method, path, body string) (*httptest.ResponseRecorder, map[string]any) {
+	t.Helper()
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	rec := httptest.NewRecorder()
+	h.srv.ServeHTTP(rec, req)
+	var m map[string]any
+	if rec.Body.Len() > 0 {
+		if err := json.Unmarshal(rec.Body.Bytes(), &m); err != nil {
+			t.Fatalf("%s %s: response is not a JSON object: %q", method, path, rec.Body.String())
+		}
+	}
+	return rec, m
+}
+
+func TestBadInputIs400NamingTheField(t *testing.T) {
+	h := newHarness(t, &fakeFetcher{})
+	big := `{"url":"http://a.test/","domain":"` + strings.Repeat("a", 2<<20) + `"}`
+	tests := []struct {
+		name, path, body, field string
+	}{
+		{"malformed json", "/v1/probe", `{"url":`, "body"},
+		{"not json", "/v1/probe", `hello`, "body"},
+		{"empty body", "/v1/probe", ``, "body"},
+		{"array body", "/v1/probe", `[]`, "body"},
+		{"two objects", "/v1/probe", `{"url":"http://a.test/"} {}`, "body"},
+		{"unknown field render", "/v1/render", `{"url":"http://a.test/","render":true}`, "render"},
+		{"unknown field reached", "/v1/probe", `{"url":"http://a.test/","reached":true}`, "reached"},
+		{"missing url", "/v1/probe", `{}`, "url"},
+		{"url wrong type", "/v1/probe", `{"url":5}`, "url"},
+		{"ftp url", "/v1/probe", `{"url":"ftp://a.test/"}`, "url"},
+		{"no host", "/v1/probe", `{"url":"http:///x"}`, "url"},
+		{"credentials", "/v1/render", `{"url":"http://user:pw@a.test/"}`, "url"},
+		{"bad port", "/v1/probe", `{"url":"http://a.test:99999/"}`, "url"},
+		{"domain mismatch", "/v1/probe", `{"url":"http://a.test/","domain":"b.test"}`, "domain"},
+		{"domain mismatch render", "/v1/render", `{"url":"http://a.test/","domain":"evil.test"}`, "domain"},
+		{"negative interval", "/v1/probe", `{"url":"http://a.test/","min_interval_ms":-1}`, "min_interval_ms"},
+		{"absurd interval", "/v1/render", `{"url":"http://a.test/","min_interval_ms":99999999999}`, "min_interval_ms"},
+		{"fractional interval", "/v1/probe", `{"url":"http://a.test/","min_interval_ms":1.5}`, "min_interval_ms"},
+		{"should_render string", "/v1/probe", `{"url":"http://a.test/","should_render":"yes"}`, "should_render"},
+		{"timeout zero", "/v1/render", `{"url":"http://a.test/","timeout_ms":0}`, "timeout_ms"},
+		{"timeout huge", "/v1/render", `{"url":"http://a.test/","timeout_ms":86400000}`, "timeout_ms"},
+		{"body over 1 MiB", "/v1/probe", big, "body"},
+		{"settings missing", "/v1/settings", `{}`, "max_concurrent_count"},
+		{"settings zero", "/v1/settings", `{"max_concurrent_count":0}`, "max_concurrent_count"},
+		{"settings unknown", "/v1/settings", `{"min_interval_ms":1}`, "min_interval_ms"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			method := http.MethodPost
+			if tt.path == "/v1/settings" {
+				method = http.MethodPut
+			}
+			rec, m := h.do(t, method, tt.path, tt.body)
+			if rec.Code != http.StatusBadRequest {
+				t.Fatalf("status = %d, want 400; body %s", rec.Code, rec.Body.String())
+			}
+			if m["field"] != tt.field {
+				t.Errorf("field = %v, want %q (error %v)", m["field"], tt.field, m["error"])
+			}
+			if msg, _ := m["error"].(string); msg == "" {
+				t.Errorf("no error message")
+			}
+		})
+	}
+}
+
+func TestProbeOverLimitIsNotReached(t *testing.T) {
+	h := newHarness(t, &fakeFetcher{})
+	rec, m := h.do(t, "POST", "/v1/probe", `{"url":"http://news.example.tw/","min_interval_ms":1000}`)
+	if rec.Code != 200 || m["has_reached_origin"] != true || m["fail_reason"] != nil {
+		t.Fatalf("first probe: %d %v", rec.Code, m)
+	}
+	if m["text_length"] != nil {
+		t.Errorf("text_length = %v, want null without render", m["text_length"])
+	}
+	rec, m = h.do(t, "POST", "/v1/probe", `{"url":"http://NEWS.example.tw.:80/x","min_interval_ms":1000}`)
+	if rec.Code != 200 {
+		t.Fatalf("over-limit probe status = %d, want 200", rec.Code)
+	}
+	want := map[string]any{"has_reached_origin": false, "fail_reason": "self_rate_limited", "http_status": nil, "domain": "news.example.tw"}
+	for k, v := range want {
+		if m[k] != v {
+			t.Errorf("%s = %v, want %v", k, m[k], v)
+		}
+	}
+	h.clk.Advance(time.Second)
+	if _, m = h.do(t, "POST", "/v1/probe", `{"url":"http://news.example.tw/","min_interval_ms":1000}`); m["fail_reason"] != nil {
+		t.Errorf("after the interval: fail_reason = %v", m["fail_reason"])
+	}
+}
+
+func TestRenderOverLimitIs429(t *testing.T) {
+	h := newHarness(t, &fakeFetcher{})
+	body := `{"url":"http://blog.example.com/","should_render":false}`
+	if rec, _ := h.do(t, "POST", "/v1/render", body); rec.Code != 200 {
+		t.Fatalf("first render: %d", rec.Code)
+	}
+	h.clk.Advance(300 * time.Millisecond)
+	rec, m := h.do(t, "POST", "/v1/render", body)
+	if rec.Code != http.StatusTooManyRequests {
+		t.Fatalf("status = %d, want 429", rec.Code)
+	}
+	if got := rec.Header().Get("Retry-After"); got != "1" {
+		t.Errorf("Retry-After = %q, want 1 (700 ms rounded up)", got)
+	}
+	if m["retry_after_seconds"] != float64(1) {
+		t.Errorf("retry_after_seconds = %v", m["retry_after_seconds"])
+	}
+	rec, m = h.do(t, "GET", "/v1/domains/blog.example.com", "")
+	if rec.Code != 200 || m["interval_source"] != "default" || m["min_interval_ms"] != float64(1000) || m["state"] != "over_limit_b" {
+		t.Errorf("domain runtime: %d %v", rec.Code, m)
+	}
+}
+
+func TestQueueFull(t *testing.T) {
+	release := make(chan struct{})
+	started := make(chan struct{}, 16)
+	f := &fakeFetcher{fn: func(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome {
+		started <- struct{}{}
+		<-release
+		return &downloader.Outcome{HTTPStatus: 200}
+	}}
+	h := newHarness(t, f)
+	h.gate.SetCapacity(1)
+	var wg sync.WaitGroup
+	// one in flight, two queued (queue length 2)
+	for i := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h.do(t, "POST", "/v1/probe", `{"url":"http://q`+string(rune('a'+i))+`.test/","min_interval_ms":0}`)
+		}()
+	}
+	<-started
+	for h.gate.Waiting() < 2 {
+		runtime.Gosched() // the two queued requests are on their way into the queue
+	}
+	_, m := h.do(t, "POST", "/v1/probe", `{"url":"http://qz.test/","min_interval_ms":0}`)
+	if m["fail_reason"] != "local_queue_full" || m["has_reached_origin"] != false {
+		t.Errorf("probe with queue full: %v", m)
+	}
+	rec, m := h.do(t, "POST", "/v1/render", `{"url":"http://qy.test/","min_interval_ms":0}`)
+	if rec.Code != 429 || m["fail_reason"] != "local_queue_full" {
+		t.Errorf("render with queue full: %d %v", rec.Code, m)
+	}
+	// The refused render gave its admission back: the domain is free again.
+	if st, ok := h.eng.Limiter().Domain(h.clk.Now(), "qy.test"); !ok || st.InFlightCount != 0 {
+		t.Errorf("qy.test state after refusal: %+v", st)
+	}
+	close(release)
+	wg.Wait()
+}
+
+func TestSettingsTakeEffectAndPersist(t *testing.T) {
+	h := newHarness(t, &fakeFetcher{})
+	rec, m := h.do(t, "PUT", "/v1/settings", `{"max_concurrent_count":7}`)
+	if rec.Code != 200 || m["max_concurrent_count"] != float64(7) {
+		t.Fatalf("put: %d %v", rec.Code, m)
+	}
+	if h.gate.Capacity() != 7 {
+		t.Errorf("gate capacity = %d", h.gate.Capacity())
+	}
+	if s, ok, _ := h.set.Settings(context.Background()); !ok || s.MaxConcurrentCount != 7 {
+		t.Errorf("stored = %v %v", s, ok)
+	}
+	// A restart: a new engine on the same settings store starts with 7.
+	h2 := newHarness(t, &fakeFetcher{})
+	h2.set.s = h.set.s
+	eng := engine.New(engine.Config{Clock: h2.clk, Limiter: h2.eng.Limiter(), Gate: h2.gate, Fetcher: &fakeFetcher{}, Settings: h.set})
+	if err := eng.LoadSettings(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if h2.gate.Capacity() != 7 {
+		t.Errorf("after restart capacity = %d, want 7", h2.gate.Capacity())
+	}
+}
+
+func TestDomainNotFoundAndHealth(t *testing.T) {
+	h := newHarness(t, &fakeFetcher{})
+	if rec, _ := h.do(t, "GET", "/v1/domains/unknown.test", ""); rec.Code != 404 {
+		t.Errorf("unknown domain: %d", rec.Code)
+	}
+	if rec, _ := h.do(t, "GET", "/healthz", ""); rec.Code != 200 {
+		t.Errorf("healthz: %d", rec.Code)
+	}
+	if rec, _ := h.do(t, "GET", "/readyz", ""); rec.Code != 503 {
+		t.Errorf("readyz before ready: %d", rec.Code)
+	}
+	h.srv.SetReady(true)
+	if rec, _ := h.do(t, "GET", "/readyz", ""); rec.Code != 200 {
+		t.Errorf("readyz when ready: %d", rec.Code)
+	}
+}
+
+func TestPanicIs500(t *testing.T) {
+	h := newHarness(t, &fakeFetcher{fn: func(context.Context, *url.URL, *limiter.Admission) *downloader.Outcome {
+		panic("boom: secret detail")
+	}})
+	rec, m := h.do(t, "POST", "/v1/probe", `{"url":"http://p.test/","min_interval_ms":0}`)
+	if rec.Code != 500 || strings.Contains(rec.Body.String(), "secret") || m["error"] != "internal error" {
+		t.Errorf("panic answer: %d %s", rec.Code, rec.Body.String())
+	}
+	// The panicking request released its global slot and admission.
+	if h.gate.InFlight() != 0 {
+		t.Errorf("gate in flight after panic = %d", h.gate.InFlight())
+	}
+}
