@@ -55,19 +55,27 @@ func (s *Store) PutFetchResult(ctx context.Context, r *downloader.FetchResult) e
 	}
 	defer release()
 
-	id := s.nextID(rec.FetchedAt)
 	b := s.db.NewBatch()
 	defer b.Close()
-	if err := b.Set(resultKey(id), v, nil); err != nil {
-		return fmt.Errorf("embedded store: put fetch result: %w", err)
-	}
-	if rec.Domain != "" {
-		if err := b.Set(byDomainKey(rec.Domain, id), nil, nil); err != nil {
-			return fmt.Errorf("embedded store: put fetch result index: %w", err)
-		}
+	if err := s.addFetchResult(b, rec.Domain, rec.FetchedAt, v); err != nil {
+		return err
 	}
 	if err := b.Commit(s.opts.resultWrite); err != nil {
 		return fmt.Errorf("embedded store: put fetch result: %w", err)
+	}
+	return nil
+}
+
+// addFetchResult adds to b the record v (a FetchResult as JSON) and its index entry.
+func (s *Store) addFetchResult(b *pebble.Batch, domain string, fetchedAt time.Time, v []byte) error {
+	id := s.nextID(fetchedAt)
+	if err := b.Set(resultKey(id), v, nil); err != nil {
+		return fmt.Errorf("embedded store: put fetch result: %w", err)
+	}
+	if domain != "" {
+		if err := b.Set(byDomainKey(domain, id), nil, nil); err != nil {
+			return fmt.Errorf("embedded store: put fetch result index: %w", err)
+		}
 	}
 	return nil
 }
@@ -96,41 +104,53 @@ func (s *Store) FetchResults(ctx context.Context, domain string, limit int, curs
 	}
 	defer release()
 
+	// Unfiltered, the scan reads the records themselves; by domain, it reads index entries
+	// and each record is then a point read.
 	prefix := resultPrefix
 	if domain != "" {
 		prefix = byDomainPrefix + escapeDomain(domain) + ":"
 	}
-	ids, err := s.scanIDs(ctx, prefix, cursor, limit+1)
+	entries, err := s.scan(ctx, prefix, cursor, limit+1, domain == "")
 	if err != nil {
 		return nil, "", err
 	}
 	next := ""
-	if len(ids) > limit {
-		ids = ids[:limit]
-		next = ids[limit-1]
+	if len(entries) > limit {
+		entries = entries[:limit]
+		next = entries[limit-1].id
 	}
-	out := make([]downloader.FetchResult, 0, len(ids))
-	for _, id := range ids {
-		v, ok, err := s.get(resultKey(id))
-		if err != nil {
-			return nil, "", err
+	out := make([]downloader.FetchResult, len(entries))
+	for i, e := range entries {
+		v := e.value
+		if domain != "" {
+			var ok bool
+			v, ok, err = s.get(resultKey(e.id))
+			if err != nil {
+				return nil, "", err
+			}
+			if !ok {
+				// The index and the record are written in one batch; this is corruption.
+				return nil, "", fmt.Errorf("embedded store: fetch result %s is indexed but missing", e.id)
+			}
 		}
-		if !ok {
-			// The index and the record are written in one batch; this is corruption.
-			return nil, "", fmt.Errorf("embedded store: fetch result %s is indexed but missing", id)
+		if err := json.Unmarshal(v, &out[i]); err != nil {
+			return nil, "", fmt.Errorf("embedded store: decode fetch result %s: %w", e.id, err)
 		}
-		var r downloader.FetchResult
-		if err := json.Unmarshal(v, &r); err != nil {
-			return nil, "", fmt.Errorf("embedded store: decode fetch result %s: %w", id, err)
-		}
-		out = append(out, r)
 	}
 	return out, next, nil
 }
 
-// scanIDs returns up to n record ids under prefix (whose keys end in an id), in key order,
-// starting after the id after ("" for the beginning).
-func (s *Store) scanIDs(ctx context.Context, prefix, after string, n int) ([]string, error) {
+// scanEntry is one key found by scan: the record id its key ends in, and its value when
+// asked for.
+type scanEntry struct {
+	id    string
+	value []byte
+}
+
+// scan returns up to n entries under prefix (whose keys end in a record id), in key order,
+// starting after the id after ("" for the beginning), with copies of their values if
+// withValues.
+func (s *Store) scan(ctx context.Context, prefix, after string, n int, withValues bool) ([]scanEntry, error) {
 	lower := []byte(prefix)
 	if after != "" {
 		// All keys under prefix are prefix+id with ids of one length, so prefix+after+"\x00"
@@ -144,19 +164,28 @@ func (s *Store) scanIDs(ctx context.Context, prefix, after string, n int) ([]str
 	if err != nil {
 		return nil, fmt.Errorf("embedded store: scan %q: %w", prefix, err)
 	}
-	ids := make([]string, 0, n)
-	for ok := iter.First(); ok && len(ids) < n; ok = iter.Next() {
+	entries := make([]scanEntry, 0, n)
+	for ok := iter.First(); ok && len(entries) < n; ok = iter.Next() {
 		k := iter.Key()
 		if len(k) != len(prefix)+idLen {
 			_ = iter.Close()
 			return nil, fmt.Errorf("embedded store: unexpected key %q under %q", k, prefix)
 		}
-		ids = append(ids, string(k[len(prefix):]))
+		e := scanEntry{id: string(k[len(prefix):])}
+		if withValues {
+			v, err := iter.ValueAndErr()
+			if err != nil {
+				_ = iter.Close()
+				return nil, fmt.Errorf("embedded store: scan %q: %w", prefix, err)
+			}
+			e.value = append([]byte(nil), v...)
+		}
+		entries = append(entries, e)
 	}
 	if err := iter.Close(); err != nil {
 		return nil, fmt.Errorf("embedded store: scan %q: %w", prefix, err)
 	}
-	return ids, nil
+	return entries, nil
 }
 
 // nextID returns the id of a new record fetched at t. Ids are unique as long as no two
