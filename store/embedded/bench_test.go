@@ -147,16 +147,23 @@ func BenchmarkPutPage(b *testing.B) {
 func BenchmarkPage(b *testing.B) {
 	s := openBench(b, pebble.NoSync)
 	ctx := b.Context()
-	key, err := s.PutPage(ctx, &downloader.Page{URL: "https://a.example/", Body: pageBody(1)})
+	p := &downloader.Page{URL: "https://a.example/", Body: pageBody(1)}
+	key, err := s.PutPage(ctx, p)
 	if err != nil {
 		b.Fatal(err)
 	}
+	v, err := s.encodePage(p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(p.Body)))
 	b.ResetTimer()
 	for b.Loop() {
 		if _, err := s.Page(ctx, key); err != nil {
 			b.Fatal(err)
 		}
 	}
+	b.ReportMetric(float64(len(v))/float64(len(p.Body)), "stored/body")
 }
 
 // BenchmarkFetchResults lists pages of results from a store of STORE_BENCH_RECORDS records
