@@ -1,0 +1,175 @@
+package engine
+
+import (
+	"context"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"downloader"
+	"downloader/clock"
+	"downloader/limiter"
+)
+
+// recordingFetcher goes on the wire at once and records the clock at each wire moment.
+type recordingFetcher struct {
+	clk *clock.Fake
+	mu  sync.Mutex
+	at  []time.Time
+}
+
+func (f *recordingFetcher) Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome {
+	if err := adm.WaitWire(ctx); err != nil {
+		return downloader.Failed(downloader.FailResponseTimeout)
+	}
+	f.mu.Lock()
+	f.at = append(f.at, f.clk.Now())
+	f.mu.Unlock()
+	n := 3
+	return &downloader.Outcome{HTTPStatus: 200, RawTextLength: &n, Body: []byte("abc")}
+}
+
+type recordingResults struct {
+	mu sync.Mutex
+	rs []downloader.FetchResult
+}
+
+func (r *recordingResults) PutFetchResult(_ context.Context, fr *downloader.FetchResult) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rs = append(r.rs, *fr)
+	return nil
+}
+
+func (r *recordingResults) FetchResults(context.Context, string, int, string) ([]downloader.FetchResult, string, error) {
+	return nil, "", nil
+}
+
+func newTestEngine(t *testing.T) (*Engine, *clock.Fake, *recordingFetcher, *recordingResults) {
+	t.Helper()
+	clk := clock.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
+	lim := limiter.New(clk)
+	clk.Advance(time.Hour)
+	f := &recordingFetcher{clk: clk}
+	res := &recordingResults{}
+	e := New(Config{Clock: clk, Limiter: lim, Gate: limiter.NewGate(8, 8), Fetcher: f, Results: res,
+		DefaultMinInterval: time.Second, DefaultTimeout: 10 * time.Second})
+	return e, clk, f, res
+}
+
+func ms(n int64) *int64 { return &n }
+
+func TestValidateTask(t *testing.T) {
+	tests := []struct {
+		name  string
+		task  downloader.Task
+		field string
+	}{
+		{"ok", downloader.Task{URL: "http://a.test/x", Domain: "A.test", MinIntervalMs: ms(100)}, ""},
+		{"ok without domain", downloader.Task{URL: "http://a.test/x", MinIntervalMs: ms(0)}, ""},
+		{"bad url", downloader.Task{URL: "::nope", MinIntervalMs: ms(100)}, "url"},
+		{"no interval", downloader.Task{URL: "http://a.test/"}, "min_interval_ms"},
+		{"negative interval", downloader.Task{URL: "http://a.test/", MinIntervalMs: ms(-5)}, "min_interval_ms"},
+		{"interval above one hour", downloader.Task{URL: "http://a.test/", MinIntervalMs: ms(3_600_001)}, "min_interval_ms"},
+		{"domain not host", downloader.Task{URL: "http://a.test/", Domain: "b.test", MinIntervalMs: ms(100)}, "domain"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, req, err := ValidateTask(&tt.task)
+			if got := downloader.ErrorField(err); got != tt.field {
+				t.Fatalf("field = %q, want %q (err %v)", got, tt.field, err)
+			}
+			if err == nil && (req.IntervalSource != downloader.IntervalSourceLease || req.Domain != "a.test") {
+				t.Errorf("request = %+v", req)
+			}
+		})
+	}
+}
+
+func TestRunTaskInvalidIsReportedNotFetched(t *testing.T) {
+	e, _, f, res := newTestEngine(t)
+	out := e.RunTask(context.Background(), &downloader.Task{TaskID: "t1", URL: "http://a.test/", Domain: "b.test", MinIntervalMs: ms(1)})
+	if out.Report == nil || out.Release {
+		t.Fatalf("outcome = %+v", out)
+	}
+	if fr := out.Report.FailReason; fr == nil || *fr != downloader.FailInvalidTask || out.Report.HasReachedOrigin {
+		t.Errorf("report = %+v", out.Report)
+	}
+	if len(f.at) != 0 {
+		t.Errorf("invalid task was fetched")
+	}
+	if len(res.rs) != 1 || res.rs[0].TaskID != "t1" {
+		t.Errorf("fetch_result not written: %+v", res.rs)
+	}
+}
+
+func TestRunTaskDelaysToItsSlot(t *testing.T) {
+	e, clk, f, _ := newTestEngine(t)
+	lease := clk.Now().Add(time.Minute)
+	task := func(id string) *downloader.Task {
+		return &downloader.Task{TaskID: id, URL: "http://a.test/" + id, MinIntervalMs: ms(500), LeaseExpiresAt: lease}
+	}
+	if out := e.RunTask(context.Background(), task("1")); out.Report == nil {
+		t.Fatalf("first task: %+v", out)
+	}
+	done := make(chan TaskOutcome)
+	go func() { done <- e.RunTask(context.Background(), task("2")) }()
+	clk.WaitTimers(1)
+	clk.Advance(499 * time.Millisecond)
+	select {
+	case out := <-done:
+		t.Fatalf("second task ran before its slot: %+v", out)
+	default:
+	}
+	clk.Advance(time.Millisecond)
+	out := <-done
+	if out.Report == nil || out.Report.FailReason != nil {
+		t.Fatalf("second task: %+v", out)
+	}
+	if gap := f.at[1].Sub(f.at[0]); gap != 500*time.Millisecond {
+		t.Errorf("gap between wire moments = %v, want 500ms", gap)
+	}
+	if st := e.Limiter().Stats(clk.Now()); st.TriggerCount24h[downloader.EntryLease] != 1 {
+		t.Errorf("entry A triggers = %d, want 1", st.TriggerCount24h[downloader.EntryLease])
+	}
+}
+
+func TestRunTaskReleasesWhenTheWaitOutlivesTheLease(t *testing.T) {
+	e, clk, f, _ := newTestEngine(t)
+	first := &downloader.Task{TaskID: "1", URL: "http://slow.test/", MinIntervalMs: ms(60_000), LeaseExpiresAt: clk.Now().Add(time.Hour)}
+	if out := e.RunTask(context.Background(), first); out.Report == nil {
+		t.Fatal("first task did not run")
+	}
+	// The next slot is in 60 s; the lease ends in 30 s.
+	second := &downloader.Task{TaskID: "2", URL: "http://slow.test/2", MinIntervalMs: ms(60_000), LeaseExpiresAt: clk.Now().Add(30 * time.Second)}
+	out := e.RunTask(context.Background(), second)
+	if !out.Release || out.Report != nil {
+		t.Fatalf("outcome = %+v, want release", out)
+	}
+	if out.RetryAfterSeconds() != 60 {
+		t.Errorf("retry_after_seconds = %d, want 60", out.RetryAfterSeconds())
+	}
+	if len(f.at) != 1 {
+		t.Errorf("released task was fetched")
+	}
+	// Releasing left the domain's slot where it was.
+	st, _ := e.Limiter().Domain(clk.Now(), "slow.test")
+	if st.InFlightCount != 0 {
+		t.Errorf("in_flight_count = %d", st.InFlightCount)
+	}
+}
+
+func TestStopAnswersShuttingDown(t *testing.T) {
+	e, _, _, _ := newTestEngine(t)
+	e.Stop()
+	u, _ := url.Parse("http://a.test/")
+	s := e.Probe(context.Background(), downloader.Request{URL: u.String(), Domain: "a.test"}, u)
+	if s.FailReason == nil || *s.FailReason != downloader.FailShuttingDown || s.HasReachedOrigin {
+		t.Errorf("probe while stopping: %+v", s)
+	}
+	out := e.RunTask(context.Background(), &downloader.Task{TaskID: "x", URL: "http://a.test/", MinIntervalMs: ms(0)})
+	if !out.Release {
+		t.Errorf("task while stopping: %+v, want release", out)
+	}
+}
