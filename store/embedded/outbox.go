@@ -1,0 +1,177 @@
+package embedded
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"downloader"
+)
+
+// The report outbox (entry A) keeps every report the scheduler (or the local queue) has
+// not acknowledged yet, so that none is lost when the scheduler is down or the process
+// stops. Its keys:
+//
+//	downloader:report_outbox:{task_id}
+//	    One Report, JSON. {task_id} is the task's id as given (any bytes: the outbox is
+//	    one prefix scan and needs no separator after the id).
+//
+// Keyed by task id, a task reported twice (a redelivered lease that ran again) holds one
+// entry, the latest: the scheduler needs one report per task, and the latest is the truth.
+// DeleteReport removes an entry only if it is still the report that was sent, so a newer
+// report of the same task put meanwhile survives and is sent too.
+const outboxPrefix = "downloader:report_outbox:"
+
+// maxOutboxList bounds one PendingReports call.
+const maxOutboxList = 1000
+
+func outboxKey(taskID string) []byte { return []byte(outboxPrefix + taskID) }
+
+// Outbox is the report outbox of one Store. Create one per Store with NewOutbox (two
+// would not serialise their deletes with each other's puts). Safe for concurrent use.
+type Outbox struct {
+	s    *Store
+	seed maphash.Seed
+	// locks serialise the check-then-delete of a task's entry with its puts. Puts of
+	// different tasks take different locks most of the time, so their synchronous commits
+	// still share fsyncs.
+	locks [64]sync.Mutex
+}
+
+// NewOutbox returns the outbox kept in s.
+func NewOutbox(s *Store) *Outbox { return &Outbox{s: s, seed: maphash.MakeSeed()} }
+
+func (o *Outbox) lock(taskID string) func() {
+	mu := &o.locks[maphash.String(o.seed, taskID)%uint64(len(o.locks))]
+	mu.Lock()
+	return mu.Unlock
+}
+
+// PutReport stores r in the outbox, replacing an earlier report of the same task. It
+// returns once r is durable (a synchronous commit): only then may the task be
+// acknowledged anywhere.
+func (o *Outbox) PutReport(ctx context.Context, r *downloader.Report) error {
+	if r == nil || r.TaskID == "" {
+		return downloader.Invalidf("task_id", "a report needs a task_id")
+	}
+	v, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("embedded store: encode report %s: %w", r.TaskID, err)
+	}
+	release, err := o.s.acquire(ctx, "put report")
+	if err != nil {
+		return err
+	}
+	defer release()
+	unlock := o.lock(r.TaskID)
+	defer unlock()
+	if err := o.s.db.Set(outboxKey(r.TaskID), v, pebble.Sync); err != nil {
+		return fmt.Errorf("embedded store: put report %s: %w", r.TaskID, err)
+	}
+	return nil
+}
+
+// PendingReports returns up to limit reports of the outbox (1..1000; 0 means 100) whose
+// task id sorts after after ("" for the first), in task id order. Paging with the last
+// task id returned walks the whole outbox once even while reports are added and deleted.
+func (o *Outbox) PendingReports(ctx context.Context, after string, limit int) ([]downloader.Report, error) {
+	switch {
+	case limit == 0:
+		limit = defaultLimit
+	case limit < 1 || limit > maxOutboxList:
+		return nil, downloader.Invalidf("limit", "limit must be between 1 and %d", maxOutboxList)
+	}
+	release, err := o.s.acquire(ctx, "list reports")
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	lower := []byte(outboxPrefix)
+	if after != "" {
+		lower = append(outboxKey(after), 0)
+	}
+	iter, err := o.s.db.NewIterWithContext(ctx, &pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(outboxPrefix)})
+	if err != nil {
+		return nil, fmt.Errorf("embedded store: list reports: %w", err)
+	}
+	var out []downloader.Report
+	for ok := iter.First(); ok && len(out) < limit; ok = iter.Next() {
+		v, err := iter.ValueAndErr()
+		if err != nil {
+			_ = iter.Close()
+			return nil, fmt.Errorf("embedded store: list reports: %w", err)
+		}
+		var r downloader.Report
+		if err := json.Unmarshal(v, &r); err != nil {
+			_ = iter.Close()
+			return nil, fmt.Errorf("embedded store: decode report at %q: %w", iter.Key(), err)
+		}
+		out = append(out, r)
+	}
+	if err := iter.Close(); err != nil {
+		return nil, fmt.Errorf("embedded store: list reports: %w", err)
+	}
+	return out, nil
+}
+
+// DeleteReport removes r's task from the outbox if the stored report is still r (same
+// fetched_at): a report acknowledged by the scheduler is gone, a newer one of the same task
+// stays. It reports whether it deleted. The delete need not be durable: if a crash loses
+// it, the report is sent again (at least once), and the write-ahead log keeps it after
+// whatever the acknowledgement wrote.
+func (o *Outbox) DeleteReport(ctx context.Context, r *downloader.Report) (bool, error) {
+	if r == nil || r.TaskID == "" {
+		return false, downloader.Invalidf("task_id", "a report needs a task_id")
+	}
+	release, err := o.s.acquire(ctx, "delete report")
+	if err != nil {
+		return false, err
+	}
+	defer release()
+	unlock := o.lock(r.TaskID)
+	defer unlock()
+	key := outboxKey(r.TaskID)
+	v, ok, err := o.s.get(key)
+	if err != nil || !ok {
+		return false, err
+	}
+	var stored struct {
+		FetchedAt time.Time `json:"fetched_at"`
+	}
+	if err := json.Unmarshal(v, &stored); err != nil {
+		return false, fmt.Errorf("embedded store: decode report %s: %w", r.TaskID, err)
+	}
+	if !stored.FetchedAt.Equal(r.FetchedAt) {
+		return false, nil
+	}
+	if err := o.s.db.Delete(key, pebble.NoSync); err != nil {
+		return false, fmt.Errorf("embedded store: delete report %s: %w", r.TaskID, err)
+	}
+	return true, nil
+}
+
+// ReportCount returns how many reports wait in the outbox. It walks the keys.
+func (o *Outbox) ReportCount(ctx context.Context) (int, error) {
+	release, err := o.s.acquire(ctx, "count reports")
+	if err != nil {
+		return 0, err
+	}
+	defer release()
+	iter, err := o.s.db.NewIterWithContext(ctx, &pebble.IterOptions{LowerBound: []byte(outboxPrefix), UpperBound: prefixEnd(outboxPrefix)})
+	if err != nil {
+		return 0, fmt.Errorf("embedded store: count reports: %w", err)
+	}
+	n := 0
+	for ok := iter.First(); ok; ok = iter.Next() {
+		n++
+	}
+	if err := iter.Close(); err != nil {
+		return 0, fmt.Errorf("embedded store: count reports: %w", err)
+	}
+	return n, nil
+}

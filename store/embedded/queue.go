@@ -1,0 +1,978 @@
+package embedded
+
+import (
+	"container/heap"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"downloader"
+	"downloader/clock"
+)
+
+// The embedded local queue (entry A's default source when no scheduler is configured). It
+// stands in for the scheduler, another service, hence its own service name in the keys:
+//
+//	local_queue:meta:seq
+//	    The last task sequence number handed out, 8 bytes big-endian.
+//	local_queue:meta:counts
+//	    QueueCounts, JSON, rewritten in the same batch as every change of state.
+//	local_queue:task:{task_id}
+//	    One task record, JSON: the task, its sequence number, its state (pending, leased,
+//	    done), its lease and, once done, the report it ended with.
+//	local_queue:pending:{domain}:{seq}
+//	    Index of the pending tasks by domain, in submission order; the value is the task
+//	    id. {domain} is escaped like the fetch_result index, {seq} is 16 hex digits.
+//	local_queue:leased:{task_id}
+//	    Index of the leased tasks (empty value), so that leases left by a stopped process
+//	    are found at once when the queue is opened again.
+//	local_queue:url:{sha256}
+//	    Deduplication: the hex SHA-256 of a task's canonical URL → its task id.
+//
+// Deduplication: a URL is queued once for the life of the data directory. The canonical
+// URL is the URL with its scheme and host in lower case and without its fragment (which
+// never reaches the origin). Submitting it again, pending, leased or done, returns the
+// existing task with is_duplicate=true. That is what makes `downloader crawl FILE` resume:
+// running it again on the same file queues nothing new and finishes what is left. To crawl
+// a URL again, use a new data directory.
+//
+// Pacing: the queue hands out a domain's tasks no faster than their min_interval_ms, as
+// the scheduler rate-limits its own dequeue path (SPEC §1), and at most Lookahead before
+// they are due, so that the lease loop holds only tasks that can start soon while the
+// limiter (the insurance) still decides each task's exact slot. Domains are served earliest
+// due first.
+//
+// Durability: Submit commits synchronously (a submitted task is never lost). Leasing,
+// releasing and finishing are not synced: if a power loss drops the last of them, the
+// tasks concerned are pending or leased again and run again (at least once); the lease
+// loop writes every report to the durable outbox before it reports it here, and a report
+// whose acknowledgement was lost is still in the outbox and is reported again. After a
+// restart every lease of the previous process is returned to pending at once (only one
+// process can open the data directory, so those leases are dead).
+const (
+	queueSeqKey     = "local_queue:meta:seq"
+	queueCountsKey  = "local_queue:meta:counts"
+	queueTaskPrefix = "local_queue:task:"
+	queuePendPrefix = "local_queue:pending:"
+	queueLeasPrefix = "local_queue:leased:"
+	queueURLPrefix  = "local_queue:url:"
+)
+
+// Queue defaults.
+const (
+	DefaultLeaseDuration = 10 * time.Minute
+	DefaultLookahead     = 500 * time.Millisecond
+	// MaxSubmitCount bounds one Submit call.
+	MaxSubmitCount = 10_000
+	maxTaskIDBytes = 128
+)
+
+// Task states.
+const (
+	TaskPending = "pending"
+	TaskLeased  = "leased"
+	TaskDone    = "done"
+)
+
+// QueueConfig configures a Queue. Zero values take the defaults.
+type QueueConfig struct {
+	Clock  clock.Clock
+	Logger *slog.Logger
+	// LeaseDuration is how long a lease lasts before the task is handed out again.
+	LeaseDuration time.Duration
+	// Lookahead is how long before a domain's next task is due the queue hands it out.
+	Lookahead time.Duration
+	// DefaultMinInterval is given to submitted tasks that carry no min_interval_ms.
+	DefaultMinInterval time.Duration
+}
+
+// QueueCounts counts the queue's tasks by state, and the finished ones by outcome.
+type QueueCounts struct {
+	PendingCount   int `json:"pending_count"`
+	LeasedCount    int `json:"leased_count"`
+	DoneCount      int `json:"done_count"` // finished, successfully or not
+	SucceededCount int `json:"succeeded_count"`
+	// FailedCount counts the finished tasks by fail_reason.
+	FailedCount map[downloader.FailReason]int `json:"failed_count"`
+	// PageCount counts the finished tasks whose page was stored (several tasks may share
+	// one deduplicated page).
+	PageCount int `json:"page_count"`
+}
+
+// TotalCount is every task ever queued.
+func (c QueueCounts) TotalCount() int { return c.PendingCount + c.LeasedCount + c.DoneCount }
+
+// OwnFailureCount counts the finished tasks that failed for the downloader's own reasons
+// (has_reached_origin=false).
+func (c QueueCounts) OwnFailureCount() int {
+	n := 0
+	for r, k := range c.FailedCount {
+		if !r.HasReachedOrigin() {
+			n += k
+		}
+	}
+	return n
+}
+
+func (c QueueCounts) clone() QueueCounts {
+	m := make(map[downloader.FailReason]int, len(c.FailedCount))
+	for k, v := range c.FailedCount {
+		m[k] = v
+	}
+	c.FailedCount = m
+	return c
+}
+
+// SubmitResult is what Submit did with one task.
+type SubmitResult struct {
+	TaskID      string `json:"task_id"`
+	URL         string `json:"url"`
+	IsDuplicate bool   `json:"is_duplicate"` // the URL was queued before: nothing was added
+	State       string `json:"state"`
+}
+
+// queueRecord is the stored form of one task.
+type queueRecord struct {
+	downloader.Task
+	Seq         uint64             `json:"seq"`
+	State       string             `json:"state"`
+	SubmittedAt time.Time          `json:"submitted_at"`
+	LeaseCount  int                `json:"lease_count"`
+	Report      *downloader.Report `json:"report,omitempty"`
+}
+
+// Queue is the embedded local queue over a Store. Create it with OpenQueue, at most one per
+// Store. It satisfies the lease loop's Source. Safe for concurrent use; it stops working
+// (EUNAVAILABLE) when its Store is closed.
+type Queue struct {
+	s   *Store
+	clk clock.Clock
+	log *slog.Logger
+	cfg QueueConfig
+
+	// mu guards everything below and orders the queue's writes: every change is one batch
+	// committed under it, so the stored counts always match the stored records.
+	mu      sync.Mutex
+	seq     uint64
+	counts  QueueCounts
+	domains map[string]*queueDomain
+	ready   domainHeap           // domains with pending tasks, earliest due first
+	expiry  leaseHeap            // this process's leases, earliest expiry first
+	leased  map[string]time.Time // task id → expiry of its live lease
+}
+
+// queueDomain is one domain with pending tasks.
+type queueDomain struct {
+	name    string
+	pending int
+	nextAt  time.Time // when its next task is due (the previous one's due time + interval)
+	index   int       // in ready
+}
+
+// OpenQueue opens the queue kept in s: it rebuilds the in-memory index of pending tasks by
+// domain and returns every lease left by a previous process to pending.
+func OpenQueue(ctx context.Context, s *Store, cfg QueueConfig) (*Queue, error) {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.LeaseDuration <= 0 {
+		cfg.LeaseDuration = DefaultLeaseDuration
+	}
+	if cfg.Lookahead <= 0 {
+		cfg.Lookahead = DefaultLookahead
+	}
+	q := &Queue{s: s, clk: cfg.Clock, log: cfg.Logger.With("component", "local_queue"), cfg: cfg,
+		domains: map[string]*queueDomain{}, leased: map[string]time.Time{},
+		counts: QueueCounts{FailedCount: map[downloader.FailReason]int{}}}
+	release, err := s.acquire(ctx, "open queue")
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if v, ok, err := s.get([]byte(queueSeqKey)); err != nil {
+		return nil, err
+	} else if ok && len(v) == 8 {
+		q.seq = binary.BigEndian.Uint64(v)
+	}
+	if v, ok, err := s.get([]byte(queueCountsKey)); err != nil {
+		return nil, err
+	} else if ok {
+		if err := json.Unmarshal(v, &q.counts); err != nil {
+			return nil, fmt.Errorf("local queue: decode counts: %w", err)
+		}
+		if q.counts.FailedCount == nil {
+			q.counts.FailedCount = map[downloader.FailReason]int{}
+		}
+	}
+	if err := q.loadPending(ctx); err != nil {
+		return nil, err
+	}
+	n, err := q.requeueStale(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if n > 0 {
+		q.log.Info("leases of the previous run returned to pending", "task_count", n)
+	}
+	return q, nil
+}
+
+// loadPending counts the pending tasks of every domain. Requires q.mu held.
+func (q *Queue) loadPending(ctx context.Context) error {
+	iter, err := q.s.db.NewIterWithContext(ctx, &pebble.IterOptions{
+		LowerBound: []byte(queuePendPrefix), UpperBound: prefixEnd(queuePendPrefix)})
+	if err != nil {
+		return fmt.Errorf("local queue: scan pending: %w", err)
+	}
+	for ok := iter.First(); ok; ok = iter.Next() {
+		k := string(iter.Key()[len(queuePendPrefix):])
+		i := strings.LastIndexByte(k, ':')
+		if i < 0 {
+			_ = iter.Close()
+			return fmt.Errorf("local queue: unexpected key %q", iter.Key())
+		}
+		q.domainLocked(unescapeDomain(k[:i])).pending++
+	}
+	if err := iter.Close(); err != nil {
+		return fmt.Errorf("local queue: scan pending: %w", err)
+	}
+	for _, d := range q.domains {
+		heap.Push(&q.ready, d)
+	}
+	return nil
+}
+
+// requeueStale returns every stored lease to pending. Requires q.mu held.
+func (q *Queue) requeueStale(ctx context.Context) (int, error) {
+	iter, err := q.s.db.NewIterWithContext(ctx, &pebble.IterOptions{
+		LowerBound: []byte(queueLeasPrefix), UpperBound: prefixEnd(queueLeasPrefix)})
+	if err != nil {
+		return 0, fmt.Errorf("local queue: scan leases: %w", err)
+	}
+	var ids []string
+	for ok := iter.First(); ok; ok = iter.Next() {
+		ids = append(ids, string(iter.Key()[len(queueLeasPrefix):]))
+	}
+	if err := iter.Close(); err != nil {
+		return 0, fmt.Errorf("local queue: scan leases: %w", err)
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	b := q.s.db.NewBatch()
+	defer b.Close()
+	next := q.counts.clone()
+	var touched []*queueRecord
+	for _, id := range ids {
+		rec, ok, err := q.record(b, id)
+		if err != nil {
+			return 0, err
+		}
+		if err := b.Delete([]byte(queueLeasPrefix+id), nil); err != nil {
+			return 0, fmt.Errorf("local queue: requeue %s: %w", id, err)
+		}
+		if !ok || rec.State != TaskLeased {
+			continue
+		}
+		if err := q.toPending(b, rec, &next); err != nil {
+			return 0, err
+		}
+		touched = append(touched, rec)
+	}
+	if err := q.commit(b, next, pebble.Sync); err != nil {
+		return 0, err
+	}
+	for _, rec := range touched {
+		q.addPendingLocked(rec.Domain, time.Time{})
+	}
+	return len(touched), nil
+}
+
+// CanonicalURL returns the form of a task URL the queue stores and deduplicates on: scheme
+// and host in lower case, no fragment.
+func CanonicalURL(u *url.URL) string {
+	c := *u
+	c.Scheme = strings.ToLower(c.Scheme)
+	c.Host = strings.ToLower(c.Host)
+	c.Fragment, c.RawFragment = "", ""
+	return c.String()
+}
+
+// CheckTask validates a task submitted to the queue and returns it as the queue would store
+// it: canonical URL, normalised domain, min_interval_ms filled in with defaultInterval when
+// absent. Errors are EINVALID naming the field. The task id may be given (it must then be
+// unique) or left for the queue to assign; lease_expires_at is the queue's to set.
+func CheckTask(t downloader.Task, defaultInterval time.Duration) (downloader.Task, error) {
+	u, host, err := downloader.ParseTargetURL("url", strings.TrimSpace(t.URL))
+	if err != nil {
+		return t, err
+	}
+	if t.Domain != "" {
+		d, err := downloader.NormalizeDomain(t.Domain)
+		if err != nil || d != host {
+			return t, downloader.Invalidf("domain", "domain %q is not the URL's host %q: the limiter is keyed by the URL's host", t.Domain, host)
+		}
+	}
+	if t.MinIntervalMs == nil {
+		ms := defaultInterval.Milliseconds()
+		t.MinIntervalMs = &ms
+	} else {
+		ms := *t.MinIntervalMs
+		if ms < 0 || ms > downloader.MaxMinInterval.Milliseconds() {
+			return t, downloader.Invalidf("min_interval_ms", "min_interval_ms must be between 0 and %d (one hour)", downloader.MaxMinInterval.Milliseconds())
+		}
+		t.MinIntervalMs = &ms
+	}
+	if len(t.TaskID) > maxTaskIDBytes {
+		return t, downloader.Invalidf("task_id", "task_id is longer than %d bytes", maxTaskIDBytes)
+	}
+	for _, c := range t.TaskID {
+		if c <= ' ' || c == 0x7f {
+			return t, downloader.Invalidf("task_id", "task_id must be printable, without spaces")
+		}
+	}
+	if !t.LeaseExpiresAt.IsZero() {
+		return t, downloader.Invalidf("lease_expires_at", "lease_expires_at is set by the queue when it leases the task")
+	}
+	t.URL = CanonicalURL(u)
+	t.Domain = host
+	return t, nil
+}
+
+// Submit queues tasks (at most MaxSubmitCount). Every task is checked first (CheckTask); if
+// one is invalid nothing is queued and the error names the field. A URL queued before is
+// not queued again (its result says is_duplicate). It returns once the new tasks are
+// durable.
+func (q *Queue) Submit(ctx context.Context, tasks []downloader.Task) ([]SubmitResult, error) {
+	if len(tasks) > MaxSubmitCount {
+		return nil, downloader.Invalidf("tasks", "at most %d tasks at once", MaxSubmitCount)
+	}
+	checked := make([]downloader.Task, len(tasks))
+	for i, t := range tasks {
+		c, err := CheckTask(t, q.cfg.DefaultMinInterval)
+		if err != nil {
+			return nil, err
+		}
+		checked[i] = c
+	}
+	release, err := q.s.acquire(ctx, "submit tasks")
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+
+	b := q.s.db.NewIndexedBatch()
+	defer b.Close()
+	now := q.clk.Now().UTC()
+	next := q.counts.clone()
+	seq := q.seq
+	out := make([]SubmitResult, len(checked))
+	var added []string // domains
+	for i := range checked {
+		t := &checked[i]
+		urlKey := queueURLKey(t.URL)
+		if id, ok, err := batchGet(b, urlKey); err != nil {
+			return nil, err
+		} else if ok {
+			res := SubmitResult{TaskID: string(id), URL: t.URL, IsDuplicate: true}
+			if rec, ok, err := q.record(b, string(id)); err != nil {
+				return nil, err
+			} else if ok {
+				res.State = rec.State
+			}
+			out[i] = res
+			continue
+		}
+		seq++
+		if t.TaskID == "" {
+			t.TaskID = fmt.Sprintf("%016x", seq)
+		}
+		if _, ok, err := batchGet(b, []byte(queueTaskPrefix+t.TaskID)); err != nil {
+			return nil, err
+		} else if ok {
+			return nil, downloader.Invalidf("task_id", "task_id %q is already used by another URL", t.TaskID)
+		}
+		rec := &queueRecord{Task: *t, Seq: seq, State: TaskPending, SubmittedAt: now}
+		if err := q.putRecord(b, rec); err != nil {
+			return nil, err
+		}
+		if err := b.Set(pendingKey(t.Domain, seq), []byte(t.TaskID), nil); err != nil {
+			return nil, fmt.Errorf("local queue: submit: %w", err)
+		}
+		if err := b.Set(urlKey, []byte(t.TaskID), nil); err != nil {
+			return nil, fmt.Errorf("local queue: submit: %w", err)
+		}
+		next.PendingCount++
+		added = append(added, t.Domain)
+		out[i] = SubmitResult{TaskID: t.TaskID, URL: t.URL, State: TaskPending}
+	}
+	if len(added) == 0 {
+		return out, nil
+	}
+	var seqBuf [8]byte
+	binary.BigEndian.PutUint64(seqBuf[:], seq)
+	if err := b.Set([]byte(queueSeqKey), seqBuf[:], nil); err != nil {
+		return nil, fmt.Errorf("local queue: submit: %w", err)
+	}
+	if err := q.commit(b, next, pebble.Sync); err != nil {
+		return nil, err
+	}
+	q.seq = seq
+	for _, d := range added {
+		q.addPendingLocked(d, time.Time{})
+	}
+	return out, nil
+}
+
+// Lease hands out up to maxTaskCount tasks whose domains are due within the lookahead,
+// earliest due first, each with a lease of LeaseDuration. Leases that expired are
+// returned to pending first. workerID is recorded in the log only.
+func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([]downloader.Task, error) {
+	if maxTaskCount <= 0 {
+		return nil, nil
+	}
+	release, err := q.s.acquire(ctx, "lease tasks")
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now := q.clk.Now()
+	if err := q.expireLocked(now); err != nil {
+		return nil, err
+	}
+	horizon := now.Add(q.cfg.Lookahead)
+	if q.ready.Len() == 0 || q.ready[0].nextAt.After(horizon) {
+		return nil, nil
+	}
+
+	b := q.s.db.NewIndexedBatch()
+	defer b.Close()
+	next := q.counts.clone()
+	expires := now.Add(q.cfg.LeaseDuration).UTC()
+	// The heap is changed as tasks are picked; undo puts it back if the batch fails.
+	type undo struct {
+		d       *queueDomain
+		pending int
+		nextAt  time.Time
+	}
+	var (
+		out   []downloader.Task
+		undos []undo
+	)
+	rollback := func() {
+		for i := len(undos) - 1; i >= 0; i-- {
+			u := undos[i]
+			u.d.pending, u.d.nextAt = u.pending, u.nextAt
+			q.domains[u.d.name] = u.d
+			if u.d.index < 0 {
+				heap.Push(&q.ready, u.d)
+			} else {
+				heap.Fix(&q.ready, u.d.index)
+			}
+		}
+	}
+	for len(out) < maxTaskCount && q.ready.Len() > 0 && !q.ready[0].nextAt.After(horizon) {
+		d := q.ready[0]
+		undos = append(undos, undo{d: d, pending: d.pending, nextAt: d.nextAt})
+		rec, err := q.firstPending(b, d.name)
+		if err != nil {
+			rollback()
+			return nil, err
+		}
+		if rec == nil {
+			// The index says nothing is pending: forget the domain.
+			q.log.Warn("domain had no pending task", "domain", d.name)
+			d.pending = 0
+			heap.Pop(&q.ready)
+			delete(q.domains, d.name)
+			continue
+		}
+		err = b.Delete(pendingKey(d.name, rec.Seq), nil)
+		if err == nil {
+			err = b.Set([]byte(queueLeasPrefix+rec.TaskID), nil, nil)
+		}
+		if err != nil {
+			rollback()
+			return nil, fmt.Errorf("local queue: lease: %w", err)
+		}
+		rec.State = TaskLeased
+		rec.LeaseExpiresAt = expires
+		rec.LeaseCount++
+		if err := q.putRecord(b, rec); err != nil {
+			rollback()
+			return nil, err
+		}
+		next.PendingCount--
+		next.LeasedCount++
+		due := d.nextAt
+		if due.Before(now) {
+			due = now
+		}
+		d.nextAt = due.Add(time.Duration(*rec.MinIntervalMs) * time.Millisecond)
+		d.pending--
+		if d.pending > 0 {
+			heap.Fix(&q.ready, 0)
+		} else {
+			heap.Pop(&q.ready)
+			delete(q.domains, d.name)
+		}
+		out = append(out, rec.Task)
+	}
+	if len(undos) == 0 {
+		return nil, nil
+	}
+	if err := q.commit(b, next, pebble.NoSync); err != nil {
+		rollback()
+		return nil, err
+	}
+	for _, t := range out {
+		q.leased[t.TaskID] = expires
+		heap.Push(&q.expiry, leaseEntry{taskID: t.TaskID, expiresAt: expires})
+	}
+	q.log.Debug("leased", "worker_id", workerID, "task_count", len(out))
+	return out, nil
+}
+
+// Report finishes a task with r: the task is done and is never handed out again. Reporting
+// a task that is already done does nothing (reports are delivered at least once). A task
+// whose lease expired and went back to pending is finished too. An unknown task is an
+// ENOTFOUND error.
+func (q *Queue) Report(ctx context.Context, r *downloader.Report) error {
+	if r == nil || r.TaskID == "" {
+		return downloader.Invalidf("task_id", "a report needs a task_id")
+	}
+	release, err := q.s.acquire(ctx, "report task")
+	if err != nil {
+		return err
+	}
+	defer release()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	b := q.s.db.NewBatch()
+	defer b.Close()
+	rec, ok, err := q.record(b, r.TaskID)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return downloader.Errorf(downloader.ENOTFOUND, "task %q is not in the local queue", r.TaskID)
+	}
+	next := q.counts.clone()
+	switch rec.State {
+	case TaskDone:
+		return nil
+	case TaskLeased:
+		if err := b.Delete([]byte(queueLeasPrefix+rec.TaskID), nil); err != nil {
+			return fmt.Errorf("local queue: report: %w", err)
+		}
+		next.LeasedCount--
+	case TaskPending:
+		if err := b.Delete(pendingKey(rec.Domain, rec.Seq), nil); err != nil {
+			return fmt.Errorf("local queue: report: %w", err)
+		}
+		next.PendingCount--
+	}
+	prev := rec.State
+	rec.State = TaskDone
+	rep := *r
+	rec.Report = &rep
+	next.DoneCount++
+	if r.FailReason != nil && *r.FailReason != "" {
+		next.FailedCount[*r.FailReason]++
+	} else {
+		next.SucceededCount++
+	}
+	if r.PageKey != "" {
+		next.PageCount++
+	}
+	if err := q.putRecord(b, rec); err != nil {
+		return err
+	}
+	if err := q.commit(b, next, pebble.NoSync); err != nil {
+		return err
+	}
+	delete(q.leased, rec.TaskID)
+	if prev == TaskPending {
+		if d := q.domains[rec.Domain]; d != nil {
+			d.pending--
+			if d.pending <= 0 {
+				heap.Remove(&q.ready, d.index)
+				delete(q.domains, d.name)
+			}
+		}
+	}
+	return nil
+}
+
+// Release hands a leased task back: it is pending again, first of its domain, and the
+// domain is not due before retryAfter from now. Releasing a task that is not leased (done,
+// or already back to pending) does nothing; an unknown task is an ENOTFOUND error.
+func (q *Queue) Release(ctx context.Context, taskID string, retryAfter time.Duration) error {
+	release, err := q.s.acquire(ctx, "release task")
+	if err != nil {
+		return err
+	}
+	defer release()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	b := q.s.db.NewBatch()
+	defer b.Close()
+	rec, ok, err := q.record(b, taskID)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return downloader.Errorf(downloader.ENOTFOUND, "task %q is not in the local queue", taskID)
+	}
+	if rec.State != TaskLeased {
+		return nil
+	}
+	next := q.counts.clone()
+	if err := b.Delete([]byte(queueLeasPrefix+taskID), nil); err != nil {
+		return fmt.Errorf("local queue: release: %w", err)
+	}
+	if err := q.toPending(b, rec, &next); err != nil {
+		return err
+	}
+	if err := q.commit(b, next, pebble.NoSync); err != nil {
+		return err
+	}
+	delete(q.leased, taskID)
+	q.addPendingLocked(rec.Domain, q.clk.Now().Add(max(retryAfter, 0)))
+	return nil
+}
+
+// Counts returns the queue's counts.
+func (q *Queue) Counts() QueueCounts {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.counts.clone()
+}
+
+// TaskRecord is a task as the queue keeps it.
+type TaskRecord struct {
+	downloader.Task
+	State       string             `json:"state"`
+	SubmittedAt time.Time          `json:"submitted_at"`
+	LeaseCount  int                `json:"lease_count"`
+	Report      *downloader.Report `json:"report,omitempty"`
+}
+
+// Task returns one task's record, or an ENOTFOUND error.
+func (q *Queue) Task(ctx context.Context, taskID string) (*TaskRecord, error) {
+	release, err := q.s.acquire(ctx, "get task")
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	rec, ok, err := q.record(nil, taskID)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, downloader.Errorf(downloader.ENOTFOUND, "task %q is not in the local queue", taskID)
+	}
+	return &TaskRecord{Task: rec.Task, State: rec.State, SubmittedAt: rec.SubmittedAt, LeaseCount: rec.LeaseCount, Report: rec.Report}, nil
+}
+
+// RangeDone calls f for every finished task's report, in task id order, until f returns
+// false. It reads the whole queue; use it for summaries, not per request.
+func (q *Queue) RangeDone(ctx context.Context, f func(t *downloader.Task, r *downloader.Report) bool) error {
+	release, err := q.s.acquire(ctx, "list tasks")
+	if err != nil {
+		return err
+	}
+	defer release()
+	iter, err := q.s.db.NewIterWithContext(ctx, &pebble.IterOptions{
+		LowerBound: []byte(queueTaskPrefix), UpperBound: prefixEnd(queueTaskPrefix)})
+	if err != nil {
+		return fmt.Errorf("local queue: list tasks: %w", err)
+	}
+	defer iter.Close()
+	for ok := iter.First(); ok; ok = iter.Next() {
+		v, err := iter.ValueAndErr()
+		if err != nil {
+			return fmt.Errorf("local queue: list tasks: %w", err)
+		}
+		var rec queueRecord
+		if err := json.Unmarshal(v, &rec); err != nil {
+			return fmt.Errorf("local queue: decode task at %q: %w", iter.Key(), err)
+		}
+		if rec.State == TaskDone && rec.Report != nil && !f(&rec.Task, rec.Report) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// expireLocked returns the leases that expired by now to pending. Requires q.mu held.
+func (q *Queue) expireLocked(now time.Time) error {
+	var ids []string
+	for q.expiry.Len() > 0 && !q.expiry[0].expiresAt.After(now) {
+		e := heap.Pop(&q.expiry).(leaseEntry)
+		if at, ok := q.leased[e.taskID]; ok && at.Equal(e.expiresAt) {
+			ids = append(ids, e.taskID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	b := q.s.db.NewBatch()
+	defer b.Close()
+	next := q.counts.clone()
+	var back []*queueRecord
+	for _, id := range ids {
+		rec, ok, err := q.record(b, id)
+		if err != nil {
+			return err
+		}
+		if !ok || rec.State != TaskLeased {
+			continue
+		}
+		if err := b.Delete([]byte(queueLeasPrefix+id), nil); err != nil {
+			return fmt.Errorf("local queue: expire: %w", err)
+		}
+		if err := q.toPending(b, rec, &next); err != nil {
+			return err
+		}
+		back = append(back, rec)
+	}
+	if err := q.commit(b, next, pebble.NoSync); err != nil {
+		return err
+	}
+	for _, rec := range back {
+		delete(q.leased, rec.TaskID)
+		q.addPendingLocked(rec.Domain, time.Time{})
+	}
+	if len(back) > 0 {
+		q.log.Warn("leases expired: tasks handed out again", "task_count", len(back))
+	}
+	return nil
+}
+
+// toPending adds to b the writes that return the leased rec to pending.
+func (q *Queue) toPending(b *pebble.Batch, rec *queueRecord, next *QueueCounts) error {
+	rec.State = TaskPending
+	rec.LeaseExpiresAt = time.Time{}
+	if err := q.putRecord(b, rec); err != nil {
+		return err
+	}
+	if err := b.Set(pendingKey(rec.Domain, rec.Seq), []byte(rec.TaskID), nil); err != nil {
+		return fmt.Errorf("local queue: requeue %s: %w", rec.TaskID, err)
+	}
+	next.LeasedCount--
+	next.PendingCount++
+	return nil
+}
+
+// addPendingLocked counts one more pending task of domain, due no earlier than notBefore.
+// Requires q.mu held.
+func (q *Queue) addPendingLocked(domain string, notBefore time.Time) {
+	d := q.domainLocked(domain)
+	d.pending++
+	if notBefore.After(d.nextAt) {
+		d.nextAt = notBefore
+	}
+	if d.index < 0 {
+		heap.Push(&q.ready, d)
+	} else {
+		heap.Fix(&q.ready, d.index)
+	}
+}
+
+// domainLocked returns domain's state, creating it. Requires q.mu held.
+func (q *Queue) domainLocked(domain string) *queueDomain {
+	d := q.domains[domain]
+	if d == nil {
+		d = &queueDomain{name: domain, index: -1}
+		q.domains[domain] = d
+	}
+	return d
+}
+
+// firstPending returns the first pending task of domain as b sees it, or nil.
+func (q *Queue) firstPending(b *pebble.Batch, domain string) (*queueRecord, error) {
+	prefix := queuePendPrefix + escapeDomain(domain) + ":"
+	iter, err := b.NewIter(&pebble.IterOptions{LowerBound: []byte(prefix), UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return nil, fmt.Errorf("local queue: pending of %s: %w", domain, err)
+	}
+	var id string
+	if iter.First() {
+		v, err := iter.ValueAndErr()
+		if err != nil {
+			_ = iter.Close()
+			return nil, fmt.Errorf("local queue: pending of %s: %w", domain, err)
+		}
+		id = string(v)
+	}
+	if err := iter.Close(); err != nil {
+		return nil, fmt.Errorf("local queue: pending of %s: %w", domain, err)
+	}
+	if id == "" {
+		return nil, nil
+	}
+	rec, ok, err := q.record(b, id)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("local queue: pending task %s has no record", id)
+	}
+	return rec, nil
+}
+
+// record reads a task record through b (an indexed batch sees its own writes; nil or a
+// plain batch reads the database).
+func (q *Queue) record(b *pebble.Batch, id string) (*queueRecord, bool, error) {
+	var (
+		v   []byte
+		ok  bool
+		err error
+	)
+	if b != nil && b.Indexed() {
+		v, ok, err = batchGet(b, []byte(queueTaskPrefix+id))
+	} else {
+		v, ok, err = q.s.get([]byte(queueTaskPrefix + id))
+	}
+	if err != nil || !ok {
+		return nil, ok, err
+	}
+	var rec queueRecord
+	if err := json.Unmarshal(v, &rec); err != nil {
+		return nil, false, fmt.Errorf("local queue: decode task %s: %w", id, err)
+	}
+	return &rec, true, nil
+}
+
+func (q *Queue) putRecord(b *pebble.Batch, rec *queueRecord) error {
+	v, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("local queue: encode task %s: %w", rec.TaskID, err)
+	}
+	if err := b.Set([]byte(queueTaskPrefix+rec.TaskID), v, nil); err != nil {
+		return fmt.Errorf("local queue: put task %s: %w", rec.TaskID, err)
+	}
+	return nil
+}
+
+// commit writes next as the counts into b, commits it and, on success, makes next the
+// counts in memory. Requires q.mu held.
+func (q *Queue) commit(b *pebble.Batch, next QueueCounts, opts *pebble.WriteOptions) error {
+	v, err := json.Marshal(next)
+	if err != nil {
+		return fmt.Errorf("local queue: encode counts: %w", err)
+	}
+	if err := b.Set([]byte(queueCountsKey), v, nil); err != nil {
+		return fmt.Errorf("local queue: put counts: %w", err)
+	}
+	if err := b.Commit(opts); err != nil {
+		return fmt.Errorf("local queue: commit: %w", err)
+	}
+	q.counts = next
+	return nil
+}
+
+// batchGet reads key through an indexed batch; with a nil or plain batch it returns
+// nothing (the caller reads the database).
+func batchGet(b *pebble.Batch, key []byte) ([]byte, bool, error) {
+	if b == nil || !b.Indexed() {
+		return nil, false, nil
+	}
+	v, closer, err := b.Get(key)
+	if err == pebble.ErrNotFound {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("local queue: get %q: %w", key, err)
+	}
+	out := append([]byte(nil), v...)
+	if err := closer.Close(); err != nil {
+		return nil, false, fmt.Errorf("local queue: get %q: %w", key, err)
+	}
+	return out, true, nil
+}
+
+func pendingKey(domain string, seq uint64) []byte {
+	return fmt.Appendf(nil, "%s%s:%016x", queuePendPrefix, escapeDomain(domain), seq)
+}
+
+func queueURLKey(canonical string) []byte {
+	sum := sha256.Sum256([]byte(canonical))
+	return []byte(queueURLPrefix + hex.EncodeToString(sum[:]))
+}
+
+// unescapeDomain reverses escapeDomain.
+func unescapeDomain(s string) string {
+	if !strings.Contains(s, "%") {
+		return s
+	}
+	return strings.NewReplacer("%3A", ":", "%25", "%").Replace(s)
+}
+
+// domainHeap orders domains by nextAt.
+type domainHeap []*queueDomain
+
+func (h domainHeap) Len() int { return len(h) }
+func (h domainHeap) Less(i, j int) bool {
+	if !h[i].nextAt.Equal(h[j].nextAt) {
+		return h[i].nextAt.Before(h[j].nextAt)
+	}
+	return h[i].name < h[j].name
+}
+func (h domainHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index = i
+	h[j].index = j
+}
+func (h *domainHeap) Push(x any) {
+	d := x.(*queueDomain)
+	d.index = len(*h)
+	*h = append(*h, d)
+}
+func (h *domainHeap) Pop() any {
+	old := *h
+	d := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	d.index = -1
+	return d
+}
+
+type leaseEntry struct {
+	taskID    string
+	expiresAt time.Time
+}
+
+// leaseHeap orders leases by expiry.
+type leaseHeap []leaseEntry
+
+func (h leaseHeap) Len() int           { return len(h) }
+func (h leaseHeap) Less(i, j int) bool { return h[i].expiresAt.Before(h[j].expiresAt) }
+func (h leaseHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *leaseHeap) Push(x any)        { *h = append(*h, x.(leaseEntry)) }
+func (h *leaseHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
