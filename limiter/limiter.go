@@ -7,9 +7,11 @@
 // t >= last_request_at + I. Admitting sets last_request_at = t. When the request really
 // goes on the wire (after DNS, connect and TLS) the caller calls Admission.Wire, which
 // moves last_request_at forward to that moment and, in the rare case that another request
-// to d was admitted or went out in between, makes the caller wait until it is I after that
-// one. So the origin never sees two requests closer than I, while decisions are still made
-// at the time of the decision.
+// to d went out, or was admitted to go out at once, since this one was admitted, makes the
+// caller wait until it is I after that one (holding its turn meanwhile: nothing admitted
+// later may start before it). A reservation never goes out before its slot, and it does not
+// wait for the reservations made after it. So the origin never sees two requests closer
+// than I, while decisions are still made at the time of the decision.
 //
 // Which method callers want:
 //   - Allow: entries B and C. Refuses at once with the wait, never blocks.
@@ -56,16 +58,22 @@ type shard struct {
 	_        [32]byte // keep neighbouring shards' locks off one cache line
 }
 
-// entry is one domain's state. Its fields are guarded by the shard's mutex.
+// entry is one domain's state. Its fields are guarded by the shard's mutex. An entry is
+// removed from its shard (Reset, Sweep) only while nothing is in flight, so a live
+// Admission may keep a pointer to it.
 type entry struct {
-	lastNs     int64  // last_request_at
-	seq        uint32 // admissions so far, to tell admissions apart
-	ownerSeq   uint32 // the admission whose admission or wire moment set lastNs
+	lastNs int64 // last_request_at: the latest admitted slot or wire moment
+	// outNs is the latest moment a request went on the wire or was admitted to go out at
+	// once (its slot was its decision time), and outSeq the admission that set it (0: a
+	// loss). Wire spaces requests from it.
+	outNs      int64
+	overNs     int64  // when the latest over-limit event happened (see overEntry)
+	seq        uint32 // the latest admission's number, to tell admissions apart
+	outSeq     uint32
 	inFlight   int32
 	intervalMs int32 // the interval of the latest admission
 	source     sourceCode
-	overEntry  entryCode // the entry of the latest over-limit event
-	overNs     int64     // when it happened; 0 = never
+	overEntry  entryCode // the entry of the latest over-limit event; 0 = never
 	requests   window    // requests admitted, hourly over 24 h
 }
 
@@ -96,15 +104,19 @@ func (l *Limiter) shardOf(domain string) *shard {
 // completes, or Cancel if it never goes out. The zero Admission is not admitted and its
 // methods do nothing. An Admission is not safe for concurrent use.
 type Admission struct {
-	l         *Limiter
-	domain    string
-	seq       uint32
-	slotNs    int64
-	interval  int64 // this request's interval, ns
-	prevNs    int64
-	prevOwner uint32
-	wired     bool
-	done      bool
+	l        *Limiter
+	s        *shard
+	en       *entry // valid while the admission is live: see entry
+	domain   string
+	slotNs   int64
+	interval int64 // this request's interval, ns
+	// The entry as it was before this admission, for Cancel.
+	prevLastNs int64
+	prevOutNs  int64
+	prevOutSeq uint32
+	seq        uint32
+	wired      bool
+	done       bool
 }
 
 // Admitted reports whether a is a live admission.
@@ -187,7 +199,8 @@ func (l *Limiter) sleep(ctx context.Context, d time.Duration) error {
 func (s *shard) lookup(l *Limiter, domain string) *entry {
 	en := s.entries[domain]
 	if en == nil {
-		en = &entry{lastNs: l.lossNs.Load(), requests: newWindow()}
+		loss := l.lossNs.Load()
+		en = &entry{lastNs: loss, outNs: loss, requests: newWindow()}
 		s.entries[domain] = en
 	}
 	return en
@@ -197,11 +210,16 @@ func (s *shard) lookup(l *Limiter, domain string) *entry {
 func (s *shard) admit(l *Limiter, en *entry, domain string, t, slot int64, interval time.Duration, source downloader.IntervalSource) Admission {
 	en.seq++
 	if en.seq == 0 {
-		en.seq = 1 // 0 means "no owner"
+		en.seq = 1 // 0 means "a loss" in outSeq
 	}
-	a := Admission{l: l, domain: domain, seq: en.seq, slotNs: slot, interval: int64(interval), prevNs: en.lastNs, prevOwner: en.ownerSeq}
+	a := Admission{
+		l: l, s: s, en: en, domain: domain, seq: en.seq, slotNs: slot, interval: int64(interval),
+		prevLastNs: en.lastNs, prevOutNs: en.outNs, prevOutSeq: en.outSeq,
+	}
 	en.lastNs = slot
-	en.ownerSeq = en.seq
+	if slot == t {
+		en.outNs, en.outSeq = t, en.seq
+	}
 	en.inFlight++
 	s.inFlight++
 	en.intervalMs = int32(interval / time.Millisecond)
@@ -223,28 +241,32 @@ func (s *shard) overLimit(en *entry, e downloader.Entry, t int64) {
 }
 
 // Wire is called the moment the admitted request goes on the wire (after DNS, connect and
-// TLS). It returns 0 after moving last_request_at forward to now, or, when another request
-// to the domain was admitted or sent since this admission, the time to wait before
-// calling Wire again.
+// TLS). It returns 0 after moving last_request_at forward to now, or the time to wait
+// before calling Wire again: until the slot, for a reservation called early, or until I
+// after another request to the domain that went on the wire, or was admitted to go out at
+// once, since this admission. While it waits its turn is held: no request admitted after
+// that may start before it. Reservations whose slots are still ahead do not hold it back;
+// their own Wire spaces them from it. Once the request is on the wire, Wire returns 0 and
+// changes nothing.
 func (a *Admission) Wire(now time.Time) time.Duration {
-	if a.l == nil || a.done {
+	if a.l == nil || a.done || a.wired {
 		return 0
 	}
-	l := a.l
-	t := l.ns(now)
-	s := l.shardOf(a.domain)
+	t := a.l.ns(now)
+	if t < a.slotNs {
+		return time.Duration(a.slotNs - t)
+	}
+	s, en := a.s, a.en
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	en := s.lookup(l, a.domain)
-	if en.ownerSeq != a.seq {
-		if next := en.lastNs + a.interval; t < next {
+	if en.outSeq != a.seq {
+		if next := en.outNs + a.interval; t < next {
+			en.lastNs = max(en.lastNs, next)
 			return time.Duration(next - t)
 		}
 	}
-	if t > en.lastNs {
-		en.lastNs = t
-	}
-	en.ownerSeq = a.seq
+	en.outNs, en.outSeq = t, a.seq
+	en.lastNs = max(en.lastNs, t)
 	a.wired = true
 	return 0
 }
@@ -272,29 +294,35 @@ func (a *Admission) Done() {
 		return
 	}
 	a.done = true
-	s := a.l.shardOf(a.domain)
+	s, en := a.s, a.en
 	s.mu.Lock()
-	if en := s.entries[a.domain]; en != nil && en.inFlight > 0 {
+	if en.inFlight > 0 {
 		en.inFlight--
 		s.inFlight--
 	}
 	s.mu.Unlock()
 }
 
-// Cancel gives back an admission whose request never went on the wire: if nothing else
-// happened to the domain since, last_request_at returns to what it was before. Safe to
-// call after Done or Wire (then it only completes the request).
+// Cancel gives back an admission whose request never went on the wire: if no request to
+// the domain was admitted since, last_request_at returns to what it was before, but never
+// before a wire moment or a loss that came in between. Safe to call after Done or Wire
+// (then it only completes the request).
 func (a *Admission) Cancel() {
 	if a.l == nil || a.done {
 		return
 	}
-	s := a.l.shardOf(a.domain)
-	s.mu.Lock()
-	if en := s.entries[a.domain]; en != nil && !a.wired && en.ownerSeq == a.seq {
-		en.lastNs = a.prevNs
-		en.ownerSeq = a.prevOwner
+	if !a.wired {
+		s, en := a.s, a.en
+		s.mu.Lock()
+		if en.seq == a.seq {
+			if en.outSeq == a.seq {
+				en.outNs, en.outSeq = a.prevOutNs, a.prevOutSeq
+			}
+			en.lastNs = max(a.prevLastNs, en.outNs, a.l.lossNs.Load())
+			en.seq = a.seq - 1 // the admission before this one may give its slot back too
+		}
+		s.mu.Unlock()
 	}
-	s.mu.Unlock()
 	a.Done()
 }
 
@@ -302,8 +330,11 @@ func (a *Admission) Cancel() {
 // state is treated as requested at now (SPEC §2).
 func (l *Limiter) Reset(now time.Time) {
 	t := l.ns(now)
-	if t > l.lossNs.Load() {
-		l.lossNs.Store(t)
+	for {
+		old := l.lossNs.Load()
+		if t <= old || l.lossNs.CompareAndSwap(old, t) {
+			break
+		}
 	}
 	for i := range l.shards {
 		s := &l.shards[i]
