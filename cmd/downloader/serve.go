@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"downloader/clock"
+	"downloader/engine"
+	"downloader/fetch"
+	"downloader/limiter"
+	"downloader/netguard"
+	"downloader/render"
+	"downloader/server"
+	"downloader/store/embedded"
+)
+
+func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var c config
+	fs := newFlagSet("serve", &c, stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, "usage: downloader serve [flags]\n\nRuns the service on embedded defaults. Flags (each also DOWNLOADER_<FLAG>):\n\n")
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, &c, args, getenv); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	logger := newLogger(stderr, c.LogLevel)
+	svc, err := startService(ctx, &c, logger)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "downloader: listening on http://%s\n", svc.addr)
+	return svc.wait(ctx)
+}
+
+func newLogger(w io.Writer, level slog.Level) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+// service is the running downloader: every component and the order to stop them in.
+type service struct {
+	cfg     *config
+	log     *slog.Logger
+	addr    net.Addr
+	store   *embedded.Store
+	limiter *limiter.Limiter
+	engine  *engine.Engine
+	fetcher *fetch.Fetcher
+	render  *render.Pool
+	server  *server.Server
+	http    *http.Server
+	errc    chan error // the first error of a long-running part
+	cancel  context.CancelFunc
+}
+
+// startService opens the store, builds every component and starts serving. The caller
+// must call wait.
+func startService(ctx context.Context, c *config, logger *slog.Logger) (*service, error) {
+	if err := os.MkdirAll(c.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	st, err := embedded.Open(filepath.Join(c.DataDir, "store"), logger)
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	clk := clock.Real{}
+	lim := limiter.New(clk)
+	gate := limiter.NewGate(c.MaxConcurrentCount, c.LocalQueueLength)
+	guard := netguard.New(netguard.Config{ConnectTo: c.ConnectTo, AllowPrivateNetworks: c.AllowPrivateNetworks})
+	defaultInterval := time.Duration(c.DefaultMinIntervalMs) * time.Millisecond
+	fetcher := fetch.New(fetch.Config{
+		Clock: clk, Guard: guard, Logger: logger, UserAgent: c.UserAgent,
+		Hops: engine.Hops{Limiter: lim, DefaultMinInterval: defaultInterval},
+	})
+	pool, err := render.New(render.Config{
+		Clock: clk, Logger: logger, BinaryPath: c.ChromiumPath, Endpoint: c.RendererEndpoint,
+		Concurrency: c.RenderConcurrency, QueueLength: c.LocalQueueLength, UserAgent: c.UserAgent,
+		Guard: guard, DefaultTimeout: c.requestTimeout(),
+	})
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("renderer: %w", err)
+	}
+	eng := engine.New(engine.Config{
+		Clock: clk, Logger: logger, Limiter: lim, Gate: gate, Fetcher: fetcher, Renderer: pool,
+		Results: st, Pages: st, Settings: st, DefaultMinInterval: defaultInterval,
+		DefaultTimeout: c.requestTimeout(),
+	})
+	if err := eng.LoadSettings(ctx); err != nil {
+		pool.Close()
+		st.Close()
+		return nil, err
+	}
+	srv := server.New(server.Config{Engine: eng, Guard: guard, Logger: logger, Clock: clk})
+	ln, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		pool.Close()
+		st.Close()
+		return nil, fmt.Errorf("listen on %s: %w", c.Listen, err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	s := &service{cfg: c, log: logger, addr: ln.Addr(), store: st, limiter: lim, engine: eng, fetcher: fetcher,
+		render: pool, server: srv, errc: make(chan error, 2), cancel: cancel,
+		http: &http.Server{
+			Handler:           srv,
+			ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout:       30 * time.Second,
+			WriteTimeout:      c.requestTimeout() + maxQueueWait + 10*time.Second,
+			IdleTimeout:       2 * time.Minute,
+			MaxHeaderBytes:    64 << 10,
+			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		}}
+	go func() { s.errc <- lim.Run(runCtx) }()
+	go func() {
+		if err := s.http.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			s.errc <- fmt.Errorf("serve http: %w", err)
+		}
+	}()
+	srv.SetReady(true)
+	logger.Info("service started", "listen", ln.Addr().String(), "data_dir", c.DataDir,
+		"max_concurrent_count", eng.Settings().MaxConcurrentCount)
+	return s, nil
+}
+
+// maxQueueWait bounds how long a B or C request may wait for a global slot in practice
+// (the HTTP write timeout must cover it).
+const maxQueueWait = time.Minute
+
+// wait runs until ctx ends or a part fails, then stops in order: stop taking requests,
+// let in-flight ones finish within the grace period, cut the rest short with
+// shutting_down, then close the renderer, the fetcher and the store.
+func (s *service) wait(ctx context.Context) error {
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-s.errc:
+	}
+	s.server.SetReady(false)
+	s.log.Info("stopping", "shutdown_grace_seconds", s.cfg.ShutdownGraceSeconds)
+	grace, cancel := context.WithTimeout(context.Background(), time.Duration(s.cfg.ShutdownGraceSeconds)*time.Second)
+	defer cancel()
+	if err := s.http.Shutdown(grace); err != nil {
+		// Grace is over: cut what is left short, then close the connections.
+		s.engine.Stop()
+		hard, cancelHard := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancelHard()
+		if err := s.http.Shutdown(hard); err != nil {
+			s.http.Close()
+		}
+	}
+	s.engine.Stop()
+	s.cancel()
+	s.render.Close()
+	s.fetcher.Close()
+	if err := s.store.Close(); err != nil && runErr == nil {
+		runErr = fmt.Errorf("close store: %w", err)
+	}
+	s.log.Info("stopped")
+	return runErr
+}
