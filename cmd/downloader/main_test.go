@@ -184,4 +184,3 @@ func TestSettingsSurviveARestart(t *testing.T) {
 		t.Errorf("after restart: %v, want 5", m)
 	}
 }
-
