@@ -1,0 +1,208 @@
+package fetch
+
+import (
+	"bufio"
+	"bytes"
+	"compress/flate"
+	"compress/gzip"
+	"compress/zlib"
+	"context"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/andybalholm/brotli"
+	"golang.org/x/net/html/charset"
+
+	"downloader/htmltext"
+)
+
+// acceptEncoding is what we ask for: the codings readBody decodes itself, so that the cap
+// holds on decoded bytes.
+const acceptEncoding = "gzip, deflate, br"
+
+// maxCodings bounds a Content-Encoding chain; a longer one is left undecoded.
+const maxCodings = 3
+
+type bodyResult struct {
+	body      []byte
+	truncated bool  // the cap was reached, on the wire or decoded
+	undecoded bool  // a content coding we do not decode: body is as sent
+	decodeErr error // the body did not decode (corrupt or cut by the cap); body holds what did
+	err       error // the network failed while reading: a fetch failure
+}
+
+// wireReader reads the body as sent, up to a cap, re-arming the stall timer whenever
+// bytes arrive. It records the network's error apart from the decoders'.
+type wireReader struct {
+	r         io.Reader
+	remaining int64 // bytes still allowed; one more than the cap, to tell "at" from "over"
+	capped    bool
+	err       error
+	timer     *time.Timer
+	stall     time.Duration
+}
+
+func (w *wireReader) Read(p []byte) (int, error) {
+	if w.remaining <= 0 {
+		w.capped = true
+		return 0, io.EOF
+	}
+	if int64(len(p)) > w.remaining {
+		p = p[:w.remaining]
+	}
+	n, err := w.r.Read(p)
+	w.remaining -= int64(n)
+	if n > 0 {
+		w.timer.Reset(w.stall)
+	}
+	if err != nil && err != io.EOF {
+		w.err = err
+	}
+	return n, err
+}
+
+// readBody reads resp's body, decoded, up to limit bytes (and limit+1 on the wire). A
+// body that stalls for ResponseTimeout cancels the hop with errBodyStalls.
+func (f *Fetcher) readBody(ctx context.Context, cancel context.CancelCauseFunc, resp *http.Response, limit int64) bodyResult {
+	stall := f.cfg.ResponseTimeout
+	timer := time.AfterFunc(stall, func() { cancel(errBodyStalls) })
+	defer timer.Stop()
+	wire := &wireReader{r: resp.Body, remaining: limit + 1, timer: timer, stall: stall}
+
+	var res bodyResult
+	var r io.Reader = wire
+	codings, ok := contentCodings(resp.Header)
+	if !ok {
+		res.undecoded = true
+		codings = nil
+	}
+	for i := len(codings) - 1; i >= 0; i-- {
+		dr, err := decoder(codings[i], r)
+		if err != nil {
+			if wire.err != nil {
+				res.err = wire.err
+			} else {
+				res.decodeErr = err
+			}
+			return res
+		}
+		r = dr
+	}
+
+	var buf bytes.Buffer
+	if len(codings) == 0 && resp.ContentLength > 0 {
+		buf.Grow(int(min(resp.ContentLength, limit) + 1))
+	}
+	_, err := io.Copy(&buf, io.LimitReader(r, limit+1))
+	if int64(buf.Len()) > limit {
+		buf.Truncate(int(limit))
+		res.truncated = true
+	}
+	if wire.capped {
+		res.truncated = true
+	}
+	switch {
+	case wire.err != nil:
+		res.err = wire.err
+	case err != nil && ctx.Err() != nil:
+		res.err = context.Cause(ctx)
+	case err != nil:
+		res.decodeErr = err
+	}
+	res.body = buf.Bytes()
+	return res
+}
+
+// contentCodings lists the Content-Encoding chain in the order applied; ok is false when
+// it holds a coding we do not decode or is too long.
+func contentCodings(h http.Header) ([]string, bool) {
+	var out []string
+	for _, v := range h.Values("Content-Encoding") {
+		for c := range strings.SplitSeq(v, ",") {
+			c = strings.ToLower(strings.TrimSpace(c))
+			switch c {
+			case "", "identity":
+				continue
+			case "gzip", "x-gzip", "deflate", "br":
+				out = append(out, c)
+			default:
+				return nil, false
+			}
+		}
+	}
+	if len(out) > maxCodings {
+		return nil, false
+	}
+	return out, true
+}
+
+func decoder(coding string, r io.Reader) (io.Reader, error) {
+	switch coding {
+	case "gzip", "x-gzip":
+		return gzip.NewReader(r)
+	case "deflate":
+		// "deflate" is meant to be zlib-wrapped, but some servers send raw deflate.
+		br := bufio.NewReader(r)
+		if h, err := br.Peek(2); err == nil && isZlibHeader(h) {
+			return zlib.NewReader(br)
+		}
+		return flate.NewReader(br), nil
+	case "br":
+		return brotli.NewReader(r), nil
+	}
+	return r, nil
+}
+
+func isZlibHeader(h []byte) bool {
+	return h[0]&0x0f == 8 && h[0]>>4 <= 7 && (uint16(h[0])<<8|uint16(h[1]))%31 == 0
+}
+
+// contentType returns the Content-Type as sent, or the sniffed one when none was.
+func contentType(header string, body []byte) string {
+	if h := strings.TrimSpace(header); h != "" {
+		return h
+	}
+	if len(body) == 0 {
+		return ""
+	}
+	return http.DetectContentType(body)
+}
+
+// textLength is raw_text_length for a body of content type ct (see the package doc).
+func textLength(ct string, body []byte, undecoded bool) int {
+	if undecoded || len(body) == 0 {
+		return 0
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		mt, _, _ = strings.Cut(strings.ToLower(ct), ";")
+		mt = strings.TrimSpace(mt)
+	}
+	switch {
+	case mt == "text/html" || mt == "application/xhtml+xml":
+		n, _ := htmltext.VisibleTextLength(utf8Reader(body, ct))
+		return n
+	case strings.HasPrefix(mt, "text/"):
+		b, err := io.ReadAll(utf8Reader(body, ct))
+		if err != nil {
+			return htmltext.PlainTextLength(body)
+		}
+		return htmltext.PlainTextLength(b)
+	}
+	return 0
+}
+
+// utf8Reader converts body to UTF-8 from its charset: a BOM, the Content-Type's charset
+// or a <meta> declaration. Without any, a body that is valid UTF-8 is taken as UTF-8
+// (charset's own fallback, windows-1252, would count every Chinese character as three).
+func utf8Reader(body []byte, ct string) io.Reader {
+	e, name, certain := charset.DetermineEncoding(body, ct)
+	if e == nil || name == "utf-8" || (!certain && name == "windows-1252" && utf8.Valid(body)) {
+		return bytes.NewReader(body)
+	}
+	return e.NewDecoder().Reader(bytes.NewReader(body))
+}

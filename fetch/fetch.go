@@ -1,0 +1,430 @@
+// Package fetch is the plain HTTP fetch (should_render=false) behind entries A, B and C:
+// one GET through the SSRF guard, with connect, TLS, header and body-stall timeouts, a
+// body cap that also holds after decompression, manual redirects with one limiter
+// admission per hop, and the classification of every failure into SPEC §4's closed
+// fail_reason set.
+//
+// Decisions (see also Classify):
+//   - The on-the-wire moment (SPEC §2) is the httptrace GotConn hook: it runs on the
+//     request's goroutine after DNS, connect and TLS, for new and reused connections, just
+//     before the request is written. Fetch calls Admission.WaitWire there. If that wait
+//     fails (ctx ends first), the connection is closed before a byte of the request is
+//     written and the fetch fails with self_rate_limited.
+//   - Every redirect hop, to the same host too, gets its own admission from
+//     Config.Hops (politeness is per request) and its own WaitWire. A hop whose URL names
+//     a forbidden address, or whose host resolves to one, fails with
+//     destination_forbidden before any connection is made. More than MaxRedirects hops:
+//     the last 3xx is the final answer (http_status_error).
+//   - The body is read until MaxBodyBytes of decoded content (and at most MaxBodyBytes on
+//     the wire); the rest is left unread. A capped body is not a failure: the outcome
+//     carries what was read and the log says is_body_truncated.
+//   - raw_text_length: for HTML (text/html, application/xhtml+xml, or sniffed as HTML when
+//     no Content-Type is sent), the visible text of the body decoded to UTF-8 from its
+//     declared or sniffed charset (htmltext.VisibleTextLength); for other text/* types,
+//     the characters of the text with white space collapsed (htmltext.PlainTextLength);
+//     0 for anything else (images, JSON, PDFs) and for a content coding we do not decode.
+//   - health_signal.body_bytes counts the decoded bytes read of the final response;
+//     content_type is the final response's header as sent (sniffed when absent).
+//   - Network timeouts run on real time, as net/http's own do; the injected clock times
+//     elapsed_ms and dates Retry-After.
+package fetch
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"downloader"
+	"downloader/clock"
+	"downloader/limiter"
+	"downloader/netguard"
+)
+
+// HopAdmitter admits redirect hops into the limiter.
+type HopAdmitter interface {
+	// AdmitHop blocks until a redirect hop to domain is admitted by the limiter
+	// (reserve-and-wait bounded by ctx), and returns the admission.
+	AdmitHop(ctx context.Context, domain string) (limiter.Admission, error)
+}
+
+// Config configures a Fetcher. Zero durations and sizes take the defaults below.
+type Config struct {
+	Clock clock.Clock     // default clock.Real{}
+	Guard *netguard.Guard // default: a guard with no rules and the system resolver
+	Hops  HopAdmitter     // nil: redirects are not followed (the 3xx is the answer)
+	// UserAgent is sent on every request; default DefaultUserAgent.
+	UserAgent       string
+	ConnectTimeout  time.Duration // DNS and TCP connect; default 10s
+	TLSTimeout      time.Duration // TLS handshake; default 10s
+	ResponseTimeout time.Duration // headers after the request is sent, and any stall of the body; default 30s
+	MaxBodyBytes    int64         // default 10 MiB, decoded and on the wire
+	MaxRedirects    int           // default 5; negative: follow none
+	// TLSConfig, when set, is cloned for the transport (trusted roots for a private CA,
+	// say). Default: the system roots, TLS 1.2 at least.
+	TLSConfig *tls.Config
+	Logger    *slog.Logger // default: discard
+}
+
+// Defaults.
+const (
+	DefaultUserAgent       = "Mozilla/5.0 (compatible; downloader/1.0)"
+	DefaultConnectTimeout  = 10 * time.Second
+	DefaultTLSTimeout      = 10 * time.Second
+	DefaultResponseTimeout = 30 * time.Second
+	DefaultMaxBodyBytes    = 10 << 20
+	DefaultMaxRedirects    = 5
+)
+
+// redirectDrainBytes bounds what is read of a redirect's body so its connection can be
+// reused.
+const redirectDrainBytes = 64 << 10
+
+// Fetcher does plain GETs. It owns one *http.Transport whose connections pass through the
+// guard. Safe for concurrent use; call Close when done.
+type Fetcher struct {
+	cfg       Config
+	log       *slog.Logger
+	transport *http.Transport
+	client    *http.Client
+	closed    context.Context // done after Close: aborts dials still in progress
+	close     context.CancelFunc
+
+	// wireHook, when set (by tests of this package), runs in GotConn right after the
+	// wire wait let the request out.
+	wireHook func(hop int, info httptrace.GotConnInfo)
+}
+
+// New returns a Fetcher for cfg.
+func New(cfg Config) *Fetcher {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Guard == nil {
+		cfg.Guard = netguard.New(netguard.Config{})
+	}
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = DefaultUserAgent
+	}
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = DefaultConnectTimeout
+	}
+	if cfg.TLSTimeout <= 0 {
+		cfg.TLSTimeout = DefaultTLSTimeout
+	}
+	if cfg.ResponseTimeout <= 0 {
+		cfg.ResponseTimeout = DefaultResponseTimeout
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	switch {
+	case cfg.MaxRedirects == 0:
+		cfg.MaxRedirects = DefaultMaxRedirects
+	case cfg.MaxRedirects < 0:
+		cfg.MaxRedirects = 0
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	var tlsCfg *tls.Config
+	if cfg.TLSConfig != nil {
+		tlsCfg = cfg.TLSConfig.Clone()
+	} else {
+		tlsCfg = &tls.Config{}
+	}
+	if tlsCfg.MinVersion == 0 {
+		tlsCfg.MinVersion = tls.VersionTLS12
+	}
+	f := &Fetcher{cfg: cfg, log: log}
+	f.closed, f.close = context.WithCancel(context.Background())
+	guard, connectTimeout, closed := cfg.Guard, cfg.ConnectTimeout, f.closed
+	f.transport = &http.Transport{
+		Proxy: nil, // never an environment proxy: the guard must see the origin's address
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			// net/http detaches dials from the request's cancellation (a later request may
+			// use the connection), so the connect timeout and Close bound them instead.
+			ctx, cancel := context.WithTimeout(ctx, connectTimeout)
+			defer cancel()
+			stop := context.AfterFunc(closed, cancel)
+			defer stop()
+			return guard.DialContext(ctx, network, addr)
+		},
+		TLSClientConfig:        tlsCfg,
+		TLSHandshakeTimeout:    cfg.TLSTimeout,
+		ResponseHeaderTimeout:  cfg.ResponseTimeout,
+		DisableCompression:     true, // we ask for and decode encodings ourselves, under the cap
+		MaxIdleConns:           1024,
+		MaxIdleConnsPerHost:    4,
+		IdleConnTimeout:        90 * time.Second,
+		MaxResponseHeaderBytes: 1 << 20,
+	}
+	f.client = &http.Client{
+		Transport: f.transport,
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		},
+	}
+	return f
+}
+
+// Close closes idle connections and aborts dials in progress. Fetches already past their
+// dial are not interrupted; their connections close when they finish and Close is called
+// again, or after the idle timeout.
+func (f *Fetcher) Close() {
+	f.close()
+	f.transport.CloseIdleConnections()
+}
+
+// Fetch does one GET of u, following redirects. adm is the limiter admission of u's
+// domain, already taken by the caller, who also finishes it after Fetch returns; nil
+// means none. Fetch calls adm.WaitWire when the request goes on the wire. Hop admissions
+// are taken and finished by Fetch. The outcome is never nil; its TextLength and XHR fields
+// are nil (nothing was rendered).
+func (f *Fetcher) Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome {
+	start := f.cfg.Clock.Now()
+	out := &downloader.Outcome{}
+	cur := *u
+	var err error
+	defer func() {
+		out.HealthSignal.ElapsedMs = f.cfg.Clock.Now().Sub(start).Milliseconds()
+		f.logOutcome(u, out, err)
+	}()
+
+	for hop := 0; ; hop++ {
+		out.FinalURL = cur.String()
+		out.HealthSignal.RedirectCount = hop
+		if cerr := f.cfg.Guard.CheckURLHost(cur.Host); cerr != nil {
+			err = cerr
+			out.FailReason = downloader.FailDestinationForbidden
+			return out
+		}
+		hopAdm := adm
+		if hop > 0 {
+			a, aerr := f.admitHop(ctx, &cur)
+			if aerr != nil {
+				err = aerr
+				out.FailReason = downloader.FailSelfRateLimited
+				if errors.Is(aerr, context.Canceled) {
+					out.FailReason = downloader.FailShuttingDown
+				}
+				return out
+			}
+			hopAdm = &a
+		}
+		var next *url.URL
+		next, err = f.hop(ctx, hop, &cur, hopAdm, out)
+		if hop > 0 {
+			hopAdm.Cancel() // degrades to Done once the hop went on the wire
+		}
+		if next == nil {
+			return out
+		}
+		cur = *next
+	}
+}
+
+func (f *Fetcher) admitHop(ctx context.Context, u *url.URL) (limiter.Admission, error) {
+	domain, err := downloader.NormalizeDomain(u.Hostname())
+	if err != nil {
+		return limiter.Admission{}, fmt.Errorf("redirect to %s: %w", u.Redacted(), err)
+	}
+	a, err := f.cfg.Hops.AdmitHop(ctx, domain)
+	if err != nil {
+		return limiter.Admission{}, fmt.Errorf("admit redirect hop to %s: %w", domain, err)
+	}
+	return a, nil
+}
+
+// hopState is what the trace hooks learn about one hop. The TLS hooks may run on the
+// transport's dialling goroutine, hence the atomics.
+type hopState struct {
+	connected  atomic.Bool // GotConn ran
+	tlsStarted atomic.Bool
+	tlsDone    atomic.Bool // the handshake succeeded
+	wireErr    error       // set in GotConn, on the request's goroutine
+}
+
+var (
+	errWireWait   = errors.New("fetch: the limiter's wire wait did not finish")
+	errBodyStalls = errors.New("fetch: the response body stalled")
+)
+
+// hop sends one request for u and fills out from its answer. It returns the next URL
+// when the answer is a redirect to follow.
+func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Admission, out *downloader.Outcome) (*url.URL, error) {
+	hopCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	st := &hopState{}
+	trace := &httptrace.ClientTrace{
+		TLSHandshakeStart: func() { st.tlsStarted.Store(true) },
+		TLSHandshakeDone: func(_ tls.ConnectionState, err error) {
+			if err == nil {
+				st.tlsDone.Store(true)
+			}
+		},
+		GotConn: func(info httptrace.GotConnInfo) {
+			st.connected.Store(true)
+			if adm != nil {
+				if err := adm.WaitWire(hopCtx); err != nil {
+					// Not a byte of the request may leave: close the connection under it.
+					st.wireErr = err
+					cancel(errWireWait)
+					closeConn(info.Conn)
+					return
+				}
+			}
+			if f.wireHook != nil {
+				f.wireHook(hop, info)
+			}
+		},
+	}
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(hopCtx, trace), http.MethodGet, u.String(), nil)
+	if err != nil {
+		out.FailReason = downloader.FailInvalidTask
+		return nil, fmt.Errorf("fetch %s: %w", u.Redacted(), err)
+	}
+	req.Header.Set("User-Agent", f.cfg.UserAgent)
+	req.Header.Set("Accept", "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8")
+	req.Header.Set("Accept-Encoding", acceptEncoding)
+
+	resp, err := f.client.Do(req)
+	if err != nil {
+		out.FailReason = f.classifyHop(ctx, hopCtx, st, err)
+		return nil, fmt.Errorf("fetch %s: %w", u.Redacted(), err)
+	}
+	defer resp.Body.Close()
+
+	if next := f.redirectTarget(hop, u, resp); next != nil {
+		// Drain a little so the connection can be reused; errors here do not matter.
+		f.readBody(hopCtx, cancel, resp, redirectDrainBytes)
+		return next, nil
+	}
+
+	out.HTTPStatus = resp.StatusCode
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		out.FailReason = downloader.FailHTTPStatusError
+	}
+	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+		out.HealthSignal.RetryAfterSeconds = parseRetryAfter(resp.Header.Get("Retry-After"), f.cfg.Clock.Now())
+	}
+	b := f.readBody(hopCtx, cancel, resp, f.cfg.MaxBodyBytes)
+	out.Body = b.body
+	out.HealthSignal.BodyBytes = int64(len(b.body))
+	out.HealthSignal.ContentType = contentType(resp.Header.Get("Content-Type"), b.body)
+	n := textLength(out.HealthSignal.ContentType, b.body, b.undecoded)
+	out.RawTextLength = &n
+	if b.truncated {
+		f.log.Info("fetch: body over the cap, truncated", "url", u.Redacted(), "max_body_bytes", f.cfg.MaxBodyBytes, "is_body_truncated", true)
+	}
+	if b.decodeErr != nil {
+		f.log.Debug("fetch: body does not decode", "url", u.Redacted(), "error", b.decodeErr)
+	}
+	if b.err != nil {
+		// The answer arrived but its body broke off. A non-2xx status stays the reason
+		// (it says more); after a 2xx the failure of the body is the reason.
+		if out.FailReason == "" {
+			out.FailReason = f.classifyHop(ctx, hopCtx, st, b.err)
+		}
+		return nil, fmt.Errorf("fetch %s: read body: %w", u.Redacted(), b.err)
+	}
+	return nil, nil
+}
+
+// redirectTarget returns where a redirect response sends us, or nil when resp is the
+// final answer (not a redirect, no usable Location, too many hops, or no HopAdmitter).
+func (f *Fetcher) redirectTarget(hop int, u *url.URL, resp *http.Response) *url.URL {
+	switch resp.StatusCode {
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther,
+		http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+	default:
+		return nil
+	}
+	if f.cfg.Hops == nil || hop >= f.cfg.MaxRedirects {
+		return nil
+	}
+	loc := resp.Header.Get("Location")
+	if loc == "" {
+		return nil
+	}
+	next, err := u.Parse(loc)
+	if err != nil {
+		return nil
+	}
+	switch next.Scheme {
+	case "http", "https":
+	default:
+		return nil
+	}
+	if next.Hostname() == "" {
+		return nil
+	}
+	next.User = nil // never send credentials an origin put in a Location
+	next.Fragment, next.RawFragment = "", ""
+	return next
+}
+
+// closeConn closes the TCP connection under c without a TLS close_notify.
+func closeConn(c net.Conn) {
+	if tc, ok := c.(*tls.Conn); ok {
+		tc.NetConn().Close()
+		return
+	}
+	c.Close()
+}
+
+// parseRetryAfter reads a Retry-After header: delay-seconds or an HTTP-date, relative to
+// now, rounded up; nil when absent or unreadable; never negative.
+func parseRetryAfter(v string, now time.Time) *int64 {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return nil
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n < 0 {
+			return nil
+		}
+		return &n
+	}
+	t, err := http.ParseTime(v)
+	if err != nil {
+		return nil
+	}
+	d := t.Sub(now)
+	secs := int64(0)
+	if d > 0 {
+		secs = int64((d + time.Second - 1) / time.Second)
+	}
+	return &secs
+}
+
+func (f *Fetcher) logOutcome(u *url.URL, out *downloader.Outcome, err error) {
+	if !f.log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	attrs := []any{
+		"url", u.Redacted(), "final_url", out.FinalURL, "http_status", out.HTTPStatus,
+		"fail_reason", string(out.FailReason), "elapsed_ms", out.HealthSignal.ElapsedMs,
+		"body_bytes", out.HealthSignal.BodyBytes, "redirect_count", out.HealthSignal.RedirectCount,
+	}
+	if err != nil {
+		attrs = append(attrs, "error", err.Error())
+	}
+	f.log.Debug("fetch", attrs...)
+}
+
+// statically check that the limiter's admission satisfies what Fetch needs of it.
+var _ interface {
+	WaitWire(context.Context) error
+	Cancel()
+} = (*limiter.Admission)(nil)
