@@ -1,0 +1,400 @@
+package lease_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"downloader"
+	"downloader/clock"
+	"downloader/engine"
+	"downloader/fetch"
+	"downloader/lease"
+	"downloader/limiter"
+	"downloader/netguard"
+	"downloader/origintest"
+	"downloader/scheduler"
+	"downloader/store/embedded"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// Interface checks: both sources satisfy lease.Source, the engine is a Runner and the
+// embedded outbox an Outbox.
+var (
+	_ lease.Source = (*scheduler.Client)(nil)
+	_ lease.Source = (*embedded.Queue)(nil)
+	_ lease.Runner = (*engine.Engine)(nil)
+	_ lease.Outbox = (*embedded.Outbox)(nil)
+)
+
+// originLatencyAllowance is how much earlier than the interval the origin may see a
+// request in these tests. The limiter spaces the moments requests go on the wire by at
+// least the interval (its own tests prove that on a fake clock); the origin records a
+// request when its handler runs, and on this 2-core machine under -race, with other test
+// binaries running, the handler was measured to run up to ~20 ms after the client wrote
+// the request, and once ~90 ms. A request delayed that way and the next one on time look
+// closer than they were sent. The intervals in these tests are large next to this
+// allowance, so a task run early (at once instead of at its slot) still fails them.
+const originLatencyAllowance = 100 * time.Millisecond
+
+// waitTimeout bounds every wait on a condition, so that a broken test fails instead of
+// hanging. It is not a sleep: waits return as soon as the condition holds.
+const waitTimeout = 30 * time.Second
+
+// notifier lets a test wait for a condition on state that changes elsewhere.
+type notifier struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (n *notifier) changed() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ch == nil {
+		n.ch = make(chan struct{})
+	}
+	return n.ch
+}
+
+func (n *notifier) notify() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ch != nil {
+		close(n.ch)
+	}
+	n.ch = make(chan struct{})
+}
+
+// waitFor returns when cond holds, re-checking it whenever n changes (and every 5 ms, for
+// conditions on state n does not cover).
+func waitFor(t *testing.T, n *notifier, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.NewTimer(waitTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ch := n.changed()
+		if cond() {
+			return
+		}
+		select {
+		case <-ch:
+		case <-tick.C:
+		case <-deadline.C:
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// fakeScheduler is a real HTTP server speaking docs/scheduler-contract.md from an in-memory
+// list of tasks, recording every report and release.
+type fakeScheduler struct {
+	t   *testing.T
+	srv *httptest.Server
+	notifier
+
+	mu          sync.Mutex
+	pending     []json.RawMessage
+	leaseFor    time.Duration
+	leaseCalls  int
+	reports     []downloader.Report
+	reportCalls int
+	releases    []releaseCall
+	reportsDown bool // answer 503 to reports
+}
+
+type releaseCall struct {
+	TaskID            string `json:"task_id"`
+	RetryAfterSeconds int64  `json:"retry_after_seconds"`
+}
+
+func newFakeScheduler(t *testing.T) *fakeScheduler {
+	f := &fakeScheduler{t: t, leaseFor: time.Minute}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/lease", f.lease)
+	mux.HandleFunc("POST /v1/report", f.report)
+	mux.HandleFunc("POST /v1/release", f.release)
+	f.srv = httptest.NewServer(mux)
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+// add queues tasks; a task without lease_expires_at gets one leaseFor after it is leased.
+func (f *fakeScheduler) add(tasks ...downloader.Task) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, tk := range tasks {
+		b, err := json.Marshal(tk)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		f.pending = append(f.pending, b)
+	}
+}
+
+// addRaw queues tasks as raw JSON objects, as a buggy scheduler might send them.
+func (f *fakeScheduler) addRaw(objs ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, o := range objs {
+		f.pending = append(f.pending, json.RawMessage(o))
+	}
+}
+
+func (f *fakeScheduler) lease(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		WorkerID     string `json:"worker_id"`
+		MaxTaskCount int    `json:"max_task_count"`
+	}
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil || req.WorkerID == "" || req.MaxTaskCount < 1 {
+		f.t.Errorf("bad lease request: %+v, %v", req, err)
+		http.Error(w, "bad request", http.StatusBadRequest)
+		return
+	}
+	f.mu.Lock()
+	n := min(req.MaxTaskCount, len(f.pending))
+	out := make([]json.RawMessage, 0, n)
+	for _, raw := range f.pending[:n] {
+		var m map[string]any
+		if json.Unmarshal(raw, &m) == nil {
+			if v, ok := m["lease_expires_at"].(string); ok && v == "0001-01-01T00:00:00Z" {
+				m["lease_expires_at"] = time.Now().Add(f.leaseFor).UTC().Format(time.RFC3339Nano)
+				raw, _ = json.Marshal(m)
+			}
+		}
+		out = append(out, raw)
+	}
+	f.pending = f.pending[n:]
+	f.leaseCalls++
+	f.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"tasks": out})
+}
+
+func (f *fakeScheduler) report(w http.ResponseWriter, r *http.Request) {
+	var rep downloader.Report
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rep); err != nil {
+		f.t.Errorf("bad report: %v", err)
+		http.Error(w, "bad request", http.StatusBadRequest)
+		return
+	}
+	f.mu.Lock()
+	f.reportCalls++
+	down := f.reportsDown
+	if !down {
+		f.reports = append(f.reports, rep)
+	}
+	f.mu.Unlock()
+	f.notify()
+	if down {
+		http.Error(w, "scheduler is down", http.StatusServiceUnavailable)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (f *fakeScheduler) release(w http.ResponseWriter, r *http.Request) {
+	var rel releaseCall
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rel); err != nil {
+		f.t.Errorf("bad release: %v", err)
+		http.Error(w, "bad request", http.StatusBadRequest)
+		return
+	}
+	f.mu.Lock()
+	f.releases = append(f.releases, rel)
+	f.mu.Unlock()
+	f.notify()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (f *fakeScheduler) setReportsDown(down bool) {
+	f.mu.Lock()
+	f.reportsDown = down
+	f.mu.Unlock()
+}
+
+func (f *fakeScheduler) snapshot() (reports []downloader.Report, releases []releaseCall, reportCalls int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]downloader.Report(nil), f.reports...), append([]releaseCall(nil), f.releases...), f.reportCalls
+}
+
+// reportedIDs returns how many reports each task id received.
+func (f *fakeScheduler) reportedIDs() map[string]int {
+	reps, _, _ := f.snapshot()
+	m := map[string]int{}
+	for _, r := range reps {
+		m[r.TaskID]++
+	}
+	return m
+}
+
+func (f *fakeScheduler) client(t *testing.T) *scheduler.Client {
+	c, err := scheduler.New(scheduler.Config{URL: f.srv.URL, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// rig is the real entry A stack: an origin with many virtual hosts, the guarded fetcher,
+// the limiter and global cap, the engine and the embedded store.
+type rig struct {
+	origin *origintest.Origin
+	clk    clock.Clock
+	lim    *limiter.Limiter
+	gate   *limiter.Gate
+	eng    *engine.Engine
+	fetch  *fetch.Fetcher
+	dir    string
+	store  *embedded.Store
+	outbox *embedded.Outbox
+}
+
+type rigOptions struct {
+	handler http.Handler
+	clock   clock.Clock // engine and limiter clock; default real
+	timeout time.Duration
+	dir     string // data dir to reuse (a restart)
+	origin  *origintest.Origin
+}
+
+// loopbackDialer refuses (and fails the test on) any address outside 127.0.0.0/8 and ::1.
+type loopbackDialer struct{ t *testing.T }
+
+func (d loopbackDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return nil, err
+	}
+	if ip, err := netip.ParseAddr(host); err != nil || !ip.IsLoopback() {
+		d.t.Errorf("test dialer asked for non-loopback address %s", address)
+		return nil, errors.New("test dialer: non-loopback address refused")
+	}
+	var nd net.Dialer
+	return nd.DialContext(ctx, network, address)
+}
+
+// noResolver fails the test if anything is resolved: every host is mapped to the origin.
+type noResolver struct{ t *testing.T }
+
+func (r noResolver) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
+	r.t.Errorf("test resolver asked for %s", host)
+	return nil, errors.New("test resolver: no lookups")
+}
+
+func newRig(t *testing.T, o rigOptions) *rig {
+	t.Helper()
+	origin := o.origin
+	if origin == nil {
+		origin = origintest.New(o.handler)
+		t.Cleanup(origin.Close)
+	}
+	rule, err := netguard.ParseConnectTo(origin.ConnectTo())
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := o.clock
+	if clk == nil {
+		clk = clock.Real{}
+	}
+	if o.timeout == 0 {
+		o.timeout = 5 * time.Second
+	}
+	dir := o.dir
+	if dir == "" {
+		dir = filepath.Join(t.TempDir(), "store")
+	}
+	st, err := embedded.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	guard := netguard.New(netguard.Config{ConnectTo: []netguard.Rule{rule}, Dialer: loopbackDialer{t}, Resolver: noResolver{t}})
+	lim := limiter.New(clk)
+	gate := limiter.NewGate(16, 16)
+	f := fetch.New(fetch.Config{Clock: clk, Guard: guard, Hops: engine.Hops{Limiter: lim, DefaultMinInterval: time.Second}})
+	t.Cleanup(f.Close)
+	eng := engine.New(engine.Config{Clock: clk, Limiter: lim, Gate: gate, Fetcher: f, Results: st, Pages: st,
+		DefaultMinInterval: time.Second, DefaultTimeout: o.timeout})
+	return &rig{origin: origin, clk: clk, lim: lim, gate: gate, eng: eng, fetch: f, dir: dir, store: st, outbox: embedded.NewOutbox(st)}
+}
+
+// run starts a loop on src and returns a function that stops it and waits for Run to
+// return.
+func (r *rig) run(t *testing.T, src lease.Source, cfg lease.Config) (stop func()) {
+	t.Helper()
+	cfg.Source, cfg.Runner, cfg.Outbox = src, r.eng, r.outbox
+	if cfg.PollMax == 0 {
+		cfg.PollMax = 20 * time.Millisecond
+	}
+	if cfg.RetryMax == 0 {
+		cfg.RetryMin, cfg.RetryMax = 5*time.Millisecond, 40*time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	l, err := lease.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func task(id, rawURL string, intervalMs int64) downloader.Task {
+	return downloader.Task{TaskID: id, URL: rawURL, MinIntervalMs: &intervalMs, ShouldStore: true}
+}
+
+// gapsOf returns the start-to-start gaps the origin saw for host, in order.
+func gapsOf(o *origintest.Origin, host string) []time.Duration {
+	var last time.Time
+	var out []time.Duration
+	for _, a := range o.Arrivals() {
+		if a.Host != host {
+			continue
+		}
+		if !last.IsZero() {
+			out = append(out, a.At.Sub(last))
+		}
+		last = a.At
+	}
+	return out
+}
+
+func hostURL(host string, i int) string { return fmt.Sprintf("http://%s/p%d", host, i) }
