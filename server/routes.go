@@ -7,6 +7,10 @@ func (s *Server) routes(mux *http.ServeMux) {
 	mux.Handle("POST /v1/probe", s.handleProbe())   // entry C
 	mux.Handle("POST /v1/render", s.handleRender()) // entry B
 
+	mux.Handle("POST /v1/tasks", s.handleSubmitTasks())         // entry A: feed the local queue
+	mux.Handle("GET /v1/fetch_results", s.handleFetchResults()) // downloader:fetch_result
+	mux.Handle("GET /v1/pages/{key}", s.handlePage())           // the page store (网页库)
+
 	mux.Handle("GET /v1/domains/{domain}", s.handleDomain())
 	mux.Handle("GET /v1/settings", s.handleGetSettings())
 	mux.Handle("PUT /v1/settings", s.handlePutSettings())

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sync/atomic"
 
+	"downloader"
 	"downloader/clock"
 	"downloader/engine"
 )
@@ -25,6 +26,13 @@ type Config struct {
 	Clock  clock.Clock
 	// Extra registers more routes (tasks, results, console, metrics) from other packages.
 	Extra func(mux *http.ServeMux)
+
+	// Tasks is the embedded local queue behind POST /v1/tasks; nil (tasks come from a
+	// scheduler) answers 404.
+	Tasks TaskQueue
+	// Results and Pages back GET /v1/fetch_results and GET /v1/pages/{key}; nil answers 404.
+	Results downloader.ResultStore
+	Pages   downloader.PageStore
 }
 
 // Server is an http.Handler. Safe for concurrent use.

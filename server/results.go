@@ -1,0 +1,95 @@
+package server
+
+import (
+	"net/http"
+	"strconv"
+
+	"downloader"
+)
+
+type fetchResultsResponse struct {
+	FetchResults []downloader.FetchResult `json:"fetch_results"`
+	NextCursor   string                   `json:"next_cursor"` // "" after the last page
+}
+
+// handleFetchResults is GET /v1/fetch_results?domain=&limit=&cursor=: downloader:fetch_result,
+// newest first, optionally of one domain, a page at a time.
+func (s *Server) handleFetchResults() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.Results == nil {
+			s.writeError(w, r, downloader.Errorf(downloader.ENOTFOUND, "this downloader keeps no fetch results"))
+			return
+		}
+		q := r.URL.Query()
+		domain := q.Get("domain")
+		if domain != "" {
+			d, err := downloader.NormalizeDomain(domain)
+			if err != nil {
+				s.writeError(w, r, err)
+				return
+			}
+			domain = d
+		}
+		limit := 0
+		if v := q.Get("limit"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				s.writeError(w, r, downloader.Invalidf("limit", "limit must be a whole number"))
+				return
+			}
+			if n < 1 {
+				s.writeError(w, r, downloader.Invalidf("limit", "limit must be at least 1"))
+				return
+			}
+			limit = n
+		}
+		res, next, err := s.cfg.Results.FetchResults(r.Context(), domain, limit, q.Get("cursor"))
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		if res == nil {
+			res = []downloader.FetchResult{}
+		}
+		writeJSON(w, http.StatusOK, fetchResultsResponse{FetchResults: res, NextCursor: next})
+	})
+}
+
+// handlePage is GET /v1/pages/{key}: one page of the page store (网页库), its body as
+// stored with its content type. The page is someone else's content served from our
+// origin, so it is sandboxed: no script of it runs with the console's rights.
+func (s *Server) handlePage() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.Pages == nil {
+			s.writeError(w, r, downloader.Errorf(downloader.ENOTFOUND, "this downloader keeps no pages"))
+			return
+		}
+		p, err := s.cfg.Pages.Page(r.Context(), r.PathValue("key"))
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		ct := p.ContentType
+		if ct == "" {
+			ct = "application/octet-stream"
+		}
+		h := w.Header()
+		h.Set("Content-Type", ct)
+		h.Set("Content-Length", strconv.Itoa(len(p.Body)))
+		h.Set("Content-Security-Policy", "sandbox")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Cache-Control", "public, max-age=31536000, immutable") // keyed by content hash
+		h.Set("ETag", `"`+p.Key+`"`)
+		h.Set("Page-Url", p.URL)
+		if p.FinalURL != "" {
+			h.Set("Page-Final-Url", p.FinalURL)
+		}
+		if !p.FetchedAt.IsZero() {
+			h.Set("Last-Modified", p.FetchedAt.UTC().Format(http.TimeFormat))
+		}
+		w.WriteHeader(http.StatusOK)
+		if r.Method != http.MethodHead {
+			_, _ = w.Write(p.Body)
+		}
+	})
+}

@@ -1,0 +1,139 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+
+	"downloader"
+)
+
+// maxSubmitCount bounds one POST /v1/tasks (the body is bounded too, at 1 MiB).
+const maxSubmitCount = 10_000
+
+// TaskQueue is the embedded local queue that POST /v1/tasks feeds (store/embedded's
+// Queue, adapted in cmd/downloader). Implementations are safe for concurrent use.
+type TaskQueue interface {
+	// CheckTask validates one task as the queue would store it; errors are EINVALID
+	// naming the task's field.
+	CheckTask(t downloader.Task) error
+	// SubmitTasks queues tasks that passed CheckTask, deduplicating by URL.
+	SubmitTasks(ctx context.Context, tasks []downloader.Task) ([]TaskSubmission, error)
+}
+
+// TaskSubmission is what the queue did with one submitted task.
+type TaskSubmission struct {
+	TaskID      string `json:"task_id"`
+	URL         string `json:"url"`
+	IsDuplicate bool   `json:"is_duplicate"` // queued before (any state): nothing was added
+	State       string `json:"state"`        // pending, leased or done
+}
+
+// submittedTask is one task of POST /v1/tasks: the task fields a caller may give. The
+// lease is the queue's to set, so lease_expires_at is an unknown field here.
+type submittedTask struct {
+	TaskID        string `json:"task_id"`
+	URL           string `json:"url"`
+	Domain        string `json:"domain"`
+	MinIntervalMs *int64 `json:"min_interval_ms"`
+	ShouldRender  bool   `json:"should_render"`
+	ShouldStore   *bool  `json:"should_store"`
+}
+
+// Task returns the task to queue; should_store defaults to true (a crawl keeps its pages).
+func (t submittedTask) Task() downloader.Task {
+	return downloader.Task{TaskID: t.TaskID, URL: t.URL, Domain: t.Domain, MinIntervalMs: t.MinIntervalMs,
+		ShouldRender: t.ShouldRender, ShouldStore: t.ShouldStore == nil || *t.ShouldStore}
+}
+
+type submitResponse struct {
+	Tasks          []TaskSubmission `json:"tasks"`
+	QueuedCount    int              `json:"queued_count"`
+	DuplicateCount int              `json:"duplicate_count"`
+}
+
+// handleSubmitTasks is POST /v1/tasks {"tasks": [...]}: queue tasks in the local queue.
+// Every task is checked before any is queued; a bad one is a 400 naming it, as in
+// tasks[3].url.
+func (s *Server) handleSubmitTasks() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.Tasks == nil {
+			s.writeError(w, r, downloader.Errorf(downloader.ENOTFOUND, "this downloader has no local queue: its tasks come from the scheduler"))
+			return
+		}
+		var body struct {
+			Tasks []json.RawMessage `json:"tasks"`
+		}
+		if err := decode(w, r, &body); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		switch {
+		case body.Tasks == nil:
+			s.writeError(w, r, downloader.Invalidf("tasks", "tasks is required: a list of task objects"))
+			return
+		case len(body.Tasks) > maxSubmitCount:
+			s.writeError(w, r, downloader.Invalidf("tasks", "at most %d tasks at once", maxSubmitCount))
+			return
+		}
+		tasks := make([]downloader.Task, len(body.Tasks))
+		for i, raw := range body.Tasks {
+			var st submittedTask
+			if err := decodeBytes(raw, &st); err != nil {
+				s.writeError(w, r, itemError(i, err))
+				return
+			}
+			tasks[i] = st.Task()
+			if err := s.cfg.Tasks.CheckTask(tasks[i]); err != nil {
+				s.writeError(w, r, itemError(i, err))
+				return
+			}
+		}
+		res, err := s.cfg.Tasks.SubmitTasks(r.Context(), tasks)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		out := submitResponse{Tasks: res}
+		for _, t := range res {
+			if t.IsDuplicate {
+				out.DuplicateCount++
+			} else {
+				out.QueuedCount++
+			}
+		}
+		status := http.StatusOK
+		if out.QueuedCount > 0 {
+			status = http.StatusCreated
+		}
+		writeJSON(w, status, out)
+	})
+}
+
+// decodeBytes decodes one JSON object strictly, like decode.
+func decodeBytes(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return decodeError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return downloader.Invalidf("body", "a task must be exactly one JSON object")
+	}
+	return nil
+}
+
+// itemError renames an EINVALID error about a task's field to name the task too.
+func itemError(i int, err error) error {
+	if downloader.ErrorCode(err) != downloader.EINVALID {
+		return err
+	}
+	field := fmt.Sprintf("tasks[%d]", i)
+	if f := downloader.ErrorField(err); f != "" && f != "body" {
+		field += "." + f
+	}
+	return downloader.Invalidf(field, "%s: %s", field, downloader.ErrorMessage(err))
+}
