@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"sync"
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"github.com/chromedp/chromedp/remote"
 )
 
 // stableUptime is how long a browser must have lived for its loss to count as a crash
@@ -179,13 +177,13 @@ func (p *Pool) launch(gen int) (*browser, error) {
 	var allocCtx context.Context
 	var allocCancel context.CancelFunc
 	if p.cfg.Endpoint != "" {
-		opts := []remote.Option{remote.WithDialTimeout(p.cfg.LaunchTimeout)}
-		if u, err := url.Parse(p.cfg.Endpoint); err == nil && u.Path != "" && u.Path != "/" {
-			// A full websocket path (Obscura's /devtools/browser) is dialled as given;
-			// host:port alone is looked up at /json/version.
-			opts = append(opts, remote.NoModifyURL)
+		a := &remoteAllocator{endpoint: p.cfg.Endpoint, dialTimeout: p.cfg.LaunchTimeout}
+		var cancel context.CancelFunc
+		allocCtx, cancel = chromedp.NewAllocatorContext(p.ctx, a)
+		allocCancel = func() {
+			cancel()
+			a.Wait()
 		}
-		allocCtx, allocCancel = remote.NewAllocator(p.ctx, p.cfg.Endpoint, opts...)
 	} else {
 		if _, err := os.Stat(p.cfg.BinaryPath); err != nil {
 			return nil, fmt.Errorf("browser binary: %w", err)
@@ -259,14 +257,23 @@ func (p *Pool) launch(gen int) (*browser, error) {
 // browser's default context at a proxy that refuses everything: only our per-render
 // contexts, each with its own guarded proxy, may reach the network.
 func (p *Pool) execOptions() []chromedp.ExecAllocatorOption {
+	opts := append(localFlags(p.cfg.BinaryPath, p.cfg.UserAgent),
+		chromedp.Flag("proxy-server", "http://"+p.deny.Addr().String()),
+		chromedp.Flag("proxy-bypass-list", "<-loopback>"),
+	)
+	return opts
+}
+
+// localFlags are the local browser's flags, without the proxy.
+func localFlags(binaryPath, userAgent string) []chromedp.ExecAllocatorOption {
 	return []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(p.cfg.BinaryPath),
+		chromedp.ExecPath(binaryPath),
 		chromedp.NoFirstRun,
 		chromedp.NoDefaultBrowserCheck,
 		chromedp.Headless,
 		chromedp.NoSandbox, // we run as root
 		chromedp.DisableGPU,
-		chromedp.UserAgent(p.cfg.UserAgent),
+		chromedp.UserAgent(userAgent),
 		chromedp.Flag("disable-quic", true),
 		chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true),
@@ -299,8 +306,6 @@ func (p *Pool) execOptions() []chromedp.ExecAllocatorOption {
 		// WebRTC could reach addresses without the proxy.
 		chromedp.Flag("force-webrtc-ip-handling-policy", "disable_non_proxied_udp"),
 		chromedp.Flag("webrtc-ip-handling-policy", "disable_non_proxied_udp"),
-		chromedp.Flag("proxy-server", "http://"+p.deny.Addr().String()),
-		chromedp.Flag("proxy-bypass-list", "<-loopback>"),
 		chromedp.WindowSize(1280, 1024),
 	}
 }

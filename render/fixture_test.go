@@ -1,7 +1,6 @@
 package render
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -57,7 +56,7 @@ func TestMain(m *testing.M) {
 // goroutine of ours is left.
 func checkNoLeftovers() int {
 	code := 0
-	if procs := browserProcesses(tmpRoot); len(procs) > 0 {
+	if procs := browserProcesses(); len(procs) > 0 {
 		fmt.Fprintf(os.Stderr, "FAIL: browser processes left: %v\n", procs)
 		code = 1
 	}
@@ -77,29 +76,51 @@ func checkNoLeftovers() int {
 	return code
 }
 
-// browserProcesses lists the processes whose command line names a user data directory
-// under dir.
-func browserProcesses(dir string) []int {
+// browserProcesses lists the browser processes of this test run: Chromium's helper
+// processes do not name the user data directory, but they all stay in our process group.
+func browserProcesses() []int {
+	self := procStat("self")
+	if self == nil {
+		return nil
+	}
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
 	}
-	want := []byte("--user-data-dir=" + dir)
 	var pids []int
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil {
+		exe, err := os.Readlink("/proc/" + e.Name() + "/exe")
+		if err != nil || !strings.Contains(filepath.Base(exe), "chrom") {
 			continue
 		}
-		if bytes.Contains(cmdline, want) {
+		if st := procStat(e.Name()); st != nil && st[2] == self[2] { // same process group
 			pids = append(pids, pid)
 		}
 	}
 	return pids
+}
+
+// procStat returns the fields of /proc/<pid>/stat after the command name: state, ppid,
+// pgrp, ...
+func procStat(pid string) []string {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return nil
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 > len(s) {
+		return nil
+	}
+	f := strings.Fields(s[i+2:])
+	if len(f) < 13 {
+		return nil
+	}
+	return f
 }
 
 // fixture is the shared origin and guard.

@@ -75,6 +75,7 @@ func (j *renderJob) run(ctx context.Context) {
 		return
 	}
 	out := j.renderIn(ctx, t)
+	p.refill()
 	p.mu.Lock()
 	p.rendered++
 	p.mu.Unlock()
@@ -169,6 +170,7 @@ func (j *renderJob) wait(ctx context.Context, t *tab) error {
 		if s.loaded && idleMax == nil {
 			idleMax = clk.NewTimer(j.p.cfg.NetworkIdleMax)
 			idleMaxC = idleMax.C()
+			j.p.refill() // the page has loaded: a replacement tab may start now
 		}
 		switch {
 		case s.loaded && s.inflight == 0:

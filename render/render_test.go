@@ -14,6 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/target"
+	"github.com/chromedp/chromedp"
+
 	"downloader"
 	"downloader/clock"
 	"downloader/limiter"
@@ -178,6 +183,61 @@ func TestRenderBrowserKilled(t *testing.T) {
 	}
 	if s := p.Stats(); s.RestartCount < 1 || !s.IsBrowserUp {
 		t.Errorf("stats %+v: want a restart and the browser up", s)
+	}
+}
+
+// TestRenderTabCrashed: a tab whose renderer crashes mid-render (Inspector.targetCrashed)
+// ends the render at once with renderer_crashed; the browser stays up for the next.
+func TestRenderTabCrashed(t *testing.T) {
+	f := getFixture(t)
+	p := sharedPool(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := p.browserFor(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for len(f.slowHit) > 0 {
+		<-f.slowHit
+	}
+	crashed := make(chan error, 1)
+	go func() {
+		select {
+		case <-f.slowHit:
+		case <-ctx.Done():
+			crashed <- ctx.Err()
+			return
+		}
+		// Attach a second session to the render's tab, as a debugger would, and crash it.
+		infos, err := cdp.Call(ctx, b.b, target.GetTargets, target.GetTargetsParams{})
+		if err != nil {
+			crashed <- err
+			return
+		}
+		for _, info := range infos.TargetInfos {
+			if info.Type == "page" && strings.HasPrefix(info.URL, "http://slowxhr.test/") {
+				tctx, tcancel := chromedp.NewContext(b.ctx, chromedp.WithTargetID(info.TargetID))
+				defer tcancel()
+				chromedp.Call(tctx, page.Crash, cdp.Empty{}) // no answer: the renderer is gone
+				crashed <- nil
+				return
+			}
+		}
+		crashed <- errors.New("no tab of the render found")
+	}()
+	start := time.Now()
+	out := render(t, p, "slowxhr.test/", 20*time.Second)
+	if err := <-crashed; err != nil {
+		t.Fatal(err)
+	}
+	if out.FailReason != downloader.FailRendererCrashed {
+		t.Fatalf("fail_reason=%s, want renderer_crashed", failReason(out))
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("took %v: the crash was found by the timeout", took)
+	}
+	if next := render(t, p, "empty.test/", 20*time.Second); next.FailReason != "" {
+		t.Errorf("next render: fail_reason=%s", failReason(next))
 	}
 }
 
@@ -346,14 +406,6 @@ func startRemoteBrowser(t *testing.T) string {
 		cmd.Process.Kill()
 		<-exited
 		// Its helper processes may outlive it for a moment.
-		for i := 0; i < 100 && len(browserProcesses(dir)) > 0; i++ {
-			for _, pid := range browserProcesses(dir) {
-				if pr, err := os.FindProcess(pid); err == nil {
-					pr.Kill()
-				}
-			}
-			<-time.After(20 * time.Millisecond)
-		}
 		os.RemoveAll(dir)
 	})
 	sc := bufio.NewScanner(stderr)

@@ -121,10 +121,12 @@ func (p *Pool) takeTab(ctx context.Context, b *browser) (*tab, error) {
 		p.wg.Go(s.close) // a tab of an old browser; p.mu held, so not closed yet
 	}
 	p.mu.Unlock()
-	p.refill()
 	if t != nil {
+		// The replacement is made once this render's page has loaded (see renderJob.wait):
+		// a renderer starting up while the page loads would slow the page down.
 		return t, nil
 	}
+	p.refill()
 	return p.newTab(ctx, b)
 }
 
