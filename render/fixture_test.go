@@ -1,6 +1,7 @@
 package render
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -299,7 +300,8 @@ func (f *fixture) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "empty.test/":
 		html("empty.html")
 	case "blocked.test/":
-		html("blocked.html")
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Write(bytes.ReplaceAll(testdata("blocked.html"), []byte("{{port}}"), []byte(f.port)))
 	case "slowxhr.test/":
 		html("slowxhr.html")
 	case "slowxhr.test/slow":

@@ -247,13 +247,21 @@ func TestRenderTabCrashed(t *testing.T) {
 func TestRenderBlockedSubrequest(t *testing.T) {
 	f := getFixture(t)
 	p := sharedPool(t)
+	mark := f.mark()
 	out := render(t, p, "blocked.test/", 20*time.Second)
 	if out.FailReason != "" || out.HTTPStatus != 200 {
 		t.Fatalf("fail_reason=%s http_status=%d, want null and 200", failReason(out), out.HTTPStatus)
 	}
 	hs := out.HealthSignal
-	if deref(hs.BlockedRequestCount) < 2 {
-		t.Errorf("blocked_request_count=%d, want the fetch and the image", deref(hs.BlockedRequestCount))
+	if deref(hs.BlockedRequestCount) < 4 {
+		t.Errorf("blocked_request_count=%d, want the fetch and three images", deref(hs.BlockedRequestCount))
+	}
+	// Loopback is proxied too ("<-loopback>"), so the guard refused the direct requests
+	// to the origin's own address.
+	for _, host := range []string{"127.0.0.1:" + f.port, "localhost:" + f.port} {
+		if reqs := f.requestsTo(host, mark); len(reqs) > 0 {
+			t.Errorf("the origin got %d requests for %s around the guard", len(reqs), host)
+		}
 	}
 	if deref(hs.XHRFailedCount) < 1 || deref(hs.SubrequestFailedCount) < 2 {
 		t.Errorf("xhr_failed_count=%d subrequest_failed_count=%d, want >= 1 and >= 2", deref(hs.XHRFailedCount), deref(hs.SubrequestFailedCount))
