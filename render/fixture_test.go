@@ -147,7 +147,7 @@ var (
 )
 
 // virtualHosts are the origin's names, each mapped to the listener by --connect-to.
-var virtualHosts = []string{"js.test", "empty.test", "hang.test", "slowxhr.test", "status.test", "blocked.test", "redirect.test", "cookie.test"}
+var virtualHosts = []string{"js.test", "empty.test", "hang.test", "slowxhr.test", "status.test", "blocked.test", "redirect.test", "cookie.test", "dialog.test"}
 
 func getFixture(t testing.TB) *fixture {
 	fxOnce.Do(func() { fx = newFixture() })
@@ -322,6 +322,12 @@ func (f *fixture) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, "<!doctype html><html><body><h1>Not found</h1><p>There is no such page here.</p></body></html>")
 	case "redirect.test/":
 		http.Redirect(w, r, "http://js.test/", http.StatusFound)
+	case "dialog.test/":
+		html("dialog.html")
+	case "dialog.test/file.bin":
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Disposition", `attachment; filename="file.bin"`)
+		w.Write(bytes.Repeat([]byte{0}, 1024))
 	case "cookie.test/":
 		http.SetCookie(w, &http.Cookie{Name: "visit", Value: "1", Path: "/"})
 		html("cookie.html")

@@ -317,6 +317,25 @@ func TestRenderMainDocument(t *testing.T) {
 	getFixture(t).noViolations(t)
 }
 
+// TestRenderDialogs: JavaScript dialogs are dismissed instead of blocking the page, and a
+// download is refused.
+func TestRenderDialogs(t *testing.T) {
+	p := sharedPool(t)
+	out := render(t, p, "dialog.test/", 10*time.Second)
+	if out.FailReason != "" {
+		t.Fatalf("fail_reason=%s", failReason(out))
+	}
+	if !strings.Contains(out.Text, "after the dialogs, confirm said false") {
+		t.Errorf("the page did not run past its dialogs: %q", out.Text)
+	}
+	entries, _ := os.ReadDir(tmpRoot)
+	for _, e := range entries {
+		if strings.Contains(e.Name(), "file.bin") {
+			t.Errorf("a download was saved: %s", e.Name())
+		}
+	}
+}
+
 // TestRenderIsolation: every render has a browser context of its own: cookies and storage
 // of one render are not seen by the next.
 func TestRenderIsolation(t *testing.T) {

@@ -6,8 +6,10 @@ import (
 	"sync"
 	"time"
 
+	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
 )
@@ -25,6 +27,7 @@ type tab struct {
 	detached <-chan struct{} // closed when the browser detaches the tab
 	proxy    *proxy
 	tr       *tracker
+	wg       sync.WaitGroup // the dialog handler
 	closeOne sync.Once
 }
 
@@ -73,6 +76,25 @@ func (p *Pool) newTab(ctx context.Context, b *browser) (*tab, error) {
 		t.close()
 		return nil, fmt.Errorf("new tab: %w", err)
 	}
+	// Nothing a page downloads is saved.
+	if _, err := cdp.Call(ctx, b.b, cdpbrowser.SetDownloadBehavior, cdpbrowser.SetDownloadBehaviorParams{
+		Behavior: cdpbrowser.SetDownloadBehaviorBehaviorDeny, BrowserContextID: c.BrowserContextID,
+	}); err != nil {
+		t.close()
+		return nil, fmt.Errorf("new tab: deny downloads: %w", err)
+	}
+	// A JavaScript dialog (alert, confirm, prompt) stops the page until it is answered:
+	// dismiss each at once, as a user who says no would.
+	dialogs := chromedp.Events(tctx, page.JavascriptDialogOpening)
+	t.wg.Go(func() {
+		for ev, err := range dialogs {
+			if err != nil {
+				return
+			}
+			accept := ev.Type == page.DialogTypeBeforeunload // let the page go
+			chromedp.Call(tctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: accept})
+		}
+	})
 	return t, nil
 }
 
@@ -97,6 +119,7 @@ func (t *tab) close() {
 	t.closeOne.Do(func() {
 		c := chromedp.FromContext(t.ctx)
 		t.cancel() // closes the target and disposes of the context it created
+		t.wg.Wait()
 		// A context created while its tab never attached is not disposed by chromedp.
 		if c.Target == nil && c.BrowserContextID != "" && t.b.alive() {
 			ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
