@@ -1,0 +1,243 @@
+// Package metrics exposes the downloader on /metrics with prometheus/client_golang, on a
+// registry the caller passes in (no global registry, no promauto).
+//
+// Names follow SPEC §7 plus the ecosystem's suffixes: counters end in _total, durations
+// in _seconds, and a gauge that counts something carries the same name as the JSON field
+// of that concept (downloader_in_flight_count ↔ in_flight_count,
+// downloader_max_concurrent_count ↔ max_concurrent_count). promlint's advice against a
+// gauge ending in _count is deliberately not followed: one name per concept across the
+// API, the logs and the metrics wins, and no histogram of ours is called in_flight etc.
+//
+// Label values: entry is a, b or c; fail_reason is the closed set of SPEC §4 or "none"
+// for success; has_reached_origin and should_render are "true" or "false".
+package metrics
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"downloader"
+	"downloader/clock"
+	"downloader/engine"
+	"downloader/limiter"
+	"downloader/observe"
+)
+
+// Namespace prefixes every metric of the downloader.
+const Namespace = "downloader"
+
+// NoFailReason is the fail_reason label value of a success.
+const NoFailReason = "none"
+
+// Sources are the live values read at every scrape. Any of them may be nil: its metrics
+// are then left out.
+type Sources struct {
+	Clock    clock.Clock                  // default clock.Real{}
+	Gate     *limiter.Gate                // in flight, cap, queue depth
+	Domains  *observe.DomainTable         // domains in the table, active domains
+	Renderer func() observe.RendererStats // the renderer pool
+}
+
+// Metrics counts engine events into Prometheus metrics. It implements engine.Observer
+// and is safe for concurrent use. Create it with New.
+type Metrics struct {
+	requests       *prometheus.CounterVec
+	overLimit      *prometheus.CounterVec
+	probes         *prometheus.CounterVec
+	fetchDuration  *prometheus.HistogramVec
+	renderDuration *prometheus.HistogramVec
+}
+
+var _ engine.Observer = (*Metrics)(nil)
+
+// New creates the metrics and registers them, with a collector of the live values of src,
+// on reg. It fails if any of them is already registered there.
+func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
+	if src.Clock == nil {
+		src.Clock = clock.Real{}
+	}
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "requests_total",
+			Help: "Requests answered, by entry (a lease loop, b render, c probe) and outcome; B and C refusals over the limit included.",
+		}, []string{"entry", "should_render", "has_reached_origin", "fail_reason"}),
+		overLimit: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "over_limit_total",
+			Help: "Over-limit events by entry: A delayed, B answered 429, C answered not reached; fail_reason self_rate_limited (domain interval) or local_queue_full (global cap and queue).",
+		}, []string{"entry", "fail_reason"}),
+		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "probes_total",
+			Help: "Entry C probes by result, refusals included.",
+		}, []string{"should_render", "has_reached_origin", "fail_reason"}),
+		fetchDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "fetch_duration_seconds",
+			Help:    "Service time of plain fetches (should_render=false), from a global slot to the answer.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"entry"}),
+		renderDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "render_duration_seconds",
+			Help:    "Service time of renders (should_render=true), from a global slot to the answer.",
+			Buckets: []float64{.1, .25, .5, 1, 2, 4, 8, 15, 30, 60},
+		}, []string{"entry"}),
+	}
+	// Every series of the closed sets exists from the start, at zero.
+	for _, e := range downloader.Entries {
+		for _, r := range reasonLabels() {
+			for _, sr := range []bool{false, true} {
+				m.requests.WithLabelValues(string(e), strconv.FormatBool(sr), reachedLabel(r), r)
+			}
+		}
+		for _, r := range []downloader.FailReason{downloader.FailSelfRateLimited, downloader.FailLocalQueueFull} {
+			m.overLimit.WithLabelValues(string(e), string(r))
+		}
+		m.fetchDuration.WithLabelValues(string(e))
+		m.renderDuration.WithLabelValues(string(e))
+	}
+	for _, r := range reasonLabels() {
+		for _, sr := range []bool{false, true} {
+			m.probes.WithLabelValues(strconv.FormatBool(sr), reachedLabel(r), r)
+		}
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.overLimit, m.probes, m.fetchDuration, m.renderDuration, newLive(src)} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// reasonLabels lists the fail_reason label values: none, then the closed set.
+func reasonLabels() []string {
+	out := []string{NoFailReason}
+	for _, r := range downloader.FailReasons() {
+		out = append(out, string(r))
+	}
+	return out
+}
+
+func reachedLabel(reason string) string {
+	if reason == NoFailReason {
+		return "true"
+	}
+	return strconv.FormatBool(downloader.FailReason(reason).HasReachedOrigin())
+}
+
+func reasonLabel(s *downloader.Summary) string {
+	if s.FailReason == nil || *s.FailReason == "" {
+		return NoFailReason
+	}
+	return string(*s.FailReason)
+}
+
+// Observe counts one engine event.
+func (m *Metrics) Observe(ev *engine.Event) {
+	entry := string(ev.Entry)
+	shouldRender := strconv.FormatBool(ev.ShouldRender)
+	reason := reasonLabel(&ev.Summary)
+	reached := strconv.FormatBool(ev.Summary.HasReachedOrigin)
+	if ev.OverLimit {
+		r := reason
+		if ev.Entry == downloader.EntryLease {
+			// A is delayed, not refused: the domain's interval held it back.
+			r = string(downloader.FailSelfRateLimited)
+		}
+		m.overLimit.WithLabelValues(entry, r).Inc()
+		if ev.Entry == downloader.EntryLease {
+			return // counted when the task finishes
+		}
+	}
+	m.requests.WithLabelValues(entry, shouldRender, reached, reason).Inc()
+	if ev.Entry == downloader.EntryProbe {
+		m.probes.WithLabelValues(shouldRender, reached, reason).Inc()
+	}
+	if !ev.OverLimit && ev.Duration > 0 {
+		h := m.fetchDuration
+		if ev.ShouldRender {
+			h = m.renderDuration
+		}
+		h.WithLabelValues(entry).Observe(ev.Duration.Seconds())
+	}
+}
+
+// Handler serves the metrics of g in the Prometheus text format.
+func Handler(g prometheus.Gatherer) http.Handler {
+	return promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+}
+
+// live collects the values read at scrape time.
+type live struct {
+	src Sources
+
+	inFlight, maxConcurrent, queued       *prometheus.Desc
+	domains, activeDomains                *prometheus.Desc
+	rendererRestarts, rendererBusy        *prometheus.Desc
+	rendererQueued, rendererSlots, rendUp *prometheus.Desc
+}
+
+func newLive(src Sources) *live {
+	d := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", name), help, nil, nil)
+	}
+	return &live{
+		src:              src,
+		inFlight:         d("in_flight_count", "Requests holding a global slot now."),
+		maxConcurrent:    d("max_concurrent_count", "The global cap on requests in flight (changeable online)."),
+		queued:           d("queued_count", "Requests waiting in the local queue for a global slot."),
+		domains:          d("domain_count", "Domains in downloader:domain_runtime (kept while they hold a 24 h statistic)."),
+		activeDomains:    d("active_domain_count", "Domains in flight or requested within the last 5 minutes."),
+		rendererRestarts: d("renderer_restarts_total", "Browser relaunches or reconnections since start."),
+		rendererBusy:     d("renderer_busy_count", "Renders running now."),
+		rendererQueued:   d("renderer_queued_count", "Renders waiting for a renderer slot."),
+		rendererSlots:    d("renderer_slot_count", "Renders the pool runs at once."),
+		rendUp:           d("renderer_is_up", "1 when the browser is up, 0 while it is being (re)started or cannot be."),
+	}
+}
+
+func (l *live) Describe(ch chan<- *prometheus.Desc) {
+	if l.src.Gate != nil {
+		ch <- l.inFlight
+		ch <- l.maxConcurrent
+		ch <- l.queued
+	}
+	if l.src.Domains != nil {
+		ch <- l.domains
+		ch <- l.activeDomains
+	}
+	if l.src.Renderer != nil {
+		ch <- l.rendererRestarts
+		ch <- l.rendererBusy
+		ch <- l.rendererQueued
+		ch <- l.rendererSlots
+		ch <- l.rendUp
+	}
+}
+
+func (l *live) Collect(ch chan<- prometheus.Metric) {
+	gauge := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
+	if g := l.src.Gate; g != nil {
+		gauge(l.inFlight, float64(g.InFlight()))
+		gauge(l.maxConcurrent, float64(g.Capacity()))
+		gauge(l.queued, float64(g.Waiting()))
+	}
+	if t := l.src.Domains; t != nil {
+		s := t.Summary(l.src.Clock.Now())
+		gauge(l.domains, float64(s.DomainCount))
+		gauge(l.activeDomains, float64(s.ActiveDomainCount))
+	}
+	if f := l.src.Renderer; f != nil {
+		s := f()
+		ch <- prometheus.MustNewConstMetric(l.rendererRestarts, prometheus.CounterValue, float64(s.RestartCount))
+		gauge(l.rendererBusy, float64(s.BusyCount))
+		gauge(l.rendererQueued, float64(s.QueuedCount))
+		gauge(l.rendererSlots, float64(s.SlotCount))
+		up := 0.0
+		if s.IsBrowserUp {
+			up = 1
+		}
+		gauge(l.rendUp, up)
+	}
+}

@@ -1,0 +1,232 @@
+package metrics
+
+import (
+	"io"
+	"net/http/httptest"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/goleak"
+
+	"downloader"
+	"downloader/clock"
+	"downloader/engine"
+	"downloader/limiter"
+	"downloader/observe"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var t0 = time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC)
+
+func event(e downloader.Entry, render bool, reason downloader.FailReason, overLimit bool, d time.Duration) *engine.Event {
+	out := &downloader.Outcome{FailReason: reason}
+	if reason == "" {
+		out.HTTPStatus = 200
+	}
+	ev := &engine.Event{Entry: e, Domain: "a.test", URL: "http://a.test/", ShouldRender: render,
+		OverLimit: overLimit, Duration: d}
+	if e != downloader.EntryLease || !overLimit {
+		ev.Summary = out.Summary("a.test")
+	}
+	return ev
+}
+
+// value returns the value of the series of name with exactly the labels given.
+func value(t *testing.T, g prometheus.Gatherer, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if !labelsMatch(m, labels) {
+				continue
+			}
+			switch {
+			case m.Counter != nil:
+				return m.Counter.GetValue()
+			case m.Gauge != nil:
+				return m.Gauge.GetValue()
+			case m.Histogram != nil:
+				return float64(m.Histogram.GetSampleCount())
+			}
+		}
+		t.Fatalf("%s has no series %v", name, labels)
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
+
+func labelsMatch(m *dto.Metric, want map[string]string) bool {
+	if len(m.GetLabel()) != len(want) {
+		return false
+	}
+	for _, l := range m.GetLabel() {
+		if want[l.GetName()] != l.GetValue() {
+			return false
+		}
+	}
+	return true
+}
+
+func TestCounters(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := New(reg, Sources{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := []*engine.Event{
+		event(downloader.EntryProbe, false, "", false, 20*time.Millisecond),
+		event(downloader.EntryProbe, false, "", false, 40*time.Millisecond),
+		event(downloader.EntryProbe, true, downloader.FailRenderTimeout, false, 3*time.Second),
+		event(downloader.EntryProbe, false, downloader.FailSelfRateLimited, true, 0),
+		event(downloader.EntryRender, true, downloader.FailLocalQueueFull, true, 0),
+		event(downloader.EntryRender, true, downloader.FailHTTPStatusError, false, 2*time.Second),
+		event(downloader.EntryLease, false, "", true, 0), // a delay: an over-limit event, not a request
+		event(downloader.EntryLease, false, "", false, 100*time.Millisecond),
+	}
+	for _, ev := range events {
+		m.Observe(ev)
+	}
+	tests := []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"downloader_probes_total", map[string]string{"should_render": "false", "has_reached_origin": "true", "fail_reason": "none"}, 2},
+		{"downloader_probes_total", map[string]string{"should_render": "true", "has_reached_origin": "false", "fail_reason": "render_timeout"}, 1},
+		{"downloader_probes_total", map[string]string{"should_render": "false", "has_reached_origin": "false", "fail_reason": "self_rate_limited"}, 1},
+		{"downloader_probes_total", map[string]string{"should_render": "true", "has_reached_origin": "true", "fail_reason": "none"}, 0},
+		{"downloader_requests_total", map[string]string{"entry": "c", "should_render": "false", "has_reached_origin": "true", "fail_reason": "none"}, 2},
+		{"downloader_requests_total", map[string]string{"entry": "b", "should_render": "true", "has_reached_origin": "false", "fail_reason": "local_queue_full"}, 1},
+		{"downloader_requests_total", map[string]string{"entry": "b", "should_render": "true", "has_reached_origin": "true", "fail_reason": "http_status_error"}, 1},
+		{"downloader_requests_total", map[string]string{"entry": "a", "should_render": "false", "has_reached_origin": "true", "fail_reason": "none"}, 1},
+		{"downloader_over_limit_total", map[string]string{"entry": "a", "fail_reason": "self_rate_limited"}, 1},
+		{"downloader_over_limit_total", map[string]string{"entry": "b", "fail_reason": "local_queue_full"}, 1},
+		{"downloader_over_limit_total", map[string]string{"entry": "c", "fail_reason": "self_rate_limited"}, 1},
+		{"downloader_over_limit_total", map[string]string{"entry": "c", "fail_reason": "local_queue_full"}, 0},
+		{"downloader_fetch_duration_seconds", map[string]string{"entry": "c"}, 2},
+		{"downloader_fetch_duration_seconds", map[string]string{"entry": "a"}, 1},
+		{"downloader_render_duration_seconds", map[string]string{"entry": "c"}, 1},
+		{"downloader_render_duration_seconds", map[string]string{"entry": "b"}, 1},
+	}
+	for _, tt := range tests {
+		if got := value(t, reg, tt.name, tt.labels); got != tt.want {
+			t.Errorf("%s%v = %v, want %v", tt.name, tt.labels, got, tt.want)
+		}
+	}
+}
+
+func TestLiveValues(t *testing.T) {
+	clk := clock.NewFake(t0)
+	lim := limiter.New(clk)
+	now := t0.Add(2 * time.Hour)
+	clk.Set(now)
+	for _, d := range []string{"a.test", "b.test", "c.test"} {
+		a, _ := lim.Allow(now, d, time.Second, downloader.IntervalSourceRequest, downloader.EntryRender)
+		a.Done()
+	}
+	gate := limiter.NewGate(8, 4)
+	if !gate.TryAcquire() || !gate.TryAcquire() {
+		t.Fatal("gate")
+	}
+	restarts := 3
+	reg := prometheus.NewRegistry()
+	_, err := New(reg, Sources{Clock: clk, Gate: gate, Domains: observe.NewDomainTable(lim, time.Second),
+		Renderer: func() observe.RendererStats {
+			return observe.RendererStats{SlotCount: 2, BusyCount: 1, QueuedCount: 5, RestartCount: restarts, IsBrowserUp: true}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{
+		"downloader_in_flight_count": 2, "downloader_max_concurrent_count": 8, "downloader_queued_count": 0,
+		"downloader_domain_count": 3, "downloader_active_domain_count": 3,
+		"downloader_renderer_restarts_total": 3, "downloader_renderer_busy_count": 1, "downloader_renderer_queued_count": 5,
+		"downloader_renderer_slot_count": 2, "downloader_renderer_is_up": 1,
+	}
+	for name, w := range want {
+		if got := value(t, reg, name, nil); got != w {
+			t.Errorf("%s = %v, want %v", name, got, w)
+		}
+	}
+	gate.SetCapacity(16)
+	restarts = 4
+	if got := value(t, reg, "downloader_max_concurrent_count", nil); got != 16 {
+		t.Errorf("cap after a change: %v", got)
+	}
+	if got := value(t, reg, "downloader_renderer_restarts_total", nil); got != 4 {
+		t.Errorf("restarts: %v", got)
+	}
+	// Ten minutes later nothing is active any more; the domains are still in the table.
+	clk.Set(now.Add(10 * time.Minute))
+	if got := value(t, reg, "downloader_active_domain_count", nil); got != 0 {
+		t.Errorf("active domains after 10 minutes: %v", got)
+	}
+}
+
+// TestHandlerAndLint scrapes /metrics on a fresh registry and runs promlint over it.
+func TestHandlerAndLint(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := New(reg, Sources{Gate: limiter.NewGate(4, 4), Renderer: func() observe.RendererStats { return observe.RendererStats{} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Observe(event(downloader.EntryProbe, false, "", false, time.Millisecond))
+	srv := httptest.NewServer(Handler(reg))
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	text := string(body)
+	for _, s := range []string{
+		`downloader_probes_total{fail_reason="none",has_reached_origin="true",should_render="false"} 1`,
+		"# TYPE downloader_fetch_duration_seconds histogram",
+		"# TYPE downloader_renderer_restarts_total counter",
+		"downloader_max_concurrent_count 4",
+	} {
+		if !strings.Contains(text, s) {
+			t.Errorf("scrape lacks %q", s)
+		}
+	}
+
+	problems, err := promlint.New(strings.NewReader(text)).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, p := range problems {
+		// A gauge named like its JSON field (in_flight_count): see the package comment.
+		if strings.Contains(p.Text, `"_count" suffix`) {
+			continue
+		}
+		left = append(left, p.Metric+": "+p.Text)
+	}
+	sort.Strings(left)
+	if len(left) > 0 {
+		t.Errorf("promlint:\n%s", strings.Join(left, "\n"))
+	}
+}
+
+func TestRegisterTwiceFails(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := New(reg, Sources{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(reg, Sources{}); err == nil {
+		t.Error("a second New on one registry must fail, not panic or double count")
+	}
+}
