@@ -158,7 +158,11 @@ func New(cfg Config) *Fetcher {
 			defer cancel()
 			stop := context.AfterFunc(closed, cancel)
 			defer stop()
-			return guard.DialContext(ctx, network, addr)
+			c, err := guard.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &wireConn{Conn: c}, nil
 		},
 		TLSClientConfig:        tlsCfg,
 		TLSHandshakeTimeout:    cfg.TLSTimeout,
@@ -252,7 +256,9 @@ type hopState struct {
 	connected  atomic.Bool // GotConn ran
 	tlsStarted atomic.Bool
 	tlsDone    atomic.Bool // the handshake succeeded
-	wireErr    error       // set in GotConn, on the request's goroutine
+	wireErr    error       // the wire wait's error, set on the request's goroutine
+	wc         *wireConn   // the connection armed for this hop's wire wait
+	gate       *wireGate
 }
 
 var (
@@ -275,18 +281,24 @@ func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Adm
 		},
 		GotConn: func(info httptrace.GotConnInfo) {
 			st.connected.Store(true)
-			if adm != nil {
+			if adm == nil {
+				return
+			}
+			wc := wireConnOf(info.Conn)
+			if wc == nil {
+				// Not one of ours (cannot happen with our transport): wait here instead.
 				if err := adm.WaitWire(hopCtx); err != nil {
-					// Not a byte of the request may leave: close the connection under it.
 					st.wireErr = err
 					cancel(errWireWait)
 					closeConn(info.Conn)
-					return
 				}
+				return
 			}
+			var onWire func()
 			if f.wireHook != nil {
-				f.wireHook(hop, info)
+				onWire = func() { f.wireHook(hop, info) }
 			}
+			st.wc, st.gate = wc, wc.arm(hopCtx, adm, onWire)
 		},
 	}
 	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(hopCtx, trace), http.MethodGet, u.String(), nil)
@@ -299,6 +311,12 @@ func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Adm
 	req.Header.Set("Accept-Encoding", acceptEncoding)
 
 	resp, err := f.client.Do(req)
+	if st.gate != nil {
+		// The request's write has happened or never will: the admission is ours again.
+		if werr := st.wc.disarm(st.gate); werr != nil {
+			st.wireErr = werr
+		}
+	}
 	if err != nil {
 		out.FailReason = f.classifyHop(ctx, hopCtx, st, err)
 		return nil, fmt.Errorf("fetch %s: %w", u.Redacted(), err)

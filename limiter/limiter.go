@@ -271,6 +271,24 @@ func (a *Admission) Wire(now time.Time) time.Duration {
 	return 0
 }
 
+// Wrote is called right after the request's first bytes were handed to the socket. If the
+// request was the latest to go out, its wire moment moves forward to now on the limiter's
+// clock (like WaitWire): a goroutine descheduled between Wire and the write must not let
+// the next request follow early.
+func (a *Admission) Wrote() {
+	if a.l == nil || !a.wired || a.done {
+		return
+	}
+	t := a.l.ns(a.l.clk.Now())
+	s, en := a.s, a.en
+	s.mu.Lock()
+	if en.outSeq == a.seq && t > en.outNs {
+		en.outNs = t
+		en.lastNs = max(en.lastNs, t)
+	}
+	s.mu.Unlock()
+}
+
 // WaitWire calls Wire until it lets the request out, waiting on the limiter's clock, or
 // until ctx ends.
 func (a *Admission) WaitWire(ctx context.Context) error {

@@ -29,17 +29,21 @@ type Origin struct {
 	arrivals []Arrival
 }
 
-// New starts an origin on 127.0.0.1:0 that records every request, then hands it to h
+// New starts an origin on 127.0.0.1:0 that records every request (at the kernel's receive
+// time of its first byte, see kernelstamp.go), then hands it to h
 // (nil: a small HTML page naming the host). Close it when done.
 func New(h http.Handler) *Origin {
 	if h == nil {
 		h = http.HandlerFunc(Page)
 	}
 	o := &Origin{}
-	o.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	o.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		o.record(r)
 		h.ServeHTTP(w, r)
 	}))
+	o.srv.Listener = stampListener{o.srv.Listener}
+	o.srv.Config.ConnContext = withConn
+	o.srv.Start()
 	return o
 }
 
@@ -50,7 +54,7 @@ func Page(w http.ResponseWriter, r *http.Request) {
 }
 
 func (o *Origin) record(r *http.Request) {
-	now := time.Now()
+	now := arrivalTime(r)
 	host := r.Host
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h

@@ -1,0 +1,126 @@
+package origintest
+
+import (
+	"context"
+	"encoding/binary"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Arrival times come from the kernel (SO_TIMESTAMPNS: when the request's first bytes were
+// received on the socket), not from when the handler goroutine got to run. On a loaded
+// machine the latter lags by whole scheduler slices, differently for new and reused
+// connections, and would blame the client for the server's own scheduling.
+
+type connKey struct{}
+
+// stampListener enables kernel receive timestamps on every accepted connection.
+type stampListener struct{ net.Listener }
+
+func (l stampListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return c, nil
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return c, nil
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1)
+	}); err != nil || serr != nil {
+		return c, nil
+	}
+	return &stampConn{TCPConn: tc, rc: rc}, nil
+}
+
+// stampConn remembers the kernel receive time of the first byte that no request has
+// claimed yet.
+type stampConn struct {
+	*net.TCPConn
+	rc syscall.RawConn
+
+	mu      sync.Mutex
+	pending time.Time
+}
+
+func (c *stampConn) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	var (
+		n, oobn int
+		rerr    error
+		oob     [128]byte
+	)
+	err := c.rc.Read(func(fd uintptr) bool {
+		n, oobn, _, _, rerr = unix.Recvmsg(int(fd), p, oob[:], 0)
+		return rerr != unix.EAGAIN && rerr != unix.EINTR
+	})
+	if err != nil {
+		return 0, err
+	}
+	if rerr != nil {
+		return 0, rerr
+	}
+	if n == 0 {
+		return 0, io.EOF
+	}
+	if at, ok := receiveTime(oob[:oobn]); ok {
+		c.mu.Lock()
+		if c.pending.IsZero() {
+			c.pending = at
+		}
+		c.mu.Unlock()
+	}
+	return n, nil
+}
+
+// claim returns the receive time of the current request's first byte and clears it.
+func (c *stampConn) claim() (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at := c.pending
+	c.pending = time.Time{}
+	return at, !at.IsZero()
+}
+
+func receiveTime(oob []byte) (time.Time, bool) {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return time.Time{}, false
+	}
+	for _, m := range msgs {
+		if m.Header.Level == unix.SOL_SOCKET && m.Header.Type == unix.SO_TIMESTAMPNS && len(m.Data) >= 16 {
+			sec := int64(binary.NativeEndian.Uint64(m.Data[0:8]))
+			nsec := int64(binary.NativeEndian.Uint64(m.Data[8:16]))
+			return time.Unix(sec, nsec), true
+		}
+	}
+	return time.Time{}, false
+}
+
+func withConn(ctx context.Context, c net.Conn) context.Context {
+	return context.WithValue(ctx, connKey{}, c)
+}
+
+// arrivalTime is the kernel receive time of r's first byte when known, else now.
+func arrivalTime(r *http.Request) time.Time {
+	if c, ok := r.Context().Value(connKey{}).(*stampConn); ok {
+		if at, ok := c.claim(); ok {
+			return at
+		}
+	}
+	return time.Now()
+}
