@@ -1,0 +1,444 @@
+package console
+
+import (
+	"math"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"downloader"
+	"downloader/limiter"
+	"downloader/observe"
+)
+
+// Runtime is the domain runtime page's status and over-limit table
+// (GET /v1/console/runtime). Counts are over the last 24 hours.
+type Runtime struct {
+	GeneratedAt time.Time `json:"generated_at"`
+	// DomainCount counts the domains in downloader:domain_runtime: those this service has
+	// requested and that still hold a 24 h statistic or could still refuse a request.
+	DomainCount int `json:"domain_count"`
+	// InFlightCount sums the per-domain in_flight_count column: admitted and not done.
+	InFlightCount        int    `json:"in_flight_count"`
+	MaxConcurrentCount   int    `json:"max_concurrent_count"`
+	DefaultMinIntervalMs int64  `json:"default_min_interval_ms"`
+	RequestCount24h      uint64 `json:"request_count_24h"`
+	OverLimitCount24h    uint64 `json:"over_limit_count_24h"`
+	// OverLimitRatio is OverLimitCount24h ÷ RequestCount24h (the page shows a percentage).
+	OverLimitRatio float64               `json:"over_limit_ratio"`
+	Entries        []observe.EntryCounts `json:"entries"`
+}
+
+// Runtime returns the domain runtime page's numbers now.
+func (c *Console) Runtime() Runtime {
+	now := c.cfg.Clock.Now()
+	st := c.cfg.Engine.Limiter().Stats(now)
+	counts := c.cfg.Observer.Counts(now)
+	return Runtime{
+		GeneratedAt: now.UTC(), DomainCount: st.DomainCount, InFlightCount: st.InFlightCount,
+		MaxConcurrentCount:   c.cfg.Engine.Settings().MaxConcurrentCount,
+		DefaultMinIntervalMs: c.cfg.Engine.DefaultMinInterval().Milliseconds(),
+		RequestCount24h:      counts.RequestCount24h, OverLimitCount24h: counts.OverLimitCount24h,
+		OverLimitRatio: counts.OverLimitRatio, Entries: counts.Entries,
+	}
+}
+
+// Probes is the probe records page's numbers (GET /v1/console/probes).
+type Probes struct {
+	GeneratedAt time.Time `json:"generated_at"`
+	observe.ProbeCounts
+	// Samples are the newest probes, newest first.
+	Samples []observe.ProbeSample `json:"samples"`
+}
+
+// Probes returns the probe records page's numbers now, with up to limit samples.
+func (c *Console) Probes(limit int) Probes {
+	now := c.cfg.Clock.Now()
+	return Probes{GeneratedAt: now.UTC(), ProbeCounts: c.cfg.Observer.Counts(now).Probes,
+		Samples: c.cfg.Observer.ProbeSamples(limit)}
+}
+
+// Stats is the fetch statistics page's numbers (GET /v1/console/stats).
+type Stats struct {
+	GeneratedAt time.Time `json:"generated_at"`
+	observe.Ceilings
+	DomainCount          int      `json:"domain_count"`
+	ActiveDomainCount    int      `json:"active_domain_count"`
+	UnboundedDomainCount int      `json:"unbounded_domain_count"`
+	ActiveSpanSeconds    int64    `json:"active_span_seconds"`
+	SpanSeconds          int64    `json:"span_seconds"` // of the achieved rate and mean service time
+	FinishedCount        uint64   `json:"finished_count"`
+	MeanServiceMs        *float64 `json:"mean_service_ms"`
+	IsMeanServiceFrom24h bool     `json:"is_mean_service_from_24h"`
+	MaxConcurrentCount   int      `json:"max_concurrent_count"`
+	// GlobalInFlightCount counts the requests holding one of the max_concurrent_count
+	// slots; QueuedCount those waiting for one (at most LocalQueueLength for B and C).
+	GlobalInFlightCount int `json:"global_in_flight_count"`
+	QueuedCount         int `json:"queued_count"`
+	LocalQueueLength    int `json:"local_queue_length"`
+	// Renderer is the renderer pool; null when the service has none.
+	Renderer *observe.RendererStats `json:"renderer"`
+}
+
+// Stats returns the fetch statistics page's numbers now.
+func (c *Console) Stats() Stats {
+	now := c.cfg.Clock.Now()
+	d := c.cfg.Domains.Summary(now)
+	r := c.cfg.Observer.Recent(now)
+	gate := c.cfg.Engine.Gate()
+	cap := c.cfg.Engine.Settings().MaxConcurrentCount
+	s := Stats{
+		GeneratedAt: now.UTC(), Ceilings: observe.CeilingsOf(d, r, cap),
+		DomainCount: d.DomainCount, ActiveDomainCount: d.ActiveDomainCount, UnboundedDomainCount: d.UnboundedDomainCount,
+		ActiveSpanSeconds: int64(observe.ActiveSpan / time.Second),
+		SpanSeconds:       r.SpanSeconds, FinishedCount: r.FinishedCount, MeanServiceMs: r.MeanServiceMs,
+		IsMeanServiceFrom24h: r.IsMeanServiceFrom24h, MaxConcurrentCount: cap,
+		GlobalInFlightCount: gate.InFlight(), QueuedCount: gate.Waiting(), LocalQueueLength: gate.QueueLength(),
+	}
+	if c.cfg.Renderer != nil {
+		rs := c.cfg.Renderer()
+		s.Renderer = &rs
+	}
+	return s
+}
+
+// Base is what every page shows around its content.
+// The views embed the JSON struct of their page, whose GeneratedAt the layout shows.
+type Base struct {
+	Page string
+}
+
+type errorView struct {
+	Base
+	GeneratedAt time.Time
+	Error       string
+	Field       string
+}
+
+// entryRow is one row of the over-limit table.
+type entryRow struct {
+	observe.EntryCounts
+	Name, Behavior, Why string
+}
+
+func entryRows(counts []observe.EntryCounts) []entryRow {
+	rows := make([]entryRow, 0, len(counts))
+	for _, e := range counts {
+		r := entryRow{EntryCounts: e}
+		switch e.Entry {
+		case downloader.EntryLease:
+			r.Name, r.Behavior = "A · lease 循环", "延迟执行"
+			r.Why = "任务已经租下来了，丢掉要等 lease 超时才回收，等一下更便宜；等待会超过 lease 时立刻交还调度器"
+		case downloader.EntryRender:
+			r.Name, r.Behavior = "B · POST /v1/render", "429 + retry_after_seconds"
+			r.Why = "同步接口，调用方能自己退避"
+		case downloader.EntryProbe:
+			r.Name, r.Behavior = "C · POST /v1/probe", "has_reached_origin = false"
+			r.Why = "不返回 429。探针被我方自己的限速挡住，不是对方的问题：调度器不退避、不计探针次数"
+		}
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+// runtimeView is the domain runtime page.
+type runtimeView struct {
+	Base
+	Runtime
+	EntryRows []entryRow
+	Domains   observe.DomainPage
+	Query     observe.DomainQuery
+	Columns   []column
+}
+
+// column is a sortable column of the per-domain table.
+type column struct {
+	Key, Label string
+	Href       string // sorts by this column (toggles the order if it is the current one)
+	Mark       string // ▲ or ▼ on the current column
+}
+
+func (c *Console) runtimePage(r *http.Request) (any, error) {
+	q, err := DomainQueryOf(r.URL.Query())
+	if err != nil {
+		return nil, err
+	}
+	page, err := c.cfg.Domains.Page(c.cfg.Clock.Now(), q)
+	if err != nil {
+		return nil, err
+	}
+	rt := c.Runtime()
+	v := runtimeView{Base: Base{Page: "runtime"}, Runtime: rt,
+		EntryRows: entryRows(rt.Entries), Domains: page, Query: q}
+	labels := map[string]string{
+		observe.SortDomain: "域名", observe.SortMinInterval: "最小请求间隔（毫秒）", observe.SortIntervalSource: "间隔来源",
+		observe.SortLastRequest: "最后一次请求时间", observe.SortInFlight: "进行中请求数", observe.SortRequests: "24h 请求数",
+		observe.SortState: "状态",
+	}
+	for _, k := range observe.SortKeys() {
+		col := column{Key: k, Label: labels[k]}
+		desc := defaultDescending(k)
+		if k == q.Sort {
+			desc = !q.Descending
+			col.Mark = "▲"
+			if q.Descending {
+				col.Mark = "▼"
+			}
+		}
+		col.Href = v.href(k, desc, "")
+		v.Columns = append(v.Columns, col)
+	}
+	return v, nil
+}
+
+// href links to the runtime page with the current search and limit.
+func (v runtimeView) href(sort string, desc bool, cursor string) string {
+	p := url.Values{}
+	p.Set("sort", sort)
+	p.Set("order", map[bool]string{false: "asc", true: "desc"}[desc])
+	if v.Query.Search != "" {
+		p.Set("q", v.Query.Search)
+	}
+	if v.Query.Limit != observe.DefaultPageLimit {
+		p.Set("limit", strconv.Itoa(v.Query.Limit))
+	}
+	if cursor != "" {
+		p.Set("cursor", cursor)
+	}
+	return "/?" + p.Encode() + "#domains"
+}
+
+// NextHref links to the next page, or is empty on the last one.
+func (v runtimeView) NextHref() string {
+	if v.Domains.NextCursor == nil {
+		return ""
+	}
+	return v.href(v.Query.Sort, v.Query.Descending, *v.Domains.NextCursor)
+}
+
+// FirstHref links to the first page, or is empty on it.
+func (v runtimeView) FirstHref() string {
+	if v.Query.Cursor == "" {
+		return ""
+	}
+	return v.href(v.Query.Sort, v.Query.Descending, "")
+}
+
+// causeRow is one row of the probe cause table.
+type causeRow struct {
+	Key      string // data-row key
+	Field    string // the JSON field its count comes from
+	Reason   downloader.FailReason
+	Label    string
+	Count    uint64
+	Action   string
+	IsDetail bool // a reached-but-failed reason under the total
+}
+
+type probesView struct {
+	Base
+	Probes
+	Causes []causeRow
+}
+
+func (c *Console) probesPage(r *http.Request) (any, error) {
+	n, err := intParam(r.URL.Query(), "limit", DefaultSampleLimit, 1, observe.DefaultSampleCount)
+	if err != nil {
+		return nil, err
+	}
+	p := c.Probes(n)
+	v := probesView{Base: Base{Page: "probes"}, Probes: p}
+	const noBackoff = "不退避、不计 probe_count、原地重试"
+	first := true
+	var reached []causeRow
+	for _, cc := range p.Causes {
+		row := causeRow{Key: "cause:" + string(cc.FailReason), Field: "probe_count_24h", Reason: cc.FailReason,
+			Label: cc.FailReason.Label(), Count: cc.ProbeCount24h}
+		if cc.HasReachedOrigin {
+			row.IsDetail = true
+			reached = append(reached, row)
+			continue
+		}
+		row.Action = "同上"
+		if first {
+			row.Action, first = noBackoff, false
+		}
+		v.Causes = append(v.Causes, row)
+	}
+	v.Causes = append(v.Causes, causeRow{Key: "cause:reached_failed", Field: "reached_failed_count_24h",
+		Label: "到达对方但失败", Count: p.ReachedFailedCount24h, Action: "正常退避"})
+	v.Causes = append(v.Causes, reached...)
+	return v, nil
+}
+
+type statsView struct {
+	Base
+	Stats
+}
+
+func (c *Console) statsPage(r *http.Request) (any, error) {
+	s := c.Stats()
+	return statsView{Base: Base{Page: "stats"}, Stats: s}, nil
+}
+
+// Template helpers: numbers as the seeds print them (128,540; 0.35%), null as null.
+
+func funcs() map[string]any {
+	return map[string]any{
+		"num":      num,
+		"fixed":    fixed,
+		"optFixed": optFixed,
+		"pct":      func(ratio float64) string { return fixed(ratio*100, 2) + "%" },
+		"ts":       ts,
+		"optTs": func(t *time.Time) string {
+			if t == nil {
+				return "—"
+			}
+			return ts(*t)
+		},
+		"optInt": func(p *int) string {
+			if p == nil {
+				return "null"
+			}
+			return num(*p)
+		},
+		"reasonLabel": func(r *downloader.FailReason) string {
+			if r == nil {
+				return "—"
+			}
+			return r.Label()
+		},
+		"reasonValue": func(r *downloader.FailReason) string {
+			if r == nil {
+				return "null"
+			}
+			return string(*r)
+		},
+		"sourceLabel": sourceLabel,
+		"stateLabel":  stateLabel,
+		"entryLabel":  entryLabel,
+		"bindingLabel": func(b *observe.Binding) string {
+			switch {
+			case b == nil:
+				return "—"
+			case *b == observe.BindingPoliteness:
+				return "politeness礼貌上限"
+			default:
+				return "capacity容量上限"
+			}
+		},
+		"bindingValue": func(b *observe.Binding) string {
+			if b == nil {
+				return "null"
+			}
+			return string(*b)
+		},
+		"limits": func(cur int) []int {
+			l := []int{20, 50, 100, 200, 500}
+			if !slices.Contains(l, cur) {
+				l = append(l, cur)
+				slices.Sort(l)
+			}
+			return l
+		},
+	}
+}
+
+// num prints an integer with thousands separators.
+func num(v any) string {
+	var s string
+	switch n := v.(type) {
+	case int:
+		s = strconv.Itoa(n)
+	case int32:
+		s = strconv.FormatInt(int64(n), 10)
+	case int64:
+		s = strconv.FormatInt(n, 10)
+	case uint32:
+		s = strconv.FormatUint(uint64(n), 10)
+	case uint64:
+		s = strconv.FormatUint(n, 10)
+	default:
+		return "?"
+	}
+	return group(s)
+}
+
+func group(s string) string {
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	if neg {
+		b.WriteByte('-')
+	}
+	for i, r := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// fixed prints a float with d decimals and thousands separators.
+func fixed(f float64, d int) string {
+	if math.IsInf(f, 0) || math.IsNaN(f) {
+		return "—"
+	}
+	s := strconv.FormatFloat(f, 'f', d, 64)
+	whole, frac, _ := strings.Cut(s, ".")
+	if frac != "" {
+		return group(whole) + "." + frac
+	}
+	return group(whole)
+}
+
+func optFixed(p *float64, d int) string {
+	if p == nil {
+		return "—"
+	}
+	return fixed(*p, d)
+}
+
+func ts(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+func sourceLabel(s downloader.IntervalSource) string {
+	switch s {
+	case downloader.IntervalSourceLease:
+		return "lease 消息"
+	case downloader.IntervalSourceRequest:
+		return "调用方给定"
+	case downloader.IntervalSourceDefault:
+		return "全局默认"
+	}
+	return string(s)
+}
+
+func stateLabel(s limiter.State) string {
+	switch s {
+	case limiter.StateNormal:
+		return "正常"
+	case limiter.StateOverLimitA:
+		return "入口 A 超限"
+	case limiter.StateOverLimitB:
+		return "入口 B 超限"
+	case limiter.StateOverLimitC:
+		return "入口 C 超限"
+	}
+	return string(s)
+}
+
+func entryLabel(e downloader.Entry) string {
+	switch e {
+	case downloader.EntryLease:
+		return "A · lease 循环"
+	case downloader.EntryRender:
+		return "B · POST /v1/render"
+	case downloader.EntryProbe:
+		return "C · POST /v1/probe"
+	}
+	return string(e)
+}
