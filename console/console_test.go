@@ -545,7 +545,7 @@ func TestSelfContained(t *testing.T) {
 		// Stylesheets load nothing; scripts only call the service's own paths (the CSP
 		// enforces both in the browser). The action's default target "https://" + domain
 		// is data, not a load.
-		if regexp.MustCompile(`(?i)url\(\s*['"]?(https?:)?//|@import|fetch\(\s*["'`+"`"+`]?(https?:)?//|XMLHttpRequest|WebSocket|<script`).Match(b) {
+		if regexp.MustCompile(`(?i)url\(\s*['"]?(https?:)?//|@import|fetch\(\s*["'` + "`" + `]?(https?:)?//|XMLHttpRequest|WebSocket|<script`).Match(b) {
 			t.Errorf("%s references another host", p)
 		}
 		resp, _ := h.get(t, "/"+p)
