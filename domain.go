@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"unicode/utf8"
 
 	"golang.org/x/net/idna"
 )
@@ -46,11 +47,22 @@ func NormalizeDomain(host string) (string, error) {
 	if ip := net.ParseIP(h); ip != nil {
 		return ip.String(), nil
 	}
+	if !utf8.ValidString(h) {
+		return "", Invalidf("domain", "domain %q is not valid UTF-8", host)
+	}
 	ascii, err := idna.Lookup.ToASCII(h)
+	if err == nil && ascii != h {
+		// The result must itself be a valid name: some inputs encode to labels that
+		// the lookup profile then refuses.
+		_, err = idna.Lookup.ToASCII(ascii)
+	}
 	if err != nil {
 		return "", Invalidf("domain", "domain %q is not a valid host name: %v", host, err)
 	}
-	ascii = strings.ToLower(ascii)
+	ascii = strings.ToLower(strings.TrimSuffix(ascii, "."))
+	if ascii == "" || strings.HasSuffix(ascii, ".") {
+		return "", Invalidf("domain", "domain %q is not a valid host name", host)
+	}
 	if len(ascii) > 253 {
 		return "", Invalidf("domain", "domain %q is longer than 253 characters", host)
 	}

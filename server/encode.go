@@ -92,6 +92,9 @@ func decodeError(err error) error {
 		return downloader.Invalidf(field, "%s must be a JSON %s, not %s", field, jsonKind(typeErr.Type.String()), typeErr.Value)
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		if field == "" {
+			return downloader.Invalidf("body", "unknown field %q", field)
+		}
 		return downloader.Invalidf(field, "unknown field %q", field)
 	}
 	return downloader.Invalidf("body", "body cannot be decoded: %v", err)

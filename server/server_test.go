@@ -67,7 +67,7 @@ type harness struct {
 	set  *memSettings
 }
 
-func newHarness(t *testing.T, f engine.Fetcher) *harness {
+func newHarness(t testing.TB, f engine.Fetcher) *harness {
 	t.Helper()
 	clk := clock.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
 	lim := limiter.New(clk)
