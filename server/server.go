@@ -24,6 +24,11 @@ type Config struct {
 	Guard  URLGuard // nil: no literal-address check
 	Logger *slog.Logger
 	Clock  clock.Clock
+	// APIToken guards entries B and C, task submission and the read API; AdminToken
+	// guards settings and console actions (and also opens the API). Empty: not required.
+	// See auth.go for the whole policy.
+	APIToken   string
+	AdminToken string
 	// Extra registers more routes (tasks, results, console, metrics) from other packages.
 	Extra func(mux *http.ServeMux)
 
@@ -57,7 +62,7 @@ func New(cfg Config) *Server {
 	if cfg.Extra != nil {
 		cfg.Extra(mux)
 	}
-	s.handler = s.recoverPanics(mux)
+	s.handler = s.recoverPanics(s.authorize(mux))
 	return s
 }
 
