@@ -48,6 +48,9 @@ const (
 	FailResolverUnavailable FailReason = "resolver_unavailable"
 	FailShuttingDown        FailReason = "shutting_down"
 	FailInvalidTask         FailReason = "invalid_task"
+	// FailRuntimeStoreUnavailable: the shared limiter state (TiKV in cluster mode) cannot
+	// be reached, so no admission can be given: we fail closed, and it is our problem.
+	FailRuntimeStoreUnavailable FailReason = "runtime_store_unavailable"
 
 	FailDomainNotFound       FailReason = "domain_not_found"
 	FailConnectRefused       FailReason = "connect_refused"
@@ -64,22 +67,23 @@ var failReasonInfo = map[FailReason]struct {
 	hasReachedOrigin bool
 	label            string
 }{
-	FailSelfRateLimited:      {false, "自身限速拒绝"},
-	FailLocalQueueFull:       {false, "本地队列满"},
-	FailRendererUnavailable:  {false, "渲染器起不来"},
-	FailRendererCrashed:      {false, "渲染器中途崩溃"},
-	FailRenderTimeout:        {false, "渲染超时"},
-	FailResolverUnavailable:  {false, "我方 DNS 解析失败"},
-	FailShuttingDown:         {false, "服务正在停止"},
-	FailInvalidTask:          {false, "任务格式错误"},
-	FailDomainNotFound:       {true, "域名不存在"},
-	FailConnectRefused:       {true, "连接被拒绝"},
-	FailConnectTimeout:       {true, "连接超时"},
-	FailTLSFailed:            {true, "TLS 握手失败"},
-	FailResponseTimeout:      {true, "响应超时"},
-	FailConnectionReset:      {true, "连接被重置"},
-	FailHTTPStatusError:      {true, "对方返回非 2xx"},
-	FailDestinationForbidden: {true, "目标地址禁止访问"},
+	FailSelfRateLimited:         {false, "自身限速拒绝"},
+	FailLocalQueueFull:          {false, "本地队列满"},
+	FailRendererUnavailable:     {false, "渲染器起不来"},
+	FailRendererCrashed:         {false, "渲染器中途崩溃"},
+	FailRenderTimeout:           {false, "渲染超时"},
+	FailResolverUnavailable:     {false, "我方 DNS 解析失败"},
+	FailShuttingDown:            {false, "服务正在停止"},
+	FailInvalidTask:             {false, "任务格式错误"},
+	FailRuntimeStoreUnavailable: {false, "限速状态库不可用"},
+	FailDomainNotFound:          {true, "域名不存在"},
+	FailConnectRefused:          {true, "连接被拒绝"},
+	FailConnectTimeout:          {true, "连接超时"},
+	FailTLSFailed:               {true, "TLS 握手失败"},
+	FailResponseTimeout:         {true, "响应超时"},
+	FailConnectionReset:         {true, "连接被重置"},
+	FailHTTPStatusError:         {true, "对方返回非 2xx"},
+	FailDestinationForbidden:    {true, "目标地址禁止访问"},
 }
 
 // FailReasons lists the closed set in a stable order.
@@ -87,7 +91,7 @@ func FailReasons() []FailReason {
 	return []FailReason{
 		FailSelfRateLimited, FailLocalQueueFull, FailRendererUnavailable, FailRendererCrashed,
 		FailRenderTimeout, FailResolverUnavailable, FailShuttingDown, FailInvalidTask,
-		FailDomainNotFound, FailConnectRefused, FailConnectTimeout, FailTLSFailed,
+		FailRuntimeStoreUnavailable, FailDomainNotFound, FailConnectRefused, FailConnectTimeout, FailTLSFailed,
 		FailResponseTimeout, FailConnectionReset, FailHTTPStatusError, FailDestinationForbidden,
 	}
 }
