@@ -11,6 +11,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 
 	"downloader"
 	"downloader/clock"
+	"downloader/htmltext"
 	"downloader/limiter"
 )
 
@@ -238,6 +240,13 @@ func (e *Engine) run(ctx context.Context, req downloader.Request, u *url.URL, ad
 // finish stores what should be stored and tells observers.
 func (e *Engine) finish(ctx context.Context, req downloader.Request, u *url.URL, out *downloader.Outcome, took time.Duration, at time.Time) *Result {
 	res := &Result{Outcome: out, Summary: out.Summary(req.Domain)}
+	if req.Entry == downloader.EntryRender && out.Text == "" && len(out.Body) > 0 {
+		// Entry B answers the page's text too; the renderer reads it from the DOM, a plain
+		// fetch leaves it to us.
+		if text, err := htmltext.VisibleText(bytes.NewReader(out.Body)); err == nil {
+			out.Text = text
+		}
+	}
 	if req.Entry == downloader.EntryRender && req.ShouldStore {
 		key, err := e.store(ctx, req, "", out, at)
 		if err != nil {

@@ -173,3 +173,24 @@ func TestStopAnswersShuttingDown(t *testing.T) {
 		t.Errorf("task while stopping: %+v, want release", out)
 	}
 }
+
+func TestRenderAnswersTheTextOfAPlainFetch(t *testing.T) {
+	e, _, _, _ := newTestEngine(t)
+	e.cfg.Fetcher = fetcherFunc(func(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome {
+		return &downloader.Outcome{HTTPStatus: 200, Body: []byte("<html><head><title>t</title></head><body><p>Hello <b>world</b></p><script>x()</script></body></html>")}
+	})
+	u, _ := url.Parse("http://a.test/")
+	res, err := e.Render(context.Background(), downloader.Request{URL: u.String(), Domain: "a.test"}, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Outcome.Text != "Hello world" {
+		t.Errorf("text = %q, want %q", res.Outcome.Text, "Hello world")
+	}
+}
+
+type fetcherFunc func(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome
+
+func (f fetcherFunc) Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome {
+	return f(ctx, u, adm)
+}
