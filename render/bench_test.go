@@ -36,8 +36,9 @@ import (
 //
 // Knobs for the design measurements in docs/benchmarks-render.md:
 // RENDER_BENCH_WARM sets the pool's WarmTabs; RENDER_BENCH_BARE_MODES="newtab newctx
-// clear" adds bare variants: a new tab per page, a new browser context and tab per page,
-// and a long-lived tab whose cookies, storage and cache are cleared after every page.
+// clear multisite" adds bare variants: a new tab per page, a new browser context and tab
+// per page, a long-lived tab whose cookies, storage and cache are cleared after every
+// page, and long-lived tabs that go to another site (js1.test, js2.test, ...) each time.
 func BenchmarkRender(b *testing.B) {
 	f := getFixture(b)
 	for _, c := range []int{1, 4, 8} {
@@ -81,7 +82,7 @@ func benchPool(b *testing.B, f *fixture, c int) {
 
 func benchBare(b *testing.B, f *fixture, c int, mode string) {
 	opts := append(localFlags(DefaultBinaryPath, testUserAgent),
-		chromedp.Flag("host-resolver-rules", "MAP js.test 127.0.0.1:"+f.port))
+		chromedp.Flag("host-resolver-rules", "MAP *.test 127.0.0.1:"+f.port))
 	allocCtx, allocCancel := chromedp.NewExecAllocator(context.Background(), opts...)
 	defer allocCancel()
 	root, rootCancel := chromedp.NewContext(allocCtx, chromedp.WithLogf(func(string, ...any) {}))
@@ -102,8 +103,13 @@ func benchBare(b *testing.B, f *fixture, c int, mode string) {
 		tr.setMainFrame(cdp.FrameID(chromedp.FromContext(tctx).Target.TargetID))
 		tabs <- &tab{b: br, ctx: tctx, tr: tr}
 	}
-	u := f.url("js.test/")
+	var seq atomic.Int64
 	one := func() error {
+		u := f.url("js.test/")
+		if mode == "multisite" {
+			// Every page on another site, as a crawl would go.
+			u = f.url(fmt.Sprintf("js%d.test/", seq.Add(1)%16))
+		}
 		t := <-tabs
 		defer func() { tabs <- t }()
 		if mode == "clear" {

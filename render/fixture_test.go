@@ -284,6 +284,9 @@ func (f *fixture) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		host = r.Host
 	}
+	if strings.HasPrefix(host, "js") && strings.HasSuffix(host, ".test") {
+		host = "js.test" // js1.test, js2.test, ...: the same page on other sites
+	}
 	switch host + r.URL.Path {
 	case "js.test/":
 		html("js.html")

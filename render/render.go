@@ -37,6 +37,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"downloader"
@@ -133,7 +134,8 @@ type Pool struct {
 	// deny is where the local browser's own default context is pointed: a listener that
 	// refuses everything, so a request outside any render (there should be none) never
 	// leaves the machine.
-	deny net.Listener
+	deny       net.Listener
+	deniedConn atomic.Int64 // connections the deny listener refused
 
 	mu       sync.Mutex
 	state    browserState
@@ -225,20 +227,22 @@ func New(cfg Config) (*Pool, error) {
 			return nil, fmt.Errorf("render: deny listener: %w", err)
 		}
 		p.deny = ln
-		p.wg.Go(func() { refuseAll(ln) })
+		p.wg.Go(func() { p.refuseAll(ln) })
 	}
 	p.wg.Go(p.supervise)
 	return p, nil
 }
 
 // refuseAll accepts connections on ln and closes them at once, until ln is closed.
-func refuseAll(ln net.Listener) {
+func (p *Pool) refuseAll(ln net.Listener) {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
 			return
 		}
 		c.Close()
+		p.deniedConn.Add(1)
+		p.log.Warn("the browser tried to reach the network outside a render; refused")
 	}
 }
 
@@ -367,6 +371,11 @@ func (p *Pool) render(ctx context.Context, u *url.URL, adm *limiter.Admission, s
 	select {
 	case out := <-job.done:
 		st.release()
+		if p.ctx.Err() != nil && out.HTTPStatus == 0 && !out.FailReason.HasReachedOrigin() {
+			// Closing the pool kills the browser under the render: that is our stop,
+			// not a crash.
+			out.FailReason = downloader.FailShuttingDown
+		}
 		return out
 	case <-ctx.Done():
 		st.release()

@@ -515,6 +515,19 @@ func TestRenderRemoteEndpoint(t *testing.T) {
 	}
 }
 
+// TestRenderNoStrayRequests: after every other test, the local browser has never tried to
+// reach the network on its own (update checks, safe browsing, ...): its default context
+// points at a proxy that refuses everything, and nobody knocked.
+func TestRenderNoStrayRequests(t *testing.T) {
+	p := sharedPool(t)
+	if out := render(t, p, "js.test/", 20*time.Second); out.FailReason != "" {
+		t.Fatalf("fail_reason=%s", failReason(out))
+	}
+	if n := p.deniedConn.Load(); n != 0 {
+		t.Errorf("the browser made %d connections outside any render", n)
+	}
+}
+
 // TestNew checks the configuration errors.
 func TestNew(t *testing.T) {
 	f := getFixture(t)
