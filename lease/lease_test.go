@@ -40,11 +40,20 @@ func TestDelayedTasksRunAtTheirSlot(t *testing.T) {
 		t.Fatalf("slow.test gaps = %v, want 3", gaps)
 	}
 	for _, g := range gaps {
-		// At least the interval (politeness); at most a scheduling hiccup more (the task
-		// ran at its reserved slot, it was not dropped and leased again later).
-		if g < interval-originLatencyAllowance || g > interval+originLatencyAllowance {
-			t.Errorf("slow.test gap %v, want %v ± %v", g, interval, originLatencyAllowance)
+		if g < interval-originLatencyAllowance {
+			t.Errorf("slow.test gap %v, below the interval %v", g, interval)
 		}
+	}
+	// At their slot: the typical gap is the interval, not more (a task dropped and leased
+	// again, or run when a poll came round, would come much later). The median, so that one
+	// scheduling stall of a loaded machine does not fail the test.
+	sorted := slices.Clone(gaps)
+	slices.Sort(sorted)
+	if med := sorted[len(sorted)/2]; med > interval+originLatencyAllowance {
+		t.Errorf("slow.test gaps %v: median %v, want about %v", gaps, med, interval)
+	}
+	if s.reLeasedCount() != 0 {
+		t.Errorf("%d leases handed out again", s.reLeasedCount())
 	}
 	if v := r.origin.Violations(func(string) (time.Duration, bool) { return interval, true }, originLatencyAllowance); len(v) > 0 {
 		t.Errorf("violations: %v", v)

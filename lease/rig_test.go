@@ -113,6 +113,7 @@ type fakeScheduler struct {
 	pending     []json.RawMessage
 	leaseFor    time.Duration
 	leaseCalls  int
+	handedOut   map[string]int // task id → times leased
 	reports     []downloader.Report
 	reportCalls int
 	releases    []releaseCall
@@ -181,6 +182,15 @@ func (f *fakeScheduler) lease(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		out = append(out, raw)
+		var id struct {
+			TaskID string `json:"task_id"`
+		}
+		if json.Unmarshal(raw, &id) == nil {
+			if f.handedOut == nil {
+				f.handedOut = map[string]int{}
+			}
+			f.handedOut[id.TaskID]++
+		}
 	}
 	f.pending = f.pending[n:]
 	f.leaseCalls++
@@ -227,6 +237,19 @@ func (f *fakeScheduler) release(w http.ResponseWriter, r *http.Request) {
 	f.mu.Unlock()
 	f.notify()
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// reLeasedCount returns how many tasks were handed out more than once (by task id).
+func (f *fakeScheduler) reLeasedCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, c := range f.handedOut {
+		if c > 1 {
+			n++
+		}
+	}
+	return n
 }
 
 func (f *fakeScheduler) setReportsDown(down bool) {

@@ -30,6 +30,7 @@ type config struct {
 	ChromiumPath         string
 	LogLevel             slog.Level
 	ShutdownGraceSeconds int
+	Lease                leaseConfig // entry A (lease.go)
 }
 
 const defaultUserAgent = "downloader/1.0 (+https://example.invalid/crawler)"
@@ -81,6 +82,7 @@ func newFlagSet(name string, c *config, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.ChromiumPath, "chromium-path", "/usr/lib/chromium/chromium-headless-shell", "local headless Chromium binary")
 	fs.Var(levelFlag{&c.LogLevel}, "log-level", "debug, info, warn or error")
 	fs.IntVar(&c.ShutdownGraceSeconds, "shutdown-grace-seconds", 20, "on SIGINT/SIGTERM, how long in-flight requests may finish")
+	addLeaseFlags(fs, &c.Lease)
 	return fs
 }
 

@@ -69,6 +69,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	switch args[0] {
 	case "serve":
 		return runServe(ctx, args[1:], getenv, stdout, stderr)
+	case "crawl":
+		return runCrawl(ctx, args[1:], getenv, stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -60,6 +60,7 @@ type service struct {
 	fetcher *fetch.Fetcher
 	render  *render.Pool
 	server  *server.Server
+	entryA  *entryA // the lease loop (lease.go)
 	http    *http.Server
 	errc    chan error // the first error of a long-running part
 	cancel  context.CancelFunc
@@ -78,7 +79,8 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 	clk := clock.Real{}
 	lim := limiter.New(clk)
 	gate := limiter.NewGate(c.MaxConcurrentCount, c.LocalQueueLength)
-	guard := netguard.New(netguard.Config{ConnectTo: c.ConnectTo, AllowPrivateNetworks: c.AllowPrivateNetworks})
+	guard := netguard.New(netguard.Config{ConnectTo: c.ConnectTo, AllowPrivateNetworks: c.AllowPrivateNetworks,
+		Dialer: c.Lease.dialer()})
 	defaultInterval := time.Duration(c.DefaultMinIntervalMs) * time.Millisecond
 	fetcher := fetch.New(fetch.Config{
 		Clock: clk, Guard: guard, Logger: logger, UserAgent: c.UserAgent,
@@ -103,16 +105,24 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 		st.Close()
 		return nil, err
 	}
-	srv := server.New(server.Config{Engine: eng, Guard: guard, Logger: logger, Clock: clk})
+	a, err := newEntryA(ctx, c, logger, clk, st, eng, gate)
+	if err != nil {
+		pool.Close()
+		st.Close()
+		return nil, err
+	}
+	srv := server.New(server.Config{Engine: eng, Guard: guard, Logger: logger, Clock: clk,
+		Tasks: a.taskQueue(), Results: st, Pages: st})
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
+		a.close()
 		pool.Close()
 		st.Close()
 		return nil, fmt.Errorf("listen on %s: %w", c.Listen, err)
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	s := &service{cfg: c, log: logger, addr: ln.Addr(), store: st, limiter: lim, engine: eng, fetcher: fetcher,
-		render: pool, server: srv, errc: make(chan error, 2), cancel: cancel,
+		render: pool, server: srv, entryA: a, errc: make(chan error, 2), cancel: cancel,
 		http: &http.Server{
 			Handler:           srv,
 			ReadHeaderTimeout: 10 * time.Second,
@@ -128,6 +138,7 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 			s.errc <- fmt.Errorf("serve http: %w", err)
 		}
 	}()
+	a.start()
 	srv.SetReady(true)
 	logger.Info("service started", "listen", ln.Addr().String(), "data_dir", c.DataDir,
 		"max_concurrent_count", eng.Settings().MaxConcurrentCount)
@@ -149,6 +160,9 @@ func (s *service) wait(ctx context.Context) error {
 	}
 	s.server.SetReady(false)
 	s.log.Info("stopping", "shutdown_grace_seconds", s.cfg.ShutdownGraceSeconds)
+	// Entry A stops leasing now and gives its held tasks the same grace period, then
+	// releases the rest and flushes its reports.
+	leaseDone := s.entryA.stop()
 	grace, cancel := context.WithTimeout(context.Background(), time.Duration(s.cfg.ShutdownGraceSeconds)*time.Second)
 	defer cancel()
 	if err := s.http.Shutdown(grace); err != nil {
@@ -160,6 +174,8 @@ func (s *service) wait(ctx context.Context) error {
 			s.http.Close()
 		}
 	}
+	<-leaseDone
+	s.entryA.close()
 	s.engine.Stop()
 	s.cancel()
 	s.render.Close()

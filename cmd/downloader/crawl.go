@@ -1,0 +1,392 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"downloader"
+	"downloader/lease"
+	"downloader/store/embedded"
+)
+
+const crawlUsage = `usage: downloader crawl [flags] FILE
+
+Crawls the URLs in FILE on this machine, politely, with no scheduler: they go into the
+local queue in the data dir and the service (entries A, B, C and the console) runs until
+every one is done. FILE has one URL a line, or one JSON object a line with the task
+fields (url, and optionally domain, min_interval_ms, should_render, should_store,
+task_id); blank lines and lines starting with # are skipped. A task without
+min_interval_ms gets --default-min-interval-ms; should_store defaults to true.
+
+Ctrl-C stops politely (in-flight requests finish within the grace period). Run the same
+command again to resume: a URL already queued in the data dir is never queued twice.
+
+Exit status: 0 when every task is done and none failed for the downloader's own reasons
+(has_reached_origin=false); 1 when some did, or some lines were invalid; 130 when
+interrupted.
+
+Flags (each also DOWNLOADER_<FLAG>):
+
+`
+
+// crawlSubmitChunk is how many tasks go into the queue per Submit.
+const crawlSubmitChunk = 1000
+
+// maxInvalidLinesShown bounds the invalid lines printed one by one.
+const maxInvalidLinesShown = 20
+
+// maxPolitenessRows bounds the politeness table.
+const maxPolitenessRows = 15
+
+func runCrawl(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var c config
+	c.LogLevel = slog.LevelWarn // the progress goes to the terminal; the log only warns
+	fs := newFlagSet("crawl", &c, stderr)
+	// A crawl serves its API and console on a free port unless told otherwise, so that it
+	// does not collide with a running serve.
+	c.Listen = "127.0.0.1:0"
+	fs.Lookup("listen").DefValue = c.Listen
+	fs.Lookup("log-level").DefValue = "warn"
+	fs.Usage = func() {
+		fmt.Fprint(stderr, crawlUsage)
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, &c, args, getenv); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprint(stderr, "downloader crawl: want exactly one FILE\n\n")
+		fs.Usage()
+		return errUsage
+	}
+	if c.Lease.SchedulerURL != "" {
+		return fmt.Errorf("crawl uses the local queue: --scheduler-url cannot be set (use serve)")
+	}
+	path := fs.Arg(0)
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	defer f.Close()
+
+	c.Lease.politeness = &lease.Politeness{}
+	start := time.Now()
+	logger := newLogger(stderr, c.LogLevel)
+	svcCtx, stopSvc := context.WithCancel(context.Background())
+	defer stopSvc()
+	svc, err := startService(svcCtx, &c, logger)
+	if err != nil {
+		return err
+	}
+	svcDone := make(chan error, 1)
+	go func() { svcDone <- svc.wait(svcCtx) }()
+	stopService := func() error {
+		stopSvc()
+		return <-svcDone
+	}
+	q := svc.entryA.queue
+	fmt.Fprintf(stderr, "downloader: API and console on http://%s (data dir %s)\n", svc.addr, c.DataDir)
+
+	in, err := submitFile(ctx, q, f, path, time.Duration(c.DefaultMinIntervalMs)*time.Millisecond, stderr)
+	if err != nil {
+		_ = stopService()
+		return err
+	}
+	fmt.Fprintf(stderr, "downloader: %s: %d tasks (%d new, %d queued before), %d invalid lines\n",
+		path, in.taskCount, in.newCount, in.taskCount-in.newCount, in.invalidCount)
+
+	interrupted := waitCrawl(ctx, q, isTerminal(stderr), stderr)
+	if interrupted {
+		fmt.Fprintln(stderr, "downloader: interrupted: stopping politely (in-flight requests may finish)…")
+	}
+	if err := stopService(); err != nil {
+		return err
+	}
+	counts := q.Counts()
+	printSummary(stdout, counts, in, time.Since(start), svc.entryA.politeness, interrupted)
+
+	switch {
+	case interrupted:
+		return &exitError{code: 130, err: errors.New("interrupted: run the same command again to resume")}
+	case counts.OwnFailureCount() > 0:
+		return fmt.Errorf("%d tasks failed for the downloader's own reasons (has_reached_origin=false)", counts.OwnFailureCount())
+	case in.invalidCount > 0:
+		return fmt.Errorf("%d lines of %s are invalid and were not crawled", in.invalidCount, path)
+	}
+	return nil
+}
+
+// crawlInput is what submitFile read.
+type crawlInput struct {
+	taskCount    int // valid tasks in the file
+	newCount     int // of which queued now (the rest were queued before)
+	invalidCount int
+}
+
+// crawlLine is one JSON line: the task fields a crawl file may give.
+type crawlLine struct {
+	TaskID        string `json:"task_id"`
+	URL           string `json:"url"`
+	Domain        string `json:"domain"`
+	MinIntervalMs *int64 `json:"min_interval_ms"`
+	ShouldRender  bool   `json:"should_render"`
+	ShouldStore   *bool  `json:"should_store"`
+}
+
+// submitFile reads r line by line, reports invalid lines on w (FILE:LINE: field: why) and
+// queues the valid tasks in chunks.
+func submitFile(ctx context.Context, q *embedded.Queue, r io.Reader, name string, defaultInterval time.Duration, w io.Writer) (crawlInput, error) {
+	var in crawlInput
+	var chunk []downloader.Task
+	flush := func() error {
+		if len(chunk) == 0 {
+			return nil
+		}
+		res, err := q.Submit(ctx, chunk)
+		if err != nil {
+			return fmt.Errorf("queue tasks: %w", err)
+		}
+		for _, r := range res {
+			if !r.IsDuplicate {
+				in.newCount++
+			}
+		}
+		in.taskCount += len(chunk)
+		chunk = chunk[:0]
+		return nil
+	}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		t, err := parseCrawlLine(line)
+		if err == nil {
+			_, err = embedded.CheckTask(t, defaultInterval)
+		}
+		if err != nil {
+			in.invalidCount++
+			if in.invalidCount <= maxInvalidLinesShown {
+				fmt.Fprintf(w, "%s:%d: %s: %s\n", name, n, downloader.ErrorField(err), downloader.ErrorMessage(err))
+			}
+			continue
+		}
+		chunk = append(chunk, t)
+		if len(chunk) == crawlSubmitChunk {
+			if err := flush(); err != nil {
+				return in, err
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return in, fmt.Errorf("read %s: %w", name, err)
+	}
+	if in.invalidCount > maxInvalidLinesShown {
+		fmt.Fprintf(w, "%s: … and %d more invalid lines\n", name, in.invalidCount-maxInvalidLinesShown)
+	}
+	return in, flush()
+}
+
+// parseCrawlLine reads one line: a JSON object with task fields, or a bare URL.
+func parseCrawlLine(line string) (downloader.Task, error) {
+	if !strings.HasPrefix(line, "{") {
+		return downloader.Task{URL: line, ShouldStore: true}, nil
+	}
+	var l crawlLine
+	dec := json.NewDecoder(bytes.NewReader([]byte(line)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&l); err != nil {
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &te):
+			return downloader.Task{}, downloader.Invalidf(te.Field, "%s must be a JSON %s", te.Field, te.Type)
+		case strings.HasPrefix(err.Error(), "json: unknown field "):
+			f := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+			return downloader.Task{}, downloader.Invalidf(f, "unknown field %q", f)
+		}
+		return downloader.Task{}, downloader.Invalidf("line", "not a JSON object: %v", err)
+	}
+	if dec.More() {
+		return downloader.Task{}, downloader.Invalidf("line", "more than one JSON object on the line")
+	}
+	return downloader.Task{TaskID: l.TaskID, URL: l.URL, Domain: l.Domain, MinIntervalMs: l.MinIntervalMs,
+		ShouldRender: l.ShouldRender, ShouldStore: l.ShouldStore == nil || *l.ShouldStore}, nil
+}
+
+// waitCrawl shows progress until the queue has nothing pending or leased (false) or ctx
+// ends (true). On a terminal it redraws a progress bar; otherwise it prints a line every
+// plainEvery.
+func waitCrawl(ctx context.Context, q *embedded.Queue, tty bool, w io.Writer) (interrupted bool) {
+	const (
+		ttyEvery   = 200 * time.Millisecond
+		plainEvery = 5 * time.Second
+	)
+	every := plainEvery
+	if tty {
+		every = ttyEvery
+	}
+	start := time.Now()
+	first := q.Counts()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	// Finishing is checked more often than the progress is shown.
+	check := time.NewTicker(20 * time.Millisecond)
+	defer check.Stop()
+	for {
+		c := q.Counts()
+		if c.PendingCount == 0 && c.LeasedCount == 0 {
+			if tty {
+				fmt.Fprintf(w, "\r%s\n", progressLine(c, first, start, true))
+			}
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			if tty {
+				fmt.Fprintln(w)
+			}
+			return true
+		case <-tick.C:
+			if tty {
+				fmt.Fprintf(w, "\r%s", progressLine(c, first, start, true))
+			} else {
+				fmt.Fprintln(w, progressLine(c, first, start, false))
+			}
+		case <-check.C:
+		}
+	}
+}
+
+// progressLine renders the progress: a bar on a terminal, a plain line otherwise.
+func progressLine(c, first embedded.QueueCounts, start time.Time, bar bool) string {
+	total := c.TotalCount()
+	done := c.DoneCount
+	failed := done - c.SucceededCount
+	elapsed := time.Since(start)
+	rate := float64(done-first.DoneCount) / max(elapsed.Seconds(), 0.001)
+	eta := "—"
+	if rate > 0 {
+		left := time.Duration(float64(total-done) / rate * float64(time.Second))
+		eta = left.Round(time.Second).String()
+	}
+	pct := 100.0
+	if total > 0 {
+		pct = 100 * float64(done) / float64(total)
+	}
+	if !bar {
+		return fmt.Sprintf("progress: %d/%d done (%.1f%%), %d failed, %d in flight, %.1f tasks/s, eta %s",
+			done, total, pct, failed, c.LeasedCount, rate, eta)
+	}
+	const width = 30
+	filled := int(pct / 100 * width)
+	return fmt.Sprintf("[%s%s] %5.1f%% %d/%d · %d failed · %d in flight · %.1f/s · eta %s ",
+		strings.Repeat("#", filled), strings.Repeat(".", width-filled), pct, done, total, failed, c.LeasedCount, rate, eta)
+}
+
+// printSummary writes the crawl's summary table.
+func printSummary(w io.Writer, c embedded.QueueCounts, in crawlInput, elapsed time.Duration, p *lease.Politeness, interrupted bool) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "crawl summary\t")
+	fmt.Fprintf(tw, "  tasks\t%d\n", c.TotalCount())
+	fmt.Fprintf(tw, "  done\t%d\n", c.DoneCount)
+	fmt.Fprintf(tw, "    succeeded\t%d\n", c.SucceededCount)
+	fmt.Fprintf(tw, "    failed\t%d\n", c.DoneCount-c.SucceededCount)
+	reasons := make([]downloader.FailReason, 0, len(c.FailedCount))
+	for r := range c.FailedCount {
+		reasons = append(reasons, r)
+	}
+	sort.Slice(reasons, func(i, j int) bool { return c.FailedCount[reasons[i]] > c.FailedCount[reasons[j]] })
+	for _, r := range reasons {
+		side := "reached the origin"
+		if !r.HasReachedOrigin() {
+			side = "our own (has_reached_origin=false)"
+		}
+		fmt.Fprintf(tw, "      %s\t%d\t%s\n", r, c.FailedCount[r], side)
+	}
+	if left := c.PendingCount + c.LeasedCount; left > 0 {
+		note := ""
+		if interrupted {
+			note = "\tinterrupted: run the same command again to resume"
+		}
+		fmt.Fprintf(tw, "  not done yet\t%d%s\n", left, note)
+	}
+	fmt.Fprintf(tw, "  pages stored\t%d\n", c.PageCount)
+	if in.invalidCount > 0 {
+		fmt.Fprintf(tw, "  invalid lines\t%d\tnot crawled\n", in.invalidCount)
+	}
+	fmt.Fprintf(tw, "  elapsed\t%s\n", elapsed.Round(10*time.Millisecond))
+	_ = tw.Flush()
+	if p == nil {
+		return
+	}
+	gaps := p.Domains()
+	if len(gaps) == 0 {
+		return
+	}
+	// Tightest first: the gap relative to the interval.
+	ratio := func(g lease.DomainGap) float64 {
+		if g.RequestCount < 2 {
+			return 1e18
+		}
+		if g.MinInterval <= 0 {
+			return 1e17
+		}
+		return float64(g.MinGap) / float64(g.MinInterval)
+	}
+	sort.Slice(gaps, func(i, j int) bool {
+		if ri, rj := ratio(gaps[i]), ratio(gaps[j]); ri != rj {
+			return ri < rj
+		}
+		return gaps[i].Domain < gaps[j].Domain
+	})
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "politeness: smallest gap between two requests to a domain, as written to the socket by this run (plain HTTP only)")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  domain\trequests\tmin gap\tmin_interval_ms\t")
+	below := 0
+	for i, g := range gaps {
+		if g.RequestCount >= 2 && g.MinGap < g.MinInterval {
+			below++
+		}
+		if i >= maxPolitenessRows {
+			continue
+		}
+		gap := "—"
+		if g.RequestCount >= 2 {
+			gap = fmt.Sprintf("%.1f ms", float64(g.MinGap)/float64(time.Millisecond))
+		}
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t\n", g.Domain, g.RequestCount, gap, g.MinInterval.Milliseconds())
+	}
+	_ = tw.Flush()
+	if len(gaps) > maxPolitenessRows {
+		fmt.Fprintf(w, "  … %d more domains\n", len(gaps)-maxPolitenessRows)
+	}
+	fmt.Fprintf(w, "  domains with a gap below their interval: %d of %d\n", below, len(gaps))
+}
+
+// isTerminal reports whether w is a terminal (a character device).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

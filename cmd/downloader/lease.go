@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"downloader"
+	"downloader/clock"
+	"downloader/engine"
+	"downloader/lease"
+	"downloader/limiter"
+	"downloader/netguard"
+	"downloader/scheduler"
+	"downloader/server"
+	"downloader/store/embedded"
+)
+
+// leaseConfig is entry A's part of the flags.
+type leaseConfig struct {
+	SchedulerURL string
+	WorkerID     string
+	// politeness, when set (by crawl, for its summary), records the wire gaps per domain;
+	// it keeps one entry per domain, so a long-running serve leaves it off.
+	politeness *lease.Politeness
+}
+
+// dialer is the guard's dialer: the politeness recorder's when set, else the default.
+func (c *leaseConfig) dialer() netguard.ContextDialer {
+	if c.politeness == nil {
+		return nil
+	}
+	return c.politeness.Dialer(nil)
+}
+
+// addLeaseFlags declares entry A's flags into c.
+func addLeaseFlags(fs *flag.FlagSet, c *leaseConfig) {
+	fs.StringVar(&c.SchedulerURL, "scheduler-url", "", "the scheduler's base URL (docs/scheduler-contract.md); empty: tasks come from the embedded local queue in the data dir (POST /v1/tasks, downloader crawl)")
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "downloader"
+	}
+	fs.StringVar(&c.WorkerID, "worker-id", host, "this downloader's name in its lease calls to the scheduler")
+}
+
+// Entry A's wiring constants.
+const (
+	// heldPerSlot: the loop holds up to this many tasks per global slot (max_concurrent_count),
+	// so that tasks waiting for their domain's slot do not leave the global slots idle.
+	heldPerSlot = 2
+	// localPollMax: the local queue is in-process and cheap to ask, and its lookahead
+	// (embedded.DefaultLookahead, 500 ms) must cover the poll, so it is asked often.
+	localPollMax = 50 * time.Millisecond
+	// maxLeaseCount bounds one lease call.
+	maxLeaseCount = 100
+)
+
+// entryA is the lease loop with its source (the scheduler or the local queue) and outbox.
+type entryA struct {
+	log        *slog.Logger
+	loop       *lease.Loop
+	queue      *embedded.Queue   // nil with a scheduler
+	client     *scheduler.Client // nil with the local queue
+	politeness *lease.Politeness // nil unless tracked
+	defaultIv  time.Duration
+	cancel     context.CancelFunc
+	done       chan struct{}
+}
+
+// newEntryA builds entry A on st: with c.Lease.SchedulerURL set it leases from the
+// scheduler, else from the local queue kept in st.
+func newEntryA(ctx context.Context, c *config, logger *slog.Logger, clk clock.Clock, st *embedded.Store, eng *engine.Engine, gate *limiter.Gate) (*entryA, error) {
+	a := &entryA{log: logger, defaultIv: time.Duration(c.DefaultMinIntervalMs) * time.Millisecond}
+	cfg := lease.Config{
+		Runner: eng, Outbox: embedded.NewOutbox(st), Clock: clk, Logger: logger, WorkerID: c.Lease.WorkerID,
+		MaxHeldCount:  func() int { return heldPerSlot * gate.Capacity() },
+		MaxLeaseCount: maxLeaseCount,
+		ShutdownGrace: time.Duration(c.ShutdownGraceSeconds) * time.Second,
+	}
+	if c.Lease.SchedulerURL != "" {
+		cl, err := scheduler.New(scheduler.Config{URL: c.Lease.SchedulerURL, Logger: logger})
+		if err != nil {
+			return nil, fmt.Errorf("--scheduler-url: %s", downloader.ErrorMessage(err))
+		}
+		a.client, cfg.Source = cl, cl
+	} else {
+		q, err := embedded.OpenQueue(ctx, st, embedded.QueueConfig{Clock: clk, Logger: logger, DefaultMinInterval: a.defaultIv})
+		if err != nil {
+			return nil, fmt.Errorf("open local queue: %w", err)
+		}
+		a.queue, cfg.Source = q, q
+		cfg.PollMax = localPollMax
+	}
+	if c.Lease.politeness != nil {
+		a.politeness = c.Lease.politeness
+		cfg.Politeness = a.politeness
+	}
+	loop, err := lease.New(cfg)
+	if err != nil {
+		a.close()
+		return nil, err
+	}
+	a.loop = loop
+	return a, nil
+}
+
+// taskQueue is what POST /v1/tasks feeds: the local queue, or nil with a scheduler.
+func (a *entryA) taskQueue() server.TaskQueue {
+	if a.queue == nil {
+		return nil
+	}
+	return queueAdapter{q: a.queue, defaultInterval: a.defaultIv}
+}
+
+// start runs the loop until stop.
+func (a *entryA) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	a.cancel, a.done = cancel, make(chan struct{})
+	go func() {
+		defer close(a.done)
+		if err := a.loop.Run(ctx); err != nil {
+			a.log.Error("lease loop stopped with an error", "error", err)
+		}
+	}()
+}
+
+// stop makes the loop stop leasing and shut down (it gives held tasks the grace period,
+// then stops the engine and releases the rest, then flushes reports); the returned channel
+// is closed when it is done.
+func (a *entryA) stop() <-chan struct{} {
+	if a.cancel == nil {
+		done := make(chan struct{})
+		close(done)
+		return done
+	}
+	a.cancel()
+	return a.done
+}
+
+// close releases what newEntryA opened; call it after the loop is done.
+func (a *entryA) close() {
+	if a.client != nil {
+		a.client.Close()
+	}
+}
+
+// queueAdapter serves POST /v1/tasks from the embedded local queue.
+type queueAdapter struct {
+	q               *embedded.Queue
+	defaultInterval time.Duration
+}
+
+func (a queueAdapter) CheckTask(t downloader.Task) error {
+	_, err := embedded.CheckTask(t, a.defaultInterval)
+	return err
+}
+
+func (a queueAdapter) SubmitTasks(ctx context.Context, tasks []downloader.Task) ([]server.TaskSubmission, error) {
+	res, err := a.q.Submit(ctx, tasks)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]server.TaskSubmission, len(res))
+	for i, r := range res {
+		out[i] = server.TaskSubmission{TaskID: r.TaskID, URL: r.URL, IsDuplicate: r.IsDuplicate, State: r.State}
+	}
+	return out, nil
+}
