@@ -62,8 +62,9 @@ func (p *Pool) newTab(ctx context.Context, b *browser) (*tab, error) {
 	select {
 	case err = <-done:
 	case <-ctx.Done():
-		t.close()
+		t.cancel() // ends the attach; close reads what it left only after it returned
 		<-done
+		t.close()
 		return nil, context.Cause(ctx)
 	}
 	if err != nil {
@@ -130,7 +131,8 @@ func (t *tab) close() {
 	})
 }
 
-// takeTab returns a warm tab of b, or makes one. It starts a warm-up to replace it.
+// takeTab returns a warm tab of b, or makes one (then starting warm-ups, since there are
+// too few).
 func (p *Pool) takeTab(ctx context.Context, b *browser) (*tab, error) {
 	p.mu.Lock()
 	var t *tab
