@@ -147,7 +147,7 @@ var (
 )
 
 // virtualHosts are the origin's names, each mapped to the listener by --connect-to.
-var virtualHosts = []string{"js.test", "empty.test", "hang.test", "slowxhr.test", "status.test", "blocked.test", "redirect.test", "cookie.test", "dialog.test"}
+var virtualHosts = []string{"js.test", "empty.test", "hang.test", "slowxhr.test", "status.test", "blocked.test", "redirect.test", "cookie.test", "dialog.test", "busy.test"}
 
 func getFixture(t testing.TB) *fixture {
 	fxOnce.Do(func() { fx = newFixture() })
@@ -325,6 +325,11 @@ func (f *fixture) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, "<!doctype html><html><body><h1>Not found</h1><p>There is no such page here.</p></body></html>")
 	case "redirect.test/":
 		http.Redirect(w, r, "http://js.test/", http.StatusFound)
+	case "busy.test/":
+		html("busy.html")
+	case "busy.test/tick":
+		w.Header().Set("Content-Type", "text/plain")
+		fmt.Fprint(w, "tick")
 	case "dialog.test/":
 		html("dialog.html")
 	case "dialog.test/file.bin":

@@ -137,16 +137,17 @@ type Pool struct {
 	deny       net.Listener
 	deniedConn atomic.Int64 // connections the deny listener refused
 
-	mu       sync.Mutex
-	state    browserState
-	cur      *browser      // the live browser when state is stateUp
-	changed  chan struct{} // closed and replaced at every change of state
-	lastErr  error
-	restarts int
-	spares   []*tab // warm tabs of cur
-	warming  int    // warm-ups in progress
-	closed   bool
-	rendered int64
+	mu         sync.Mutex
+	state      browserState
+	cur        *browser      // the live browser when state is stateUp
+	changed    chan struct{} // closed and replaced at every change of state
+	lastErr    error
+	restarts   int
+	spares     []*tab        // warm tabs of cur
+	warming    int           // warm-ups in progress
+	spareReady chan struct{} // closed and replaced when a warm-up ends
+	closed     bool
+	rendered   int64
 }
 
 type browserState int
@@ -213,11 +214,12 @@ func New(cfg Config) (*Pool, error) {
 		}
 	}
 	p := &Pool{
-		cfg:     cfg,
-		clk:     cfg.Clock,
-		log:     cfg.Logger.With("component", "render"),
-		gate:    limiter.NewGate(cfg.Concurrency, cfg.QueueLength),
-		changed: make(chan struct{}),
+		cfg:        cfg,
+		clk:        cfg.Clock,
+		log:        cfg.Logger.With("component", "render"),
+		gate:       limiter.NewGate(cfg.Concurrency, cfg.QueueLength),
+		changed:    make(chan struct{}),
+		spareReady: make(chan struct{}),
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	if cfg.Endpoint == "" {

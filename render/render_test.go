@@ -145,6 +145,28 @@ func TestRenderHangingPage(t *testing.T) {
 	}
 }
 
+// TestRenderNeverIdle: a page whose network is never quiet is read as it is before its
+// timeout, not failed.
+func TestRenderNeverIdle(t *testing.T) {
+	p := sharedPool(t)
+	// The browser is up and has a warm tab: the short timeout is the page's alone.
+	if out := render(t, p, "empty.test/", 20*time.Second); out.FailReason != "" {
+		t.Fatalf("warm-up render: fail_reason=%s", failReason(out))
+	}
+	const timeout = 3 * time.Second
+	start := time.Now()
+	out := render(t, p, "busy.test/", timeout)
+	if out.FailReason != "" || !strings.Contains(out.Text, "polls its server for ever") {
+		t.Fatalf("fail_reason=%s text=%q, want the page as it is", failReason(out), out.Text)
+	}
+	if took := time.Since(start); took >= timeout {
+		t.Errorf("took %v, want less than the timeout %v", took, timeout)
+	}
+	if n := deref(out.HealthSignal.XHRCount); n < 5 {
+		t.Errorf("xhr_count=%d, want the polls counted", n)
+	}
+}
+
 // TestRenderBrowserKilled: the browser killed mid-render ends the render at once with
 // renderer_crashed, and the pool relaunches by itself for the next render.
 func TestRenderBrowserKilled(t *testing.T) {

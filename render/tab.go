@@ -131,25 +131,37 @@ func (t *tab) close() {
 	})
 }
 
-// takeTab returns a warm tab of b, or makes one (then starting warm-ups, since there are
-// too few).
+// takeTab returns a warm tab of b: one that is ready, else the next one being made, else a
+// new one made now (then starting warm-ups, since there are too few).
 func (p *Pool) takeTab(ctx context.Context, b *browser) (*tab, error) {
-	p.mu.Lock()
-	var t *tab
-	for len(p.spares) > 0 && t == nil {
-		s := p.spares[0]
-		p.spares = p.spares[1:]
-		if s.b == b && b.alive() && !s.isDetached() {
-			t = s
-			continue
+	for {
+		p.mu.Lock()
+		var t *tab
+		for len(p.spares) > 0 && t == nil {
+			s := p.spares[0]
+			p.spares = p.spares[1:]
+			if s.b == b && b.alive() && !s.isDetached() {
+				t = s
+				continue
+			}
+			p.wg.Go(s.close) // a tab of an old browser; p.mu held, so not closed yet
 		}
-		p.wg.Go(s.close) // a tab of an old browser; p.mu held, so not closed yet
-	}
-	p.mu.Unlock()
-	if t != nil {
-		// The replacement is made once this render's page has loaded (see renderJob.wait):
-		// a renderer starting up while the page loads would slow the page down.
-		return t, nil
+		warming, ready := p.warming, p.spareReady
+		p.mu.Unlock()
+		if t != nil {
+			// Its replacement is made once this render's page has loaded (see
+			// renderJob.wait): a renderer starting up while the page loads slows it down.
+			return t, nil
+		}
+		if warming == 0 || !b.alive() {
+			break
+		}
+		// Starting one more renderer now would only slow the ones already starting.
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
 	}
 	p.refill()
 	return p.newTab(ctx, b)
@@ -182,6 +194,8 @@ func (p *Pool) warm(b *browser) {
 	t, err := p.newTab(p.ctx, b)
 	p.mu.Lock()
 	p.warming--
+	close(p.spareReady) // wake renders waiting for this warm-up, whatever its result
+	p.spareReady = make(chan struct{})
 	if err == nil && !p.closed && p.cur == b && b.alive() {
 		p.spares = append(p.spares, t)
 		p.mu.Unlock()
