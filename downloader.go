@@ -51,6 +51,9 @@ const (
 	// FailRuntimeStoreUnavailable: the shared limiter state (TiKV in cluster mode) cannot
 	// be reached, so no admission can be given: we fail closed, and it is our problem.
 	FailRuntimeStoreUnavailable FailReason = "runtime_store_unavailable"
+	// FailEgressUnavailable: network failures hit many distinct domains at once: our own
+	// egress is failing, not every site at the same moment.
+	FailEgressUnavailable FailReason = "egress_unavailable"
 
 	FailDomainNotFound       FailReason = "domain_not_found"
 	FailConnectRefused       FailReason = "connect_refused"
@@ -76,6 +79,7 @@ var failReasonInfo = map[FailReason]struct {
 	FailShuttingDown:            {false, "服务正在停止"},
 	FailInvalidTask:             {false, "任务格式错误"},
 	FailRuntimeStoreUnavailable: {false, "限速状态库不可用"},
+	FailEgressUnavailable:       {false, "我方出口网络故障"},
 	FailDomainNotFound:          {true, "域名不存在"},
 	FailConnectRefused:          {true, "连接被拒绝"},
 	FailConnectTimeout:          {true, "连接超时"},
@@ -91,7 +95,7 @@ func FailReasons() []FailReason {
 	return []FailReason{
 		FailSelfRateLimited, FailLocalQueueFull, FailRendererUnavailable, FailRendererCrashed,
 		FailRenderTimeout, FailResolverUnavailable, FailShuttingDown, FailInvalidTask,
-		FailRuntimeStoreUnavailable, FailDomainNotFound, FailConnectRefused, FailConnectTimeout, FailTLSFailed,
+		FailRuntimeStoreUnavailable, FailEgressUnavailable, FailDomainNotFound, FailConnectRefused, FailConnectTimeout, FailTLSFailed,
 		FailResponseTimeout, FailConnectionReset, FailHTTPStatusError, FailDestinationForbidden,
 	}
 }
