@@ -42,7 +42,7 @@ type ResultStore interface {
 
 // Page is one stored page of the page store (网页库).
 type Page struct {
-	Key         string    `json:"page_key"`
+	PageKey     string    `json:"page_key"`
 	URL         string    `json:"url"`
 	FinalURL    string    `json:"final_url"`
 	ContentType string    `json:"content_type"`

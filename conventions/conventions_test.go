@@ -20,11 +20,10 @@ type knownException struct {
 
 func knownExceptions() []knownException {
 	return []knownException{
-		{"store.go", "page_key", "go_name", "Page.Key is page_key on the wire: rename the field PageKey (root package, the lead's)"},
 		{"render/render.go", "size", "count_suffix", "render.Stats.Size counts the pool's slots: slot_count (render's owner)"},
 		{"render/remote.go", "webSocketDebuggerUrl", "case", "Chrome's /json/version field, not ours: mark it // naming:external (render's owner)"},
-		{"cmd/downloader/config.go", "allow-private-networks", "bool_prefix", "a boolean flag without has_/should_/is_ (the lead's call: a verb flag such as curl's --insecure, or --is-private-network-allowed)"},
-		{"cmd/downloader/config.go", "render-concurrency", "count_suffix", "a count without _count (the lead's call: --render-concurrent-count, like max_concurrent_count)"},
+		{"cmd/downloader/config.go", "allow-private-networks", "bool_prefix", "an operator's switch named by issue 2 (--allow-private-networks), kept: a verb flag like curl's --insecure reads as an order, not a state"},
+		{"cmd/downloader/config.go", "render-concurrency", "count_suffix", "the pool size flag named by issue 3 (--render-concurrency), kept for operators"},
 	}
 }
 

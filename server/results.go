@@ -79,7 +79,7 @@ func (s *Server) handlePage() http.Handler {
 		h.Set("Content-Security-Policy", "sandbox")
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Cache-Control", "public, max-age=31536000, immutable") // keyed by content hash
-		h.Set("ETag", `"`+p.Key+`"`)
+		h.Set("ETag", `"`+p.PageKey+`"`)
 		h.Set("Page-Url", p.URL)
 		if p.FinalURL != "" {
 			h.Set("Page-Final-Url", p.FinalURL)

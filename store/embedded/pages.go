@@ -91,7 +91,7 @@ func (s *Store) Page(ctx context.Context, key string) (*downloader.Page, error) 
 	if sum := sha256.Sum256(p.Body); hex.EncodeToString(sum[:]) != key {
 		return nil, fmt.Errorf("embedded store: page %s: body does not match its hash", key)
 	}
-	p.Key = key
+	p.PageKey = key
 	return p, nil
 }
 

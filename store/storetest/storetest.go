@@ -391,10 +391,10 @@ func checkPage(t *testing.T, ps downloader.PageStore, key string, want *download
 	if err != nil {
 		t.Fatalf("Page(%s): %v", key, err)
 	}
-	if got.Key != key || got.URL != want.URL || got.FinalURL != want.FinalURL ||
+	if got.PageKey != key || got.URL != want.URL || got.FinalURL != want.FinalURL ||
 		got.ContentType != want.ContentType || !got.FetchedAt.Equal(want.FetchedAt) {
 		t.Errorf("Page(%s) = {%s %s %s %s %s}; want {%s %s %s %s %s}", key,
-			got.Key, got.URL, got.FinalURL, got.ContentType, got.FetchedAt,
+			got.PageKey, got.URL, got.FinalURL, got.ContentType, got.FetchedAt,
 			key, want.URL, want.FinalURL, want.ContentType, want.FetchedAt)
 	}
 	if string(got.Body) != string(want.Body) {
