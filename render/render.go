@@ -11,9 +11,12 @@
 //     once instead of waiting.
 //   - One fresh browser context per render (cookies, storage and cache isolated), with one
 //     tab in it. A new context and tab costs a new renderer process (~150–250 ms on two
-//     cores), so the pool keeps a few of them warm: a render takes a tab that was made
-//     before it was asked for, and the tab and its context are thrown away after the
-//     render. No context or tab is ever used twice.
+//     cores; Chrome never shares one between contexts), so the pool keeps WarmTabs of them
+//     ready: a render takes a tab made before it was asked for (or waits for one being
+//     made), its replacement starts once the page has loaded, and the tab and its context
+//     are thrown away after the render. No context or tab is ever used twice. Pages are
+//     also kept from blocking or writing: JavaScript dialogs are dismissed, downloads
+//     denied. docs/benchmarks-render.md has the measurements behind these choices.
 //   - Every request the browser makes goes through a small HTTP forward proxy of ours,
 //     one per tab on ProxyHost:0, set as the proxy of the tab's browser context (which
 //     also works on a remote endpoint). The proxy dials through the netguard Guard, so
