@@ -68,7 +68,7 @@ const (
 
 // Config configures a Pool. The zero value of each field means its default.
 type Config struct {
-	Clock  clock.Clock  // default clock.Real{}
+	Clock  clock.Clock  // default clock.Real{}; give the limiter's clock (timeouts, Wire)
 	Logger *slog.Logger // default slog.Default()
 
 	// BinaryPath is the local browser: Debian's chromium-headless-shell, never the
@@ -305,10 +305,11 @@ var (
 
 // Render renders u and returns its outcome; it never returns nil.
 //
-// adm is the limiter admission of u's domain, taken and finished by the caller; Render
-// calls its WaitWire when the first request to u's host goes on the wire (after the
-// proxy's connection to the origin is made), and no longer touches it once Render has
-// returned. A nil adm renders without it (tests, benchmarks).
+// adm is the limiter admission of u's domain, taken and finished by the caller. When the
+// first request to u's host goes on the wire (the proxy's connection to the origin is
+// made, the request not yet written), Render calls adm.Wire and waits as WaitWire would,
+// on the pool's clock; it no longer touches adm once it has returned, so the caller may
+// Cancel or Done it at once. A nil adm renders without a limiter (tests, benchmarks).
 //
 // The timeout (DefaultTimeout when zero) covers everything from the call: the wait for a
 // slot, the browser and the page. Render returns at the latest when it ends, with
