@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"net/url"
 	"os"
@@ -126,6 +127,7 @@ func procStat(pid string) []string {
 
 // fixture is the shared origin and guard.
 type fixture struct {
+	tls     *httptest.Server // an HTTPS origin whose certificate no browser trusts
 	srv     *http.Server
 	ln      net.Listener
 	port    string
@@ -180,8 +182,15 @@ func newFixture() *fixture {
 		}
 		rules = append(rules, r)
 	}
-	r, _ := netguard.ParseConnectTo("refused.test:80:127.0.0.1:" + deadPort)
-	rules = append(rules, r)
+	f.tls = httptest.NewTLSServer(f)
+	_, tlsPort, _ := net.SplitHostPort(f.tls.Listener.Addr().String())
+	for _, s := range []string{"refused.test:80:127.0.0.1:" + deadPort, "refused.test:443:127.0.0.1:" + deadPort, "tls.test:443:127.0.0.1:" + tlsPort} {
+		r, err := netguard.ParseConnectTo(s)
+		if err != nil {
+			panic(err)
+		}
+		rules = append(rules, r)
+	}
 	f.guard = netguard.New(netguard.Config{ConnectTo: rules, Resolver: fakeResolver{}, Dialer: loopbackOnly{f}})
 	return f
 }
@@ -194,6 +203,7 @@ func closeFixture() {
 	if fx != nil {
 		close(fx.closing)
 		fx.srv.Close()
+		fx.tls.Close()
 	}
 }
 
@@ -256,8 +266,12 @@ func (f *fixture) mark() int {
 	return len(f.requests)
 }
 
+// url returns http://hostPath, or hostPath itself when it has a scheme.
 func (f *fixture) url(hostPath string) *url.URL {
-	u, err := url.Parse("http://" + hostPath)
+	if !strings.Contains(hostPath, "://") {
+		hostPath = "http://" + hostPath
+	}
+	u, err := url.Parse(hostPath)
 	if err != nil {
 		panic(err)
 	}
@@ -323,6 +337,16 @@ func (f *fixture) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.WriteHeader(http.StatusNotFound)
 		fmt.Fprint(w, "<!doctype html><html><body><h1>Not found</h1><p>There is no such page here.</p></body></html>")
+	case "status.test/auth":
+		w.Header().Set("WWW-Authenticate", `Basic realm="private"`)
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.WriteHeader(http.StatusUnauthorized)
+		fmt.Fprint(w, "<!doctype html><html><body><p>Sign in first.</p></body></html>")
+	case "status.test/busy":
+		w.Header().Set("Retry-After", "120")
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprint(w, "<!doctype html><html><body><p>Come back later.</p></body></html>")
 	case "redirect.test/":
 		http.Redirect(w, r, "http://js.test/", http.StatusFound)
 	case "busy.test/":

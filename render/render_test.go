@@ -315,9 +315,14 @@ func TestRenderMainDocument(t *testing.T) {
 		wantRedir  int
 	}{
 		{"not found", "status.test/missing", downloader.FailHTTPStatusError, 404, true, "http://status.test/missing", 0},
+		{"auth challenge", "status.test/auth", downloader.FailHTTPStatusError, 401, true, "", 0},
+		{"unavailable", "status.test/busy", downloader.FailHTTPStatusError, 503, true, "", 0},
 		{"redirect", "redirect.test/", "", 200, true, "http://js.test/", 1},
 		{"refused", "refused.test/", downloader.FailConnectRefused, 0, false, "", 0},
 		{"no such domain", "nxdomain.test/", downloader.FailDomainNotFound, 0, false, "", 0},
+		{"https untrusted certificate", "https://tls.test/", downloader.FailTLSFailed, 0, false, "", 0},
+		{"https refused", "https://refused.test/", downloader.FailConnectRefused, 0, false, "", 0},
+		{"https forbidden", "https://forbidden.test/", downloader.FailDestinationForbidden, 0, false, "", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -330,6 +335,11 @@ func TestRenderMainDocument(t *testing.T) {
 			}
 			if tt.wantFinal != "" && out.FinalURL != tt.wantFinal {
 				t.Errorf("final_url=%q, want %q", out.FinalURL, tt.wantFinal)
+			}
+			if tt.wantStatus == 503 {
+				if ra := out.HealthSignal.RetryAfterSeconds; ra == nil || *ra != 120 {
+					t.Errorf("retry_after_seconds=%v, want 120", ra)
+				}
 			}
 			if out.HealthSignal.RedirectCount != tt.wantRedir {
 				t.Errorf("redirect_count=%d, want %d", out.HealthSignal.RedirectCount, tt.wantRedir)
