@@ -140,11 +140,11 @@ func (p *Pool) takeTab(ctx context.Context, b *browser) (*tab, error) {
 		for len(p.spares) > 0 && t == nil {
 			s := p.spares[0]
 			p.spares = p.spares[1:]
-			if s.b == b && b.alive() && !s.isDetached() {
+			if s.b == b && b.alive() && !s.isDetached() && !s.tr.state().crashed {
 				t = s
 				continue
 			}
-			p.wg.Go(s.close) // a tab of an old browser; p.mu held, so not closed yet
+			p.wg.Go(s.close) // an old browser's or a dead tab; p.mu held, so not closed yet
 		}
 		warming, ready := p.warming, p.spareReady
 		p.mu.Unlock()
