@@ -97,9 +97,15 @@ func (e *Engine) RunTask(ctx context.Context, t *downloader.Task) TaskOutcome {
 	if err := e.cfg.Gate.Acquire(ctx, limiter.QueueAlways); err != nil {
 		return TaskOutcome{Release: true, RetryAfter: time.Second}
 	}
-	defer e.cfg.Gate.Release()
 	start := e.cfg.Clock.Now()
-	out := e.run(ctx, req, u, &adm)
+	// The request is in flight while it runs, not while its result is stored: the global
+	// slot and the domain's in-flight count are given back first, so that slow synchronous
+	// writes do not hold other tasks at the gate past their slots.
+	out := func() *downloader.Outcome {
+		defer e.cfg.Gate.Release()
+		defer adm.Cancel() // only completes the admission once the request went on the wire
+		return e.run(ctx, req, u, &adm)
+	}()
 	if out.FailReason == downloader.FailLocalQueueFull || out.FailReason == downloader.FailShuttingDown {
 		// Nothing was fetched: the task goes back rather than failing for our reasons.
 		return TaskOutcome{Release: true, RetryAfter: time.Second}

@@ -49,8 +49,10 @@ func addLeaseFlags(fs *flag.FlagSet, c *leaseConfig) {
 // Entry A's wiring constants.
 const (
 	// heldPerSlot: the loop holds up to this many tasks per global slot (max_concurrent_count),
-	// so that tasks waiting for their domain's slot do not leave the global slots idle.
-	heldPerSlot = 2
+	// so that tasks waiting for their domain's slot, or writing their results, do not leave
+	// the global slots idle (measured in docs/benchmarks-lease.md: 2 per slot capped plain
+	// throughput well below the global cap).
+	heldPerSlot = 4
 	// localPollMax: the local queue is in-process and cheap to ask, and its lookahead
 	// (embedded.DefaultLookahead, 500 ms) must cover the poll, so it is asked often.
 	localPollMax = 50 * time.Millisecond

@@ -1,0 +1,482 @@
+// Command leasebench measures entry A (the lease loop over the embedded local queue, the
+// limiter, the real fetcher and store) against a Colly crawler on the same workloads, with
+// a real multi-host origin on 127.0.0.1 (package origintest, kernel receive timestamps):
+//
+//   - polite utilisation: H hosts × P pages, interval I, origin latency L. Ideal makespan
+//     (P−1)×I + L (every host asked exactly every I, the last page answered after L);
+//     reported: makespan ÷ ideal and the politeness violations the origin saw.
+//   - plain throughput: many hosts, interval 0: pages per second.
+//
+// It lives in its own module (bench/go.mod) so that the downloader does not depend on
+// Colly. Run it with scripts/bench.sh.
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gocolly/colly/v2"
+
+	"downloader"
+	"downloader/clock"
+	"downloader/engine"
+	"downloader/fetch"
+	"downloader/lease"
+	"downloader/limiter"
+	"downloader/netguard"
+	"downloader/origintest"
+	"downloader/store/embedded"
+)
+
+func main() {
+	var (
+		hosts      = flag.Int("hosts", 50, "polite workload: hosts")
+		pages      = flag.Int("pages", 20, "polite workload: pages per host")
+		interval   = flag.Duration("interval", 100*time.Millisecond, "polite workload: min interval per host")
+		latency    = flag.Duration("latency", 20*time.Millisecond, "origin latency (every workload)")
+		runs       = flag.Int("runs", 3, "runs of each polite measurement (the median is reported)")
+		tHosts     = flag.Int("throughput-hosts", 200, "throughput workload: hosts")
+		tPages     = flag.Int("throughput-pages", 25, "throughput workload: pages per host")
+		concurrent = flag.Int("max-concurrent-count", 64, "requests in flight (max_concurrent_count; Colly's Parallelism)")
+	)
+	var opt options
+	flag.StringVar(&opt.only, "only", "", "run only this part: polite-a, polite, throughput")
+	flag.IntVar(&opt.heldPerSlot, "held-per-slot", 4, "entry A holds up to this many tasks per global slot (as serve does)")
+	flag.BoolVar(&opt.noStore, "no-store", false, "polite workload with should_store=false")
+	flag.Parse()
+	if err := run(opt, *hosts, *pages, *interval, *latency, *runs, *tHosts, *tPages, *concurrent); err != nil {
+		fmt.Fprintln(os.Stderr, "leasebench:", err)
+		os.Exit(1)
+	}
+}
+
+// workload is one set of pages to fetch.
+type workload struct {
+	hosts, pages int
+	interval     time.Duration
+	latency      time.Duration
+	shouldStore  bool
+}
+
+func (w workload) urls() []string {
+	var out []string
+	for p := range w.pages {
+		for h := range w.hosts {
+			out = append(out, fmt.Sprintf("http://h%03d.bench.test/p%d", h, p))
+		}
+	}
+	return out
+}
+
+func (w workload) ideal() time.Duration {
+	return time.Duration(w.pages-1)*w.interval + w.latency
+}
+
+// result is one measured run.
+type result struct {
+	name       string
+	pageCount  int
+	total      time.Duration // from the start of the crawl to the last page done
+	wire       time.Duration // from the first request at the origin to the last response sent
+	violations int
+	minGap     time.Duration
+	failed     int
+}
+
+// slowOrigin is an origin that answers after latency and records when each answer was
+// sent.
+type slowOrigin struct {
+	*origintest.Origin
+	mu      sync.Mutex
+	lastEnd time.Time
+}
+
+func newOrigin(latency time.Duration) *slowOrigin {
+	o := &slowOrigin{}
+	o.Origin = origintest.New(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if latency > 0 {
+			t := time.NewTimer(latency)
+			<-t.C
+		}
+		origintest.Page(w, r)
+		now := time.Now()
+		o.mu.Lock()
+		if now.After(o.lastEnd) {
+			o.lastEnd = now
+		}
+		o.mu.Unlock()
+	}))
+	return o
+}
+
+// measure fills the origin-side numbers of r.
+func (o *slowOrigin) measure(r *result, interval time.Duration) {
+	arr := o.Arrivals()
+	r.pageCount = len(arr)
+	if len(arr) == 0 {
+		return
+	}
+	first := arr[0].At
+	for _, a := range arr {
+		if a.At.Before(first) {
+			first = a.At
+		}
+	}
+	o.mu.Lock()
+	r.wire = o.lastEnd.Sub(first)
+	o.mu.Unlock()
+	if interval > 0 {
+		vs := o.Violations(func(string) (time.Duration, bool) { return interval, true }, 0)
+		r.violations = len(vs)
+		for i, v := range vs {
+			if i < 5 && os.Getenv("LEASEBENCH_DEBUG") != "" {
+				fmt.Fprintln(os.Stderr, "violation:", v)
+			}
+		}
+		if os.Getenv("LEASEBENCH_DEBUG") != "" {
+			var over []time.Duration
+			byHost := map[string][]time.Time{}
+			for _, a := range arr {
+				byHost[a.Host] = append(byHost[a.Host], a.At)
+			}
+			for _, ts := range byHost {
+				sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
+				for i := 1; i < len(ts); i++ {
+					over = append(over, ts[i].Sub(ts[i-1])-interval)
+				}
+			}
+			sort.Slice(over, func(i, j int) bool { return over[i] < over[j] })
+			n := len(over)
+			fmt.Fprintf(os.Stderr, "gap-interval: min %v p50 %v p90 %v p99 %v max %v\n", over[0], over[n/2], over[n*9/10], over[n*99/100], over[n-1])
+			firsts := []time.Duration{}
+			for _, ts := range byHost {
+				firsts = append(firsts, ts[0].Sub(first))
+			}
+			sort.Slice(firsts, func(i, j int) bool { return firsts[i] < firsts[j] })
+			fmt.Fprintf(os.Stderr, "first request per host after the first: p50 %v max %v\n", firsts[len(firsts)/2], firsts[len(firsts)-1])
+		}
+	}
+	r.minGap = -1
+	for _, g := range o.MinGaps() {
+		if r.minGap < 0 || g < r.minGap {
+			r.minGap = g
+		}
+	}
+}
+
+// runEntryA crawls w through entry A: the local queue, the lease loop, the engine with
+// the limiter, the global cap, the guarded fetcher and the embedded store.
+func runEntryA(w workload, maxConcurrent, heldPerSlot int) (result, error) {
+	res := result{name: "downloader entry A"}
+	o := newOrigin(w.latency)
+	defer o.Close()
+	dir, err := os.MkdirTemp("", "leasebench-")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(dir)
+	st, err := embedded.Open(filepath.Join(dir, "store"), nil)
+	if err != nil {
+		return res, err
+	}
+	defer st.Close()
+	ctx := context.Background()
+	clk := clock.Real{}
+	q, err := embedded.OpenQueue(ctx, st, embedded.QueueConfig{Clock: clk})
+	if err != nil {
+		return res, err
+	}
+	rule, err := netguard.ParseConnectTo(o.ConnectTo())
+	if err != nil {
+		return res, err
+	}
+	wr := &writeRecorder{at: map[string][]time.Time{}}
+	guard := netguard.New(netguard.Config{ConnectTo: []netguard.Rule{rule}, Dialer: wr})
+	defer wr.print(w.interval)
+	lim := limiter.New(clk)
+	gate := limiter.NewGate(maxConcurrent, 256)
+	f := fetch.New(fetch.Config{Clock: clk, Guard: guard, Hops: engine.Hops{Limiter: lim, DefaultMinInterval: time.Second}})
+	defer f.Close()
+	obs := &lateness{slots: map[string]time.Time{}}
+	eng := engine.New(engine.Config{Clock: clk, Limiter: lim, Gate: gate, Fetcher: f, Results: st, Pages: st,
+		DefaultMinInterval: time.Second, DefaultTimeout: 30 * time.Second, Observer: obs})
+	defer obs.print()
+
+	iv := w.interval.Milliseconds()
+	var tasks []downloader.Task
+	for _, u := range w.urls() {
+		tasks = append(tasks, downloader.Task{URL: u, MinIntervalMs: &iv, ShouldStore: w.shouldStore})
+	}
+	for i := 0; i < len(tasks); i += embedded.MaxSubmitCount {
+		if _, err := q.Submit(ctx, tasks[i:min(i+embedded.MaxSubmitCount, len(tasks))]); err != nil {
+			return res, err
+		}
+	}
+	loop, err := lease.New(lease.Config{Source: q, Runner: eng, Outbox: embedded.NewOutbox(st), Clock: clk,
+		Logger:       slog.New(slog.DiscardHandler),
+		MaxHeldCount: func() int { return heldPerSlot * gate.Capacity() }, MaxLeaseCount: 100, PollMax: 50 * time.Millisecond})
+	if err != nil {
+		return res, err
+	}
+	// A new limiter treats every domain as asked at its creation (conservative rebuild):
+	// start once that interval has passed, as a running service would have.
+	waitUntil(time.Now().Add(w.interval))
+
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- loop.Run(runCtx) }()
+	for q.Counts().DoneCount < len(tasks) {
+		waitUntil(time.Now().Add(500 * time.Microsecond))
+	}
+	res.total = time.Since(start)
+	stop()
+	if err := <-done; err != nil {
+		return res, err
+	}
+	c := q.Counts()
+	res.failed = c.DoneCount - c.SucceededCount
+	o.measure(&res, w.interval)
+	return res, nil
+}
+
+// runColly crawls w with a Colly collector: asynchronous, one limit rule per host with
+// Parallelism 1 and Delay delay (Colly sleeps Delay after each response before the host's
+// next request), or, with interval 0, one rule for every host with Parallelism
+// maxConcurrent.
+func runColly(w workload, delay time.Duration, maxConcurrent int, name string) (result, error) {
+	res := result{name: name}
+	o := newOrigin(w.latency)
+	defer o.Close()
+	target := o.Addr()
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, target)
+		},
+		MaxIdleConns: 1024, MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second,
+	}
+	defer tr.CloseIdleConnections()
+	c := colly.NewCollector(colly.Async(true))
+	c.WithTransport(tr)
+	if w.interval > 0 {
+		for h := range w.hosts {
+			if err := c.Limit(&colly.LimitRule{DomainGlob: fmt.Sprintf("h%03d.bench.test", h), Parallelism: 1, Delay: delay}); err != nil {
+				return res, err
+			}
+		}
+	} else if err := c.Limit(&colly.LimitRule{DomainGlob: "*", Parallelism: maxConcurrent}); err != nil {
+		return res, err
+	}
+	var failed atomic.Int64
+	c.OnError(func(*colly.Response, error) { failed.Add(1) })
+	start := time.Now()
+	for _, u := range w.urls() {
+		if err := c.Visit(u); err != nil {
+			return res, err
+		}
+	}
+	c.Wait()
+	res.total = time.Since(start)
+	res.failed = int(failed.Load())
+	o.measure(&res, w.interval)
+	return res, nil
+}
+
+// lateness records, with LEASEBENCH_DEBUG set, how late each entry A task started after
+// its reserved slot.
+type lateness struct {
+	mu    sync.Mutex
+	slots map[string]time.Time
+	late  []time.Duration
+}
+
+func (l *lateness) Observe(ev *engine.Event) {
+	if ev.Entry != downloader.EntryLease {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ev.OverLimit {
+		l.slots[ev.TaskID] = ev.At.Add(ev.Delay)
+		return
+	}
+	if slot, ok := l.slots[ev.TaskID]; ok {
+		l.late = append(l.late, ev.At.Sub(slot))
+	}
+}
+
+func (l *lateness) print() {
+	if os.Getenv("LEASEBENCH_DEBUG") == "" || len(l.late) == 0 {
+		return
+	}
+	sort.Slice(l.late, func(i, j int) bool { return l.late[i] < l.late[j] })
+	n := len(l.late)
+	fmt.Fprintf(os.Stderr, "start - slot (delayed tasks): p50 %v p90 %v p99 %v max %v\n", l.late[n/2], l.late[n*9/10], l.late[n*99/100], l.late[n-1])
+}
+
+// writeRecorder (LEASEBENCH_DEBUG) records when each request's bytes were handed to the
+// kernel (right after the write returned), per Host.
+type writeRecorder struct {
+	mu sync.Mutex
+	at map[string][]time.Time
+}
+
+func (r *writeRecorder) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, network, address)
+	if err != nil {
+		return nil, err
+	}
+	return &recConn{Conn: c, r: r}, nil
+}
+
+type recConn struct {
+	net.Conn
+	r *writeRecorder
+}
+
+func (c *recConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	if bytes.HasPrefix(b, []byte("GET ")) {
+		if i := bytes.Index(b, []byte("\r\nHost: ")); i >= 0 {
+			rest := b[i+8:]
+			if j := bytes.IndexByte(rest, '\r'); j >= 0 {
+				now := time.Now()
+				c.r.mu.Lock()
+				c.r.at[string(rest[:j])] = append(c.r.at[string(rest[:j])], now)
+				c.r.mu.Unlock()
+			}
+		}
+	}
+	return n, err
+}
+
+func (r *writeRecorder) print(interval time.Duration) {
+	if os.Getenv("LEASEBENCH_DEBUG") == "" || interval == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	below, minGap := 0, time.Hour
+	for _, ts := range r.at {
+		sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
+		for i := 1; i < len(ts); i++ {
+			g := ts[i].Sub(ts[i-1])
+			minGap = min(minGap, g)
+			if g < interval {
+				below++
+			}
+		}
+	}
+	fmt.Fprintf(os.Stderr, "client write-return gaps: %d below the interval, min %v\n", below, minGap)
+}
+
+// waitUntil blocks until t.
+func waitUntil(t time.Time) {
+	if d := time.Until(t); d > 0 {
+		tm := time.NewTimer(d)
+		<-tm.C
+	}
+}
+
+func median(rs []result) result {
+	sort.Slice(rs, func(i, j int) bool { return rs[i].total < rs[j].total })
+	return rs[len(rs)/2]
+}
+
+// options are the knobs beyond the workload's shape.
+type options struct {
+	only        string // run only this part
+	heldPerSlot int    // entry A holds up to this many tasks per global slot
+	noStore     bool   // polite workload with should_store=false
+}
+
+func run(opt options, hosts, pages int, interval, latency time.Duration, runs, tHosts, tPages, concurrent int) error {
+	out := os.Stdout
+	polite := workload{hosts: hosts, pages: pages, interval: interval, latency: latency, shouldStore: !opt.noStore}
+	ideal := polite.ideal()
+	fmt.Fprintf(out, "## Polite utilisation: %d hosts × %d pages, interval %v, origin latency %v\n\n", hosts, pages, interval, latency)
+	fmt.Fprintf(out, "Ideal makespan (pages−1)×interval + latency = %v. Median of %d runs.\n\n", ideal, runs)
+	fmt.Fprintln(out, "| crawler | pages | makespan (start → last done) | ÷ ideal | wire makespan (first request → last response) | ÷ ideal | violations at the origin | min gap | failed |")
+	fmt.Fprintln(out, "|---|---|---|---|---|---|---|---|---|")
+	type variant struct {
+		name string
+		f    func() (result, error)
+	}
+	variants := []variant{
+		{"downloader entry A (should_store, durable)", func() (result, error) { return runEntryA(polite, concurrent, opt.heldPerSlot) }},
+		{fmt.Sprintf("Colly, Delay = interval (%v)", interval), func() (result, error) {
+			return runColly(polite, interval, concurrent, "")
+		}},
+		{fmt.Sprintf("Colly, Delay = interval − latency (%v)", interval-latency), func() (result, error) {
+			return runColly(polite, interval-latency, concurrent, "")
+		}},
+	}
+	if opt.only == "polite-a" {
+		variants = variants[:1]
+	}
+	for _, v := range variants {
+		if opt.only == "throughput" {
+			break
+		}
+		var rs []result
+		for range runs {
+			r, err := v.f()
+			if err != nil {
+				return fmt.Errorf("%s: %w", v.name, err)
+			}
+			rs = append(rs, r)
+		}
+		m := median(rs)
+		fmt.Fprintf(out, "| %s | %d | %v | %.3f | %v | %.3f | %d | %v | %d |\n", v.name, m.pageCount,
+			m.total.Round(time.Millisecond), float64(m.total)/float64(ideal), m.wire.Round(time.Millisecond),
+			float64(m.wire)/float64(ideal), m.violations, m.minGap.Round(10*time.Microsecond), m.failed)
+		var all []string
+		for _, r := range rs {
+			all = append(all, fmt.Sprintf("%.3f/%.3f/%d", float64(r.total)/float64(ideal), float64(r.wire)/float64(ideal), r.violations))
+		}
+		fmt.Fprintf(os.Stderr, "%s: runs (total÷ideal / wire÷ideal / violations): %s\n", v.name, strings.Join(all, "  "))
+	}
+
+	if strings.HasPrefix(opt.only, "polite") {
+		return nil
+	}
+	fmt.Fprintf(out, "\n## Plain throughput: %d hosts × %d pages, interval 0, origin latency %v, %d in flight\n\n", tHosts, tPages, latency, concurrent)
+	fmt.Fprintln(out, "| crawler | pages | elapsed | pages/s | failed |")
+	fmt.Fprintln(out, "|---|---|---|---|---|")
+	for _, tc := range []struct {
+		name string
+		f    func() (result, error)
+	}{
+		{"downloader entry A, should_store=false", func() (result, error) {
+			return runEntryA(workload{hosts: tHosts, pages: tPages, latency: latency}, concurrent, opt.heldPerSlot)
+		}},
+		{"downloader entry A, should_store=true (pages and results durable)", func() (result, error) {
+			return runEntryA(workload{hosts: tHosts, pages: tPages, latency: latency, shouldStore: true}, concurrent, opt.heldPerSlot)
+		}},
+		{fmt.Sprintf("Colly, Parallelism %d", concurrent), func() (result, error) {
+			return runColly(workload{hosts: tHosts, pages: tPages, latency: latency}, 0, concurrent, "")
+		}},
+	} {
+		r, err := tc.f()
+		if err != nil {
+			return fmt.Errorf("%s: %w", tc.name, err)
+		}
+		fmt.Fprintf(out, "| %s | %d | %v | %.0f | %d |\n", tc.name, r.pageCount, r.total.Round(time.Millisecond),
+			float64(r.pageCount)/r.total.Seconds(), r.failed)
+	}
+	return nil
+}
