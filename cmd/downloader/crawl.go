@@ -291,12 +291,12 @@ func progressLine(c, first embedded.QueueCounts, start time.Time, bar bool) stri
 		pct = 100 * float64(done) / float64(total)
 	}
 	if !bar {
-		return fmt.Sprintf("progress: %d/%d done (%.1f%%), %d failed, %d in flight, %.1f tasks/s, eta %s",
+		return fmt.Sprintf("progress: %d/%d done (%.1f%%), %d failed, %d leased, %.1f tasks/s, eta %s",
 			done, total, pct, failed, c.LeasedCount, rate, eta)
 	}
 	const width = 30
 	filled := int(pct / 100 * width)
-	return fmt.Sprintf("[%s%s] %5.1f%% %d/%d · %d failed · %d in flight · %.1f/s · eta %s ",
+	return fmt.Sprintf("[%s%s] %5.1f%% %d/%d · %d failed · %d leased · %.1f/s · eta %s ",
 		strings.Repeat("#", filled), strings.Repeat(".", width-filled), pct, done, total, failed, c.LeasedCount, rate, eta)
 }
 
