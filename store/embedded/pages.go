@@ -10,9 +10,10 @@ import (
 	"time"
 
 	"downloader"
+	"downloader/store/keys"
 )
 
-const pagePrefix = "page:content:"
+const pagePrefix = keys.PageContent
 
 // pageFormat is the first byte of a page value: metadata JSON then a zstd frame.
 const pageFormat byte = 1
@@ -145,12 +146,4 @@ func (s *Store) decodePage(v []byte) (*downloader.Page, error) {
 	}, nil
 }
 
-func isLowerHex(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
-}
+func isLowerHex(s string) bool { return keys.IsLowerHex(s) }

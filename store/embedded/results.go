@@ -2,36 +2,30 @@ package embedded
 
 import (
 	"context"
-	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
 	"downloader"
+	"downloader/store/keys"
 )
 
-// Paging bounds of FetchResults: a limit of 0 means defaultLimit; anything outside
-// 1..maxLimit is refused.
+// The key layout, paging bounds and id scheme are shared with the TiKV store (package
+// keys); these names keep this package's code short.
 const (
-	defaultLimit = 100
-	maxLimit     = 1000
-)
-
-const (
-	resultPrefix   = "downloader:fetch_result:"
-	byDomainPrefix = "downloader:fetch_result_by_domain:"
-	// idLen is the length of a record id: 32 hex digits (fetched_at, then sequence).
-	idLen = 32
+	defaultLimit   = keys.DefaultLimit
+	maxLimit       = keys.MaxLimit
+	resultPrefix   = keys.FetchResult
+	byDomainPrefix = keys.FetchResultByDomain
+	idLen          = keys.IDLen
 )
 
 // The range of fetched_at a record may have: its nanoseconds must fit the id.
 var (
-	minFetchedAt = time.Unix(0, 0)
-	maxFetchedAt = time.Unix(0, 1<<63-1)
+	minFetchedAt = keys.MinFetchedAt
+	maxFetchedAt = keys.MaxFetchedAt
 )
 
 // PutFetchResult appends r. r.FetchedAt must be set (records are ordered by it). It
@@ -194,51 +188,19 @@ func (s *Store) scan(ctx context.Context, prefix, after string, n int, withValue
 // continues above the previous run unless the clock went back by more than that run
 // lasted and a record then also carries the same fetched_at nanosecond.
 func (s *Store) nextID(t time.Time) string {
-	var b [16]byte
-	binary.BigEndian.PutUint64(b[:8], ^uint64(t.UnixNano()))
-	binary.BigEndian.PutUint64(b[8:], ^s.seq.Add(1))
-	return hex.EncodeToString(b[:])
+	return keys.ResultID(t, s.seq.Add(1))
 }
 
-func validID(id string) bool {
-	return len(id) == idLen && isLowerHex(id)
-}
+func validID(id string) bool { return keys.ValidID(id) }
 
-func resultKey(id string) []byte { return []byte(resultPrefix + id) }
+func resultKey(id string) []byte { return keys.ResultKey(id) }
 
-func byDomainKey(domain, id string) []byte {
-	return []byte(byDomainPrefix + escapeDomain(domain) + ":" + id)
-}
+func byDomainKey(domain, id string) []byte { return keys.ByDomainKey(domain, id) }
 
-// escapeDomain percent-encodes '%' and ':' so that a domain is one key segment. Normalised
-// host names contain neither, so their keys stay readable; IPv6 literals contain ':'.
-func escapeDomain(d string) string {
-	if !strings.ContainsAny(d, "%:") {
-		return d
-	}
-	var b strings.Builder
-	for i := 0; i < len(d); i++ {
-		switch c := d[i]; c {
-		case '%':
-			b.WriteString("%25")
-		case ':':
-			b.WriteString("%3A")
-		default:
-			b.WriteByte(c)
-		}
-	}
-	return b.String()
-}
+// escapeDomain percent-encodes '%' and ':' so that a domain is one key segment
+// (keys.EscapeDomain).
+func escapeDomain(d string) string { return keys.EscapeDomain(d) }
 
-// prefixEnd returns the smallest key greater than every key that starts with prefix. The
-// prefixes here end in ':', so it is prefix with its last byte incremented.
-func prefixEnd(prefix string) []byte {
-	end := []byte(prefix)
-	for i := len(end) - 1; i >= 0; i-- {
-		if end[i] < 0xff {
-			end[i]++
-			return end[:i+1]
-		}
-	}
-	return nil // prefix is all 0xff: no upper bound
-}
+// prefixEnd returns the smallest key greater than every key that starts with prefix
+// (keys.PrefixEnd).
+func prefixEnd(prefix string) []byte { return keys.PrefixEnd(prefix) }

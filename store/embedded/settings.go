@@ -8,10 +8,11 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"downloader"
+	"downloader/store/keys"
 )
 
 // settingsKey holds the one Settings record.
-var settingsKey = []byte("downloader:settings:global")
+var settingsKey = []byte(keys.Settings)
 
 // Settings returns the stored settings; ok is false when none were ever saved.
 func (s *Store) Settings(ctx context.Context) (downloader.Settings, bool, error) {

@@ -1,0 +1,76 @@
+package keys
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestEscapeDomain(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"a.example", "a.example"},
+		{"xn--fiqs8s.example", "xn--fiqs8s.example"},
+		{"::1", "%3A%3A1"},
+		{"2001:db8::1", "2001%3Adb8%3A%3A1"},
+		{"100%", "100%25"},
+		{"%3A", "%253A"},
+		{"", ""},
+	} {
+		if got := EscapeDomain(tc.in); got != tc.want {
+			t.Errorf("EscapeDomain(%q) = %q; want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestPrefixEnd(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"downloader:fetch_result:", "downloader:fetch_result;"},
+		{"a\xff", "b"},
+		{"\xff\xff", ""},
+	} {
+		if got := string(PrefixEnd(tc.in)); got != tc.want {
+			t.Errorf("PrefixEnd(%q) = %q; want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestValidID(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want bool
+	}{
+		{strings.Repeat("0", 32), true},
+		{"0123456789abcdef0123456789abcdef", true},
+		{"0123456789ABCDEF0123456789abcdef", false},
+		{strings.Repeat("0", 31), false},
+		{strings.Repeat("0", 33), false},
+		{strings.Repeat("g", 32), false},
+		{"", false},
+	} {
+		if got := ValidID(tc.in); got != tc.want {
+			t.Errorf("ValidID(%q) = %v; want %v", tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestResultIDOrder: ids sort newest first by fetched_at, then latest insertion first.
+func TestResultIDOrder(t *testing.T) {
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ids := []string{ // in the order a listing shows them
+		ResultID(at.Add(time.Hour), 4),
+		ResultID(at.Add(time.Nanosecond), 3),
+		ResultID(at.Add(time.Nanosecond), 2),
+		ResultID(at, 1),
+	}
+	for i, id := range ids {
+		if !ValidID(id) {
+			t.Fatalf("ResultID gave %q, not a valid id", id)
+		}
+		if i > 0 && ids[i-1] >= id {
+			t.Errorf("id %d %s does not sort after %s", i, id, ids[i-1])
+		}
+	}
+	if got := string(ByDomainKey("::1", ids[0])); got != "downloader:fetch_result_by_domain:%3A%3A1:"+ids[0] {
+		t.Errorf("ByDomainKey = %q", got)
+	}
+}
