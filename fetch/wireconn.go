@@ -73,7 +73,7 @@ func (c *wireConn) Write(p []byte) (int, error) {
 		return c.Conn.Write(p)
 	}
 	defer close(g.done)
-	if g.err = g.adm.WaitWire(g.ctx); g.err != nil {
+	if g.err = g.adm.WaitWireAndHold(g.ctx); g.err != nil {
 		return 0, g.err
 	}
 	if g.onWire != nil {

@@ -74,8 +74,20 @@ type entry struct {
 	intervalMs int32 // the interval of the latest admission
 	source     sourceCode
 	overEntry  entryCode // the entry of the latest over-limit event; 0 = never
-	requests   window    // requests admitted, hourly over 24 h
+	// holding: the request that set outNs went out through WireAndHold and has not said
+	// Wrote yet; other requests wait (at most writeHoldMax) so that a writer descheduled
+	// between the decision and its write cannot let the next request follow it early.
+	holding  bool
+	requests window // requests admitted, hourly over 24 h
 }
+
+// writeHoldMax bounds how long a request that went out through WireAndHold holds the
+// domain's other requests while it writes. Past it the write is assumed done at the end of
+// the hold (later than it can have happened, so still polite).
+const writeHoldMax = 50 * time.Millisecond
+
+// holdPoll is how often a request held by another's write looks again.
+const holdPoll = time.Millisecond
 
 // New returns a limiter whose table counts as lost at clk.Now(): every domain waits one
 // interval from now before its first request (SPEC §2, loss and rebuild).
@@ -217,7 +229,9 @@ func (s *shard) admit(l *Limiter, en *entry, domain string, t, slot int64, inter
 		prevLastNs: en.lastNs, prevOutNs: en.outNs, prevOutSeq: en.outSeq,
 	}
 	en.lastNs = slot
-	if slot == t {
+	if slot == t && !(en.holding && t < en.outNs+int64(writeHoldMax)) {
+		// Admitted to go out at once (unless a write in progress holds the domain: then
+		// this request's Wire waits for it).
 		en.outNs, en.outSeq = t, en.seq
 	}
 	en.inFlight++
@@ -248,7 +262,14 @@ func (s *shard) overLimit(en *entry, e downloader.Entry, t int64) {
 // that may start before it. Reservations whose slots are still ahead do not hold it back;
 // their own Wire spaces them from it. Once the request is on the wire, Wire returns 0 and
 // changes nothing.
-func (a *Admission) Wire(now time.Time) time.Duration {
+func (a *Admission) Wire(now time.Time) time.Duration { return a.wire(now, false) }
+
+// WireAndHold is Wire for a caller that reports the end of its first write with Wrote:
+// until then (at most writeHoldMax) the domain's other requests wait, so the wire moment
+// the next request is spaced from is the write's, however late the write runs.
+func (a *Admission) WireAndHold(now time.Time) time.Duration { return a.wire(now, true) }
+
+func (a *Admission) wire(now time.Time, hold bool) time.Duration {
 	if a.l == nil || a.done || a.wired {
 		return 0
 	}
@@ -260,12 +281,21 @@ func (a *Admission) Wire(now time.Time) time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if en.outSeq != a.seq {
+		if en.holding {
+			if end := en.outNs + int64(writeHoldMax); t < end {
+				return min(holdPoll, time.Duration(end-t))
+			}
+			// The writer never said Wrote: count its write as done at the end of its hold.
+			en.holding = false
+			en.outNs += int64(writeHoldMax)
+			en.lastNs = max(en.lastNs, en.outNs)
+		}
 		if next := en.outNs + a.interval; t < next {
 			en.lastNs = max(en.lastNs, next)
 			return time.Duration(next - t)
 		}
 	}
-	en.outNs, en.outSeq = t, a.seq
+	en.outNs, en.outSeq, en.holding = t, a.seq, hold
 	en.lastNs = max(en.lastNs, t)
 	a.wired = true
 	return 0
@@ -282,21 +312,30 @@ func (a *Admission) Wrote() {
 	t := a.l.ns(a.l.clk.Now())
 	s, en := a.s, a.en
 	s.mu.Lock()
-	if en.outSeq == a.seq && t > en.outNs {
-		en.outNs = t
-		en.lastNs = max(en.lastNs, t)
+	if en.outSeq == a.seq {
+		en.holding = false
+		if t > en.outNs {
+			en.outNs = t
+			en.lastNs = max(en.lastNs, t)
+		}
 	}
 	s.mu.Unlock()
 }
 
 // WaitWire calls Wire until it lets the request out, waiting on the limiter's clock, or
 // until ctx ends.
-func (a *Admission) WaitWire(ctx context.Context) error {
+func (a *Admission) WaitWire(ctx context.Context) error { return a.waitWire(ctx, false) }
+
+// WaitWireAndHold is WaitWire with WireAndHold: the caller must call Wrote right after
+// its first write (or Done).
+func (a *Admission) WaitWireAndHold(ctx context.Context) error { return a.waitWire(ctx, true) }
+
+func (a *Admission) waitWire(ctx context.Context, hold bool) error {
 	if a.l == nil {
 		return nil
 	}
 	for {
-		d := a.Wire(a.l.clk.Now())
+		d := a.wire(a.l.clk.Now(), hold)
 		if d == 0 {
 			return nil
 		}
@@ -314,6 +353,14 @@ func (a *Admission) Done() {
 	a.done = true
 	s, en := a.s, a.en
 	s.mu.Lock()
+	if en.holding && en.outSeq == a.seq {
+		// Finished without saying Wrote: its write, if any, is over by now.
+		en.holding = false
+		if t := a.l.ns(a.l.clk.Now()); t > en.outNs {
+			en.outNs = t
+			en.lastNs = max(en.lastNs, t)
+		}
+	}
 	if en.inFlight > 0 {
 		en.inFlight--
 		s.inFlight--

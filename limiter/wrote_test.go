@@ -42,3 +42,56 @@ func TestWroteMovesTheWireMomentToTheWrite(t *testing.T) {
 	var zero Admission
 	zero.Wrote() // no-op on a zero admission
 }
+
+// TestWireAndHoldHoldsTheNextRequestUntilWrote: a request that went out through
+// WireAndHold keeps the domain's next request waiting until it says Wrote, so a writer
+// descheduled between the decision and the write cannot be followed early.
+func TestWireAndHoldHoldsTheNextRequestUntilWrote(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	l := New(clk)
+	clk.Advance(time.Hour)
+	const iv = 10 * time.Millisecond
+	allow := func() Admission {
+		a, wait := l.Allow(clk.Now(), "h.test", iv, downloader.IntervalSourceRequest, downloader.EntryProbe)
+		if wait != 0 {
+			t.Fatalf("not admitted: wait %v", wait)
+		}
+		return a
+	}
+	a := allow()
+	clk.Advance(iv)
+	b := allow()
+	// a was admitted first but b reaches the wire first and holds it.
+	if d := b.WireAndHold(clk.Now()); d != 0 {
+		t.Fatalf("b.WireAndHold = %v", d)
+	}
+	clk.Advance(15 * time.Millisecond)
+	if d := a.Wire(clk.Now()); d != holdPoll {
+		t.Fatalf("a.Wire while b holds = %v, want a poll of %v", d, holdPoll)
+	}
+	clk.Advance(15 * time.Millisecond) // b's write returns 30 ms after its wire decision
+	b.Wrote()
+	if d := a.Wire(clk.Now()); d != iv {
+		t.Errorf("a.Wire after b wrote = %v, want a full interval from b's write", d)
+	}
+	clk.Advance(iv)
+	if d := a.Wire(clk.Now()); d != 0 {
+		t.Errorf("a.Wire an interval after b's write = %v", d)
+	}
+	a.Done()
+	b.Done()
+
+	// A writer that never says Wrote holds for at most writeHoldMax.
+	clk.Advance(time.Second)
+	c := allow()
+	c.WireAndHold(clk.Now())
+	clk.Advance(iv)
+	d := allow()
+	if w := d.Wire(clk.Now()); w != holdPoll {
+		t.Errorf("within the hold: wait %v, want %v", w, holdPoll)
+	}
+	clk.Advance(writeHoldMax - iv)
+	if w := d.Wire(clk.Now()); w != iv {
+		t.Errorf("after an unreported hold: wait %v, want %v (an interval from the hold's end)", w, iv)
+	}
+}
