@@ -190,14 +190,23 @@ func (e *Engine) do(ctx context.Context, req downloader.Request, u *url.URL) (*R
 		}
 		return e.finish(ctx, req, u, downloader.Failed(downloader.FailShuttingDown), 0, now), nil
 	}
-	defer e.cfg.Gate.Release()
+	released := false
+	release := func() { // the slot and the in-flight count end with the request, not the store
+		if !released {
+			released = true
+			adm.Cancel()
+			e.cfg.Gate.Release()
+		}
+	}
+	defer release()
 	start := e.cfg.Clock.Now()
 	out := e.run(ctx, req, u, &adm)
+	took := e.cfg.Clock.Now().Sub(start)
+	release()
 	if out.FailReason == downloader.FailLocalQueueFull && req.Entry == downloader.EntryRender {
-		adm.Cancel()
 		return nil, e.overLimit(req, now, downloader.FailLocalQueueFull, queueFullRetryAfter)
 	}
-	return e.finish(ctx, req, u, out, e.cfg.Clock.Now().Sub(start), start), nil
+	return e.finish(ctx, req, u, out, took, start), nil
 }
 
 // overLimit records and builds a refusal.
