@@ -38,6 +38,14 @@ type Renderer interface {
 	Render(ctx context.Context, u *url.URL, adm *limiter.Admission, timeout time.Duration) *downloader.Outcome
 }
 
+// EgressJudge tells our own network failing from the origins failing (package egress): it
+// sees every outcome and returns the reason to report, egress_unavailable instead of a
+// network-level failure while our egress is down. Implementations are safe for
+// concurrent use.
+type EgressJudge interface {
+	Judge(now time.Time, domain string, reason downloader.FailReason, hasResponse bool) downloader.FailReason
+}
+
 // Observer is told about every finished request and every over-limit event, for metrics,
 // logs and the console. Implementations must be fast and safe for concurrent use.
 type Observer interface {
@@ -73,7 +81,8 @@ type Config struct {
 	Results  downloader.ResultStore
 	Pages    downloader.PageStore
 	Settings downloader.SettingsStore
-	Observer Observer // nil: none
+	Observer Observer    // nil: none
+	Egress   EgressJudge // nil: failures keep the reason the fetcher or renderer gave
 
 	DefaultMinInterval time.Duration // applies when B or C gives no min_interval_ms
 	DefaultTimeout     time.Duration // per request, when the caller gives none
@@ -242,6 +251,9 @@ func (e *Engine) run(ctx context.Context, req downloader.Request, u *url.URL, ad
 	// A request cut short by our own stop did not fail on the origin's side.
 	if e.isStopping() && out.HTTPStatus == 0 && out.FailReason != "" {
 		out.FailReason = downloader.FailShuttingDown
+	}
+	if e.cfg.Egress != nil {
+		out.FailReason = e.cfg.Egress.Judge(e.cfg.Clock.Now(), req.Domain, out.FailReason, out.HTTPStatus != 0)
 	}
 	return out
 }

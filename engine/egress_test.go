@@ -1,0 +1,65 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"testing"
+	"time"
+
+	"downloader"
+	"downloader/clock"
+	"downloader/egress"
+	"downloader/limiter"
+)
+
+// refusingFetcher: every connection is refused, as when our own uplink is gone.
+type refusingFetcher struct{}
+
+func (refusingFetcher) Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome {
+	return downloader.Failed(downloader.FailConnectRefused)
+}
+
+// TestEgressJudgesEveryEntry: with an egress detector wired in, network failures on many
+// distinct domains at once come out as egress_unavailable, has_reached_origin=false, in
+// the answers of B and C and in entry A's reports and stored results alike.
+func TestEgressJudgesEveryEntry(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
+	lim := limiter.New(clk)
+	clk.Advance(time.Hour)
+	res := &recordingResults{}
+	det := egress.New(egress.Config{Clock: clk, MinDomainCount: 3})
+	e := New(Config{Clock: clk, Limiter: lim, Gate: limiter.NewGate(8, 8), Fetcher: refusingFetcher{}, Results: res,
+		Egress: det, DefaultMinInterval: time.Second, DefaultTimeout: 10 * time.Second})
+	ctx := context.Background()
+	req := func(i int) (downloader.Request, *url.URL) {
+		u, _ := url.Parse(fmt.Sprintf("http://d%d.test/", i))
+		return downloader.Request{URL: u.String(), Domain: u.Hostname(), IntervalSource: downloader.IntervalSourceRequest}, u
+	}
+	for i := range 2 { // below the count: the sites' problem
+		r, u := req(i)
+		s := e.Probe(ctx, r, u)
+		if s.FailReason == nil || *s.FailReason != downloader.FailConnectRefused || !s.HasReachedOrigin {
+			t.Fatalf("probe %d: %+v, want connect_refused, reached", i, s)
+		}
+	}
+	r, u := req(2)
+	s := e.Probe(ctx, r, u)
+	if s.FailReason == nil || *s.FailReason != downloader.FailEgressUnavailable || s.HasReachedOrigin {
+		t.Fatalf("entry C on the third domain: %+v, want egress_unavailable, not reached", s)
+	}
+	r, u = req(3)
+	rr, err := e.Render(ctx, r, u)
+	if err != nil || rr.Summary.FailReason == nil || *rr.Summary.FailReason != downloader.FailEgressUnavailable || rr.Summary.HasReachedOrigin {
+		t.Fatalf("entry B: %+v %v, want egress_unavailable, not reached", rr, err)
+	}
+	out := e.RunTask(ctx, &downloader.Task{TaskID: "t1", URL: "http://d4.test/", MinIntervalMs: ms(0)})
+	if out.Report == nil || out.Report.FailReason == nil || *out.Report.FailReason != downloader.FailEgressUnavailable || out.Report.HasReachedOrigin {
+		t.Fatalf("entry A: %+v, want a report with egress_unavailable", out)
+	}
+	res.mu.Lock()
+	defer res.mu.Unlock()
+	if n := len(res.rs); n != 1 || res.rs[0].HasReachedOrigin || *res.rs[0].FailReason != downloader.FailEgressUnavailable {
+		t.Fatalf("stored results %+v, want the task's, with egress_unavailable", res.rs)
+	}
+}
