@@ -95,9 +95,15 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 		st.Close()
 		return nil, fmt.Errorf("renderer: %w", err)
 	}
+	obs, err := newObservability(clk, logger, lim, gate, pool)
+	if err != nil {
+		pool.Close()
+		st.Close()
+		return nil, err
+	}
 	eng := engine.New(engine.Config{
 		Clock: clk, Logger: logger, Limiter: lim, Gate: gate, Fetcher: fetcher, Renderer: pool,
-		Results: st, Pages: st, Settings: st, DefaultMinInterval: defaultInterval,
+		Results: st, Pages: st, Settings: st, Observer: obs.observer, DefaultMinInterval: defaultInterval,
 		DefaultTimeout: c.requestTimeout(),
 	})
 	if err := eng.LoadSettings(ctx); err != nil {
@@ -111,7 +117,14 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 		st.Close()
 		return nil, err
 	}
-	srv := server.New(server.Config{Engine: eng, Guard: guard, Logger: logger, Clock: clk,
+	extra, err := obs.routes(eng) // the console and /metrics
+	if err != nil {
+		a.close()
+		pool.Close()
+		st.Close()
+		return nil, err
+	}
+	srv := server.New(server.Config{Engine: eng, Guard: guard, Logger: logger, Clock: clk, Extra: extra,
 		Tasks: a.taskQueue(), Results: st, Pages: st})
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {

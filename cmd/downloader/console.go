@@ -1,0 +1,70 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"downloader/clock"
+	"downloader/console"
+	"downloader/engine"
+	"downloader/limiter"
+	"downloader/metrics"
+	"downloader/observe"
+	"downloader/render"
+)
+
+// observability is what the service knows about its own work: the engine's observer (24 h
+// windows, log lines), the Prometheus registry and metrics, and the domain table view the
+// console and the metrics share. It is built before the engine, which reports to it.
+type observability struct {
+	clk      clock.Clock
+	log      *slog.Logger
+	registry *prometheus.Registry
+	observer *observe.Observer
+	domains  *observe.DomainTable
+	renderer func() observe.RendererStats
+}
+
+func newObservability(clk clock.Clock, logger *slog.Logger, lim *limiter.Limiter, gate *limiter.Gate, pool *render.Pool) (*observability, error) {
+	o := &observability{clk: clk, log: logger, registry: prometheus.NewRegistry(),
+		domains: observe.NewDomainTable(lim, observe.DefaultSnapshotTTL)}
+	if pool != nil {
+		o.renderer = func() observe.RendererStats { return rendererStats(pool.Stats()) }
+	}
+	if err := o.registry.Register(collectors.NewGoCollector()); err != nil {
+		return nil, fmt.Errorf("register go metrics: %w", err)
+	}
+	if err := o.registry.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		return nil, fmt.Errorf("register process metrics: %w", err)
+	}
+	m, err := metrics.New(o.registry, metrics.Sources{Clock: clk, Gate: gate, Domains: o.domains, Renderer: o.renderer})
+	if err != nil {
+		return nil, err
+	}
+	o.observer = observe.New(observe.Config{Clock: clk, Logger: logger, Sinks: []engine.Observer{m}})
+	return o, nil
+}
+
+// routes returns the console's and /metrics' routes for server.Config.Extra.
+func (o *observability) routes(eng *engine.Engine) (func(*http.ServeMux), error) {
+	con, err := console.New(console.Config{Clock: o.clk, Engine: eng, Observer: o.observer,
+		Domains: o.domains, Renderer: o.renderer, Logger: o.log})
+	if err != nil {
+		return nil, err
+	}
+	return func(mux *http.ServeMux) {
+		con.Register(mux)
+		mux.Handle("GET /metrics", metrics.Handler(o.registry))
+	}, nil
+}
+
+// rendererStats copies the pool's snapshot into the shape the console and metrics show.
+func rendererStats(s render.Stats) observe.RendererStats {
+	return observe.RendererStats{SlotCount: s.Size, BusyCount: s.BusyCount, QueuedCount: s.QueuedCount,
+		WarmTabCount: s.WarmTabCount, RestartCount: s.RestartCount, RenderedCount: s.RenderedCount,
+		IsBrowserUp: s.IsBrowserUp, IsRemote: s.IsRemote, LastError: s.LastError}
+}
