@@ -1,0 +1,169 @@
+// Package tikvtest runs client-go's in-process mock TiKV cluster (testutils.NewMockTiKV,
+// BootstrapWithSingleStore, tikv.NewTestTiKVStore) for tests and benchmarks: one cluster
+// that several downloader instances share, each through its own client, and a switch that
+// makes one client's TiKV and PD unreachable (fault injection). No network is used.
+package tikvtest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pingcap/log"
+	"github.com/tikv/client-go/v2/testutils"
+	tikvclient "github.com/tikv/client-go/v2/tikv"
+	"github.com/tikv/client-go/v2/tikvrpc"
+	pd "github.com/tikv/pd/client"
+	"go.uber.org/goleak"
+	"go.uber.org/zap/zapcore"
+)
+
+// IgnoreClosedCluster is the goleak option for tests that use a Cluster: the mock's
+// LevelDB keeps one goroutine for up to a second after it is closed (mpoolDrain). An
+// unclosed cluster still shows as a leak through its other goroutines.
+var IgnoreClosedCluster = goleak.IgnoreTopFunction("github.com/pingcap/goleveldb/leveldb.(*DB).mpoolDrain")
+
+// ErrUnreachable is what a client set down answers every TiKV and PD request with.
+var ErrUnreachable = errors.New("tikvtest: TiKV unreachable (injected)")
+
+// Cluster is one mock TiKV cluster (one store, one region). Safe for concurrent use.
+type Cluster struct {
+	rpc *testutils.MockClient
+	pd  pd.Client
+
+	mu      sync.Mutex
+	clients []*Client
+}
+
+// NewCluster starts a mock cluster that is closed when tb ends (after every client made by
+// it). It also turns client-go's own logging (a process-wide zap logger) down to errors,
+// so test output stays readable.
+func NewCluster(tb testing.TB) *Cluster {
+	tb.Helper()
+	log.SetLevel(zapcore.ErrorLevel)
+	rpc, cluster, pdClient, err := testutils.NewMockTiKV("", nil)
+	if err != nil {
+		tb.Fatalf("mock TiKV: %v", err)
+	}
+	testutils.BootstrapWithSingleStore(cluster)
+	c := &Cluster{rpc: rpc, pd: pdClient}
+	tb.Cleanup(func() {
+		c.mu.Lock()
+		clients := c.clients
+		c.clients = nil
+		c.mu.Unlock()
+		for _, cl := range clients {
+			_ = cl.close()
+		}
+		if err := rpc.Close(); err != nil {
+			tb.Errorf("close mock TiKV: %v", err)
+		}
+	})
+	return c
+}
+
+// Client is one instance's connection to the cluster: its own *tikv.KVStore (region cache,
+// oracle, lock resolver) over the shared mock. Closing the KVStore leaves the cluster up.
+type Client struct {
+	KV   *tikvclient.KVStore
+	down *atomic.Bool
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// NewClient connects a new client. The caller may close its KV (a downloader store does);
+// otherwise it is closed with the cluster.
+func (c *Cluster) NewClient(tb testing.TB) *Client {
+	tb.Helper()
+	down := &atomic.Bool{}
+	kv, err := tikvclient.NewTestTiKVStore(c.rpc, c.pd,
+		func(inner tikvclient.Client) tikvclient.Client { return &faultyRPC{Client: inner, down: down} },
+		func(inner pd.Client) pd.Client { return &faultyPD{Client: inner, down: down} },
+		0)
+	if err != nil {
+		tb.Fatalf("mock TiKV client: %v", err)
+	}
+	cl := &Client{KV: kv, down: down}
+	c.mu.Lock()
+	c.clients = append(c.clients, cl)
+	c.mu.Unlock()
+	return cl
+}
+
+// SetDown makes every request of this client to TiKV and PD fail (true) or work again.
+func (cl *Client) SetDown(down bool) { cl.down.Store(down) }
+
+// close closes KV once, unless its owner (a downloader store) did: a KVStore closed twice
+// panics.
+func (cl *Client) close() error {
+	cl.closeOnce.Do(func() {
+		if !cl.KV.IsClose() {
+			cl.closeErr = cl.KV.Close()
+		}
+	})
+	return cl.closeErr
+}
+
+// Close closes the client's KV (idempotent); a downloader store over it must not be used
+// afterwards.
+func (cl *Client) Close() error { return cl.close() }
+
+// faultyRPC fails every request while down and never closes the shared mock.
+type faultyRPC struct {
+	tikvclient.Client
+	down *atomic.Bool
+}
+
+func (f *faultyRPC) SendRequest(ctx context.Context, addr string, req *tikvrpc.Request, timeout time.Duration) (*tikvrpc.Response, error) {
+	if f.down.Load() {
+		return nil, ErrUnreachable
+	}
+	return f.Client.SendRequest(ctx, addr, req, timeout)
+}
+
+func (f *faultyRPC) Close() error { return nil }
+
+// faultyPD fails timestamp requests while down (region lookups are served from the
+// client's cache or fail with the RPCs anyway) and never closes the shared mock.
+type faultyPD struct {
+	pd.Client
+	down *atomic.Bool
+}
+
+type failedTS struct{}
+
+func (failedTS) Wait() (int64, int64, error) { return 0, 0, ErrUnreachable }
+
+func (f *faultyPD) GetTS(ctx context.Context) (int64, int64, error) {
+	if f.down.Load() {
+		return 0, 0, ErrUnreachable
+	}
+	return f.Client.GetTS(ctx)
+}
+
+func (f *faultyPD) GetTSAsync(ctx context.Context) pd.TSFuture {
+	if f.down.Load() {
+		return failedTS{}
+	}
+	return f.Client.GetTSAsync(ctx)
+}
+
+func (f *faultyPD) GetLocalTS(ctx context.Context, dc string) (int64, int64, error) {
+	if f.down.Load() {
+		return 0, 0, ErrUnreachable
+	}
+	return f.Client.GetLocalTS(ctx, dc)
+}
+
+func (f *faultyPD) GetLocalTSAsync(ctx context.Context, dc string) pd.TSFuture {
+	if f.down.Load() {
+		return failedTS{}
+	}
+	return f.Client.GetLocalTSAsync(ctx, dc)
+}
+
+func (f *faultyPD) Close() {}
