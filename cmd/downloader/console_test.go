@@ -243,7 +243,8 @@ func TestConsoleInChromium(t *testing.T) {
 		done := make(chan int, 2)
 		for _, host := range []string{"slow1.example.org", "slow2.example.org"} {
 			go func() {
-				resp, err := http.Post(s.base+"/v1/probe", "application/json",
+				client := http.Client{Timeout: 30 * time.Second}
+				resp, err := client.Post(s.base+"/v1/probe", "application/json",
 					strings.NewReader(`{"url":"http://`+host+`/slow","should_render":false}`))
 				if err != nil {
 					done <- 0
@@ -513,10 +514,24 @@ func newBrowser(t *testing.T) *browser {
 	}
 	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
-	if err := chromedp.Do(ctx); err != nil { // start the browser
+	// Start the browser. The first Run must not carry a timeout (it would end the
+	// browser), so the bound is a timer that cancels the allocator instead.
+	started := make(chan error, 1)
+	go func() { started <- chromedp.Do(ctx) }()
+	limit := time.NewTimer(60 * time.Second)
+	defer limit.Stop()
+	select {
+	case err := <-started:
+		if err != nil {
+			cancel()
+			acancel()
+			t.Fatalf("start Chromium: %v", err)
+		}
+	case <-limit.C:
 		cancel()
 		acancel()
-		t.Fatalf("start Chromium: %v", err)
+		<-started
+		t.Fatal("Chromium did not start within 60 s")
 	}
 	b := &browser{ctx: ctx, cancel: func() { cancel(); acancel() }}
 	t.Cleanup(b.cancel)
