@@ -83,6 +83,9 @@ type Config struct {
 	Settings downloader.SettingsStore
 	Observer Observer    // nil: none
 	Egress   EgressJudge // nil: failures keep the reason the fetcher or renderer gave
+	// Shared is the limiter state shared with other instances (cluster mode, shared.go).
+	// nil: one machine, the local limiter alone decides.
+	Shared SharedRuntime
 
 	DefaultMinInterval time.Duration // applies when B or C gives no min_interval_ms
 	DefaultTimeout     time.Duration // per request, when the caller gives none
@@ -208,9 +211,23 @@ func (e *Engine) do(ctx context.Context, req downloader.Request, u *url.URL) (*R
 		}
 	}
 	defer release()
+	var ticket SharedTicket
+	if e.cfg.Shared != nil {
+		t, wait, err := e.cfg.Shared.Admit(ctx, SharedAdmit{Domain: req.Domain, MinInterval: req.MinInterval,
+			IntervalSource: req.IntervalSource, Entry: req.Entry, Now: e.cfg.Clock.Now(), Timeout: e.timeoutOf(req)})
+		if err != nil || wait > 0 {
+			release()
+			if err != nil {
+				return e.sharedUnavailable(req, now, err)
+			}
+			return nil, e.overLimit(req, now, downloader.FailSelfRateLimited, wait)
+		}
+		ticket = t
+	}
 	start := e.cfg.Clock.Now()
 	out := e.run(ctx, req, u, &adm)
 	took := e.cfg.Clock.Now().Sub(start)
+	e.sharedDone(ctx, ticket, &adm, req.Domain)
 	release()
 	if out.FailReason == downloader.FailLocalQueueFull && req.Entry == downloader.EntryRender {
 		return nil, e.overLimit(req, now, downloader.FailLocalQueueFull, queueFullRetryAfter)
@@ -236,6 +253,11 @@ func (e *Engine) run(ctx context.Context, req downloader.Request, u *url.URL, ad
 	}
 	ctx, cancel := context.WithTimeout(withEntry(ctx, req.Entry), timeout)
 	defer cancel()
+	if e.cfg.Shared != nil {
+		hops := &hopTickets{}
+		ctx = withHopTickets(ctx, hops)
+		defer e.endHops(ctx, hops)
+	}
 	stop := context.AfterFunc(ctxOf(e.stopping), cancel)
 	defer stop()
 
@@ -340,6 +362,10 @@ func entryFrom(ctx context.Context) downloader.Entry {
 type Hops struct {
 	Limiter            *limiter.Limiter
 	DefaultMinInterval time.Duration
+	// Shared, when set (cluster mode), admits each hop cluster-wide too, after the local
+	// limiter; DefaultTimeout bounds a hop whose context has no deadline.
+	Shared         SharedRuntime
+	DefaultTimeout time.Duration
 }
 
 // AdmitHop admits a redirect hop to domain: it waits its turn with the interval last used
@@ -350,5 +376,13 @@ func (h Hops) AdmitHop(ctx context.Context, domain string) (limiter.Admission, e
 	if !ok {
 		interval, source = h.DefaultMinInterval, downloader.IntervalSourceDefault
 	}
-	return h.Limiter.Wait(ctx, domain, interval, source, entryFrom(ctx))
+	a, err := h.Limiter.Wait(ctx, domain, interval, source, entryFrom(ctx))
+	if err != nil || h.Shared == nil {
+		return a, err
+	}
+	if err := h.admitHopShared(ctx, a, domain, interval, source); err != nil {
+		a.Cancel()
+		return limiter.Admission{}, fmt.Errorf("shared admission of %s: %w", domain, err)
+	}
+	return a, nil
 }

@@ -37,6 +37,11 @@ func (e *Engine) LoadSettings(ctx context.Context) error {
 		e.log.Warn("stored max_concurrent_count out of range: ignored", "max_concurrent_count", s.MaxConcurrentCount)
 		return nil
 	}
+	if e.cfg.Shared != nil {
+		// Cluster mode: the value is the cluster's; this instance takes its share of it.
+		e.cfg.Shared.ApplyMaxConcurrentCount(s.MaxConcurrentCount)
+		return nil
+	}
 	if flag := e.cfg.Gate.Capacity(); flag != s.MaxConcurrentCount {
 		e.log.Info("max_concurrent_count from the data dir overrides the flag", "max_concurrent_count", s.MaxConcurrentCount, "flag_max_concurrent_count", flag)
 	}
@@ -46,6 +51,9 @@ func (e *Engine) LoadSettings(ctx context.Context) error {
 
 // Settings returns the settings in force.
 func (e *Engine) Settings() downloader.Settings {
+	if e.cfg.Shared != nil {
+		return downloader.Settings{MaxConcurrentCount: e.cfg.Shared.MaxConcurrentCount()}
+	}
 	return downloader.Settings{MaxConcurrentCount: e.cfg.Gate.Capacity()}
 }
 
@@ -61,7 +69,11 @@ func (e *Engine) SetSettings(ctx context.Context, s downloader.Settings, actor s
 			return old, fmt.Errorf("save settings: %w", err)
 		}
 	}
-	e.cfg.Gate.SetCapacity(s.MaxConcurrentCount)
+	if e.cfg.Shared != nil {
+		e.cfg.Shared.ApplyMaxConcurrentCount(s.MaxConcurrentCount)
+	} else {
+		e.cfg.Gate.SetCapacity(s.MaxConcurrentCount)
+	}
 	e.log.Info("settings changed", "actor", actor, "old_max_concurrent_count", old.MaxConcurrentCount,
 		"max_concurrent_count", s.MaxConcurrentCount, "changed_at", e.cfg.Clock.Now().UTC())
 	return old, nil

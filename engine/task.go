@@ -97,6 +97,15 @@ func (e *Engine) RunTask(ctx context.Context, t *downloader.Task) TaskOutcome {
 	if err := e.cfg.Gate.Acquire(ctx, limiter.QueueAlways); err != nil {
 		return TaskOutcome{Release: true, RetryAfter: time.Second}
 	}
+	var ticket SharedTicket
+	if e.cfg.Shared != nil {
+		tk, outcome, ok := e.admitTaskShared(ctx, t, req, deadline)
+		if !ok {
+			e.cfg.Gate.Release()
+			return outcome
+		}
+		ticket = tk
+	}
 	start := e.cfg.Clock.Now()
 	// The request is in flight while it runs, not while its result is stored: the global
 	// slot and the domain's in-flight count are given back first, so that slow synchronous
@@ -104,7 +113,9 @@ func (e *Engine) RunTask(ctx context.Context, t *downloader.Task) TaskOutcome {
 	out := func() *downloader.Outcome {
 		defer e.cfg.Gate.Release()
 		defer adm.Cancel() // only completes the admission once the request went on the wire
-		return e.run(ctx, req, u, &adm)
+		out := e.run(ctx, req, u, &adm)
+		e.sharedDone(ctx, ticket, &adm, req.Domain)
+		return out
 	}()
 	if out.FailReason == downloader.FailLocalQueueFull || out.FailReason == downloader.FailShuttingDown {
 		// Nothing was fetched: the task goes back rather than failing for our reasons.

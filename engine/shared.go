@@ -1,0 +1,263 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"downloader"
+	"downloader/clock"
+	"downloader/limiter"
+)
+
+// SharedRuntime is downloader:domain_runtime shared by several downloader instances
+// (cluster mode: store/tikv.Runtime), so that a domain's interval holds across all of them
+// and all three entries. The engine consults it after the local limiter admitted a request
+// (a local refusal is the fast path and asks it nothing) and after the global cap gave a
+// slot, right before the request runs. With Config.Shared nil nothing changes.
+// Implementations are safe for concurrent use.
+type SharedRuntime interface {
+	// Admit takes domain's cluster-wide admission for one request decided at r.Now. It
+	// returns a ticket when admitted, with the delay until the request's slot (0 unless
+	// r.Reserve); or no ticket and the wait after which asking again may succeed; or an
+	// error when the shared state cannot be reached: then the request must not be sent
+	// (fail closed).
+	Admit(ctx context.Context, r SharedAdmit) (SharedTicket, time.Duration, error)
+	// MaxConcurrentCount returns the cluster-wide max_concurrent_count in force.
+	MaxConcurrentCount() int
+	// ApplyMaxConcurrentCount applies a cluster-wide max_concurrent_count that was just
+	// stored through this instance: this instance's share of it takes effect at once.
+	ApplyMaxConcurrentCount(n int)
+}
+
+// SharedAdmit is one admission asked of the SharedRuntime.
+type SharedAdmit struct {
+	Domain         string
+	MinInterval    time.Duration
+	IntervalSource downloader.IntervalSource
+	Entry          downloader.Entry
+	Now            time.Time
+	// Reserve lets a busy domain give a future slot (entry A, redirect hops) rather than
+	// a refusal, unless that slot is after Deadline (zero: no deadline).
+	Reserve  bool
+	Deadline time.Time
+	// Timeout bounds the request from its slot: by then it went on the wire or never will.
+	Timeout time.Duration
+}
+
+// SharedTicket is one admitted request. Done is called exactly once, when the request
+// ended (sent or not), with wireAt: no earlier than the moment the request went on the
+// wire, if it did, and no later than now.
+type SharedTicket interface {
+	Done(ctx context.Context, wireAt time.Time)
+}
+
+// sharedRetryMin and sharedRetryMax bound the pause of entry A between attempts to reach an
+// unavailable shared runtime.
+const (
+	sharedRetryMin = 100 * time.Millisecond
+	sharedRetryMax = 2 * time.Second
+)
+
+// sharedDoneTimeout bounds the write-back of a finished request.
+const sharedDoneTimeout = 5 * time.Second
+
+// errSharedUnavailable is entry B's answer (HTTP 503) when the shared runtime cannot be
+// reached; entry C answers runtime_store_unavailable.
+var errSharedUnavailable = downloader.Errorf(downloader.EUNAVAILABLE,
+	"the shared limiter state (downloader:domain_runtime in TiKV) is unavailable: the request was not sent")
+
+// timeoutOf is the timeout a request runs with.
+func (e *Engine) timeoutOf(req downloader.Request) time.Duration {
+	if req.Timeout > 0 {
+		return req.Timeout
+	}
+	return e.cfg.DefaultTimeout
+}
+
+// sharedUnavailable records that req was not sent because the shared runtime failed, and
+// answers: entry C a summary with runtime_store_unavailable (not reached), entry B the
+// EUNAVAILABLE error.
+func (e *Engine) sharedUnavailable(req downloader.Request, now time.Time, err error) (*Result, error) {
+	e.log.Warn("shared limiter state unavailable: request not sent", "entry", string(req.Entry),
+		"domain", req.Domain, "url", req.URL, "error", err)
+	out := downloader.Failed(downloader.FailRuntimeStoreUnavailable)
+	s := out.Summary(req.Domain)
+	s.HealthSignal = nil // no request was made
+	e.observe(&Event{At: now, Entry: req.Entry, URL: req.URL, Domain: req.Domain, ShouldRender: req.ShouldRender,
+		MinInterval: req.MinInterval, IntervalSource: req.IntervalSource, Summary: s})
+	if req.Entry == downloader.EntryRender {
+		return nil, errSharedUnavailable
+	}
+	return &Result{Outcome: out, Summary: s}, nil
+}
+
+// admitTaskShared takes entry A's shared admission: it reserves the next slot and waits
+// for it; while the domain is busy elsewhere or the shared state cannot be reached it asks
+// again, until the slot would pass deadline (the task is then handed back). ok is false
+// when the task must be handed back, with outcome.
+func (e *Engine) admitTaskShared(ctx context.Context, t *downloader.Task, req downloader.Request, deadline time.Time) (ticket SharedTicket, outcome TaskOutcome, ok bool) {
+	pause := sharedRetryMin
+	observed := false
+	for {
+		now := e.cfg.Clock.Now()
+		tk, wait, err := e.cfg.Shared.Admit(ctx, SharedAdmit{Domain: req.Domain, MinInterval: req.MinInterval,
+			IntervalSource: req.IntervalSource, Entry: req.Entry, Now: now, Reserve: true, Deadline: deadline,
+			Timeout: e.timeoutOf(req)})
+		if err != nil {
+			// Fail closed: entry A waits for the shared state rather than sending unadmitted.
+			e.log.Warn("shared limiter state unavailable: task waits", "task_id", t.TaskID, "domain", req.Domain, "error", err)
+			wait, pause = pause, min(2*pause, sharedRetryMax)
+		} else if wait > 0 && !observed {
+			observed = true
+			e.observe(&Event{At: now, Entry: req.Entry, URL: req.URL, Domain: req.Domain, ShouldRender: req.ShouldRender,
+				MinInterval: req.MinInterval, IntervalSource: req.IntervalSource, OverLimit: true, Delay: wait, TaskID: t.TaskID})
+		}
+		if tk != nil {
+			if err := e.sleep(ctx, wait); err != nil {
+				tk.Done(context.WithoutCancel(ctx), e.cfg.Clock.Now())
+				return nil, TaskOutcome{Release: true, RetryAfter: time.Second}, false
+			}
+			return tk, TaskOutcome{}, true
+		}
+		if ctx.Err() != nil || e.isStopping() {
+			return nil, TaskOutcome{Release: true, RetryAfter: time.Second}, false
+		}
+		if !deadline.IsZero() && now.Add(wait).After(deadline) {
+			return nil, TaskOutcome{Release: true, RetryAfter: wait}, false
+		}
+		if err := e.sleep(ctx, wait); err != nil {
+			return nil, TaskOutcome{Release: true, RetryAfter: time.Second}, false
+		}
+	}
+}
+
+// sharedDone ends ticket (when there is one) with the latest moment the local limiter
+// knows a request of domain went on the wire, which is no earlier than this request's
+// wire moment. adm must still be live (not yet Done or Cancelled), so that the domain's
+// entry is still in the table.
+func (e *Engine) sharedDone(ctx context.Context, ticket SharedTicket, adm *limiter.Admission, domain string) {
+	if ticket == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sharedDoneTimeout)
+	defer cancel()
+	ticket.Done(ctx, e.wireBound(adm.Slot(), adm.Admitted(), domain))
+}
+
+// wireBound returns an instant no earlier than the wire moment of a request of domain
+// admitted locally with slot (if it went out), and no later than now.
+func (e *Engine) wireBound(slot time.Time, admitted bool, domain string) time.Time {
+	now := e.cfg.Clock.Now()
+	if !admitted {
+		return now
+	}
+	st, ok := e.cfg.Limiter.Domain(now, domain)
+	if !ok {
+		return now
+	}
+	// The limiter's instants share one base, so LastRequestAt - slot is exact; placing the
+	// slot on now's scale (by monotonic difference) keeps a wall-clock step since the
+	// limiter started out of the result.
+	w := now.Add(-now.Sub(slot)).Add(st.LastRequestAt.Sub(slot.Round(0).UTC()))
+	if w.After(now) {
+		return now
+	}
+	return w
+}
+
+// hopTickets collects the shared tickets of a request's redirect hops, so that they end
+// with the request (run ends them).
+type hopTickets struct {
+	mu    sync.Mutex
+	items []hopTicket
+}
+
+type hopTicket struct {
+	ticket SharedTicket
+	slot   time.Time
+	domain string
+}
+
+type hopTicketsKey struct{}
+
+func withHopTickets(ctx context.Context, h *hopTickets) context.Context {
+	return context.WithValue(ctx, hopTicketsKey{}, h)
+}
+
+func hopTicketsFrom(ctx context.Context) *hopTickets {
+	h, _ := ctx.Value(hopTicketsKey{}).(*hopTickets)
+	return h
+}
+
+// endHops ends every hop ticket of h.
+func (e *Engine) endHops(ctx context.Context, h *hopTickets) {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	items := h.items
+	h.items = nil
+	h.mu.Unlock()
+	if len(items) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sharedDoneTimeout)
+	defer cancel()
+	for _, it := range items {
+		it.ticket.Done(ctx, e.wireBound(it.slot, true, it.domain))
+	}
+}
+
+// admitHopShared takes a redirect hop's shared admission after its local one (a), waiting
+// for a reserved slot within ctx's deadline. The ticket joins the request's hop tickets;
+// without them (a hop outside run) it is left to expire, which is safe.
+func (h Hops) admitHopShared(ctx context.Context, a limiter.Admission, domain string, interval time.Duration, source downloader.IntervalSource) error {
+	clk := h.Limiter.Clock()
+	pause := sharedRetryMin
+	for {
+		now := clk.Now()
+		deadline, _ := ctx.Deadline()
+		timeout := h.DefaultTimeout
+		if !deadline.IsZero() {
+			timeout = deadline.Sub(now)
+		}
+		tk, wait, err := h.Shared.Admit(ctx, SharedAdmit{Domain: domain, MinInterval: interval, IntervalSource: source,
+			Entry: entryFrom(ctx), Now: now, Reserve: true, Deadline: deadline, Timeout: timeout})
+		if err != nil {
+			wait, pause = pause, min(2*pause, sharedRetryMax)
+		}
+		if tk != nil {
+			if ts := hopTicketsFrom(ctx); ts != nil {
+				ts.mu.Lock()
+				ts.items = append(ts.items, hopTicket{ticket: tk, slot: a.Slot(), domain: domain})
+				ts.mu.Unlock()
+			}
+			return sleepCtx(ctx, clk, wait)
+		}
+		if !deadline.IsZero() && now.Add(wait).After(deadline) {
+			if err != nil {
+				return err
+			}
+			return context.DeadlineExceeded
+		}
+		if err := sleepCtx(ctx, clk, wait); err != nil {
+			return err
+		}
+	}
+}
+
+// sleepCtx waits d on clk, or until ctx ends.
+func sleepCtx(ctx context.Context, clk clock.Clock, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := clk.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,274 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"downloader"
+	"downloader/limiter"
+)
+
+// fakeShared is a SharedRuntime of function fields (nil Admit admits at once).
+type fakeShared struct {
+	AdmitFunc func(r SharedAdmit) (SharedTicket, time.Duration, error)
+
+	mu      sync.Mutex
+	asks    []SharedAdmit
+	done    []time.Time // wireAt of every ended ticket
+	cap     int
+	applied []int
+}
+
+var _ SharedRuntime = (*fakeShared)(nil)
+
+func (f *fakeShared) Admit(ctx context.Context, r SharedAdmit) (SharedTicket, time.Duration, error) {
+	f.mu.Lock()
+	f.asks = append(f.asks, r)
+	f.mu.Unlock()
+	if f.AdmitFunc != nil {
+		return f.AdmitFunc(r)
+	}
+	return f.ticket(), 0, nil
+}
+
+func (f *fakeShared) ticket() SharedTicket { return fakeTicket{f} }
+
+func (f *fakeShared) MaxConcurrentCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.cap
+}
+
+func (f *fakeShared) ApplyMaxConcurrentCount(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cap = n
+	f.applied = append(f.applied, n)
+}
+
+func (f *fakeShared) ended() []time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]time.Time(nil), f.done...)
+}
+
+type fakeTicket struct{ f *fakeShared }
+
+func (t fakeTicket) Done(ctx context.Context, wireAt time.Time) {
+	t.f.mu.Lock()
+	t.f.done = append(t.f.done, wireAt)
+	t.f.mu.Unlock()
+}
+
+var errStoreDown = errors.New("tikv down (test)")
+
+func TestSharedAdmissionPerEntry(t *testing.T) {
+	refuse := func(SharedAdmit) (SharedTicket, time.Duration, error) { return nil, 1500 * time.Millisecond, nil }
+	fail := func(SharedAdmit) (SharedTicket, time.Duration, error) { return nil, 0, errStoreDown }
+	tests := []struct {
+		name   string
+		entry  downloader.Entry
+		admit  func(SharedAdmit) (SharedTicket, time.Duration, error)
+		reason downloader.FailReason // "" : sent
+		b503   bool
+	}{
+		{"B admitted", downloader.EntryRender, nil, "", false},
+		{"C admitted", downloader.EntryProbe, nil, "", false},
+		{"B refused elsewhere", downloader.EntryRender, refuse, downloader.FailSelfRateLimited, false},
+		{"C refused elsewhere", downloader.EntryProbe, refuse, downloader.FailSelfRateLimited, false},
+		{"B store down", downloader.EntryRender, fail, downloader.FailRuntimeStoreUnavailable, true},
+		{"C store down", downloader.EntryProbe, fail, downloader.FailRuntimeStoreUnavailable, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e, clk, f, _ := newTestEngine(t)
+			sh := &fakeShared{AdmitFunc: tt.admit}
+			e.cfg.Shared = sh
+			u, _ := url.Parse("http://a.test/")
+			req := downloader.Request{URL: u.String(), Domain: "a.test", MinInterval: time.Second,
+				IntervalSource: downloader.IntervalSourceRequest}
+			var s downloader.Summary
+			var err error
+			if tt.entry == downloader.EntryProbe {
+				s = e.Probe(context.Background(), req, u)
+			} else {
+				var res *Result
+				res, err = e.Render(context.Background(), req, u)
+				if res != nil {
+					s = res.Summary
+				}
+			}
+			if len(sh.asks) != 1 || sh.asks[0].Domain != "a.test" || sh.asks[0].Reserve || sh.asks[0].Timeout != 10*time.Second {
+				t.Fatalf("asks = %+v", sh.asks)
+			}
+			switch {
+			case tt.reason == "":
+				if err != nil || len(f.at) != 1 || s.FailReason != nil {
+					t.Fatalf("summary %+v, err %v, fetched %d", s, err, len(f.at))
+				}
+				ended := sh.ended()
+				if len(ended) != 1 || !ended[0].Equal(f.at[0]) {
+					t.Errorf("ticket ended with %v; want the wire moment %v", ended, f.at[0])
+				}
+				return
+			case tt.b503:
+				if downloader.ErrorCode(err) != downloader.EUNAVAILABLE {
+					t.Fatalf("err = %v; want EUNAVAILABLE (503)", err)
+				}
+			case tt.entry == downloader.EntryRender:
+				var ol *OverLimitError
+				if !errors.As(err, &ol) || ol.Reason != tt.reason || ol.RetryAfterSeconds() != 2 {
+					t.Fatalf("err = %v; want 429 %s after 2 s", err, tt.reason)
+				}
+			default:
+				if s.FailReason == nil || *s.FailReason != tt.reason || s.HasReachedOrigin || s.HTTPStatus != nil || s.HealthSignal != nil {
+					t.Fatalf("summary = %+v; want %s, not reached", s, tt.reason)
+				}
+			}
+			if len(f.at) != 0 {
+				t.Errorf("a request refused cluster-wide was sent")
+			}
+			// The local admission was given back: the domain is free locally at once.
+			if _, wait := e.Limiter().Allow(clk.Now(), "a.test", time.Second, downloader.IntervalSourceRequest, downloader.EntryRender); wait != 0 {
+				t.Errorf("local slot still taken (wait %v)", wait)
+			}
+			if e.Gate().InFlight() != 0 {
+				t.Errorf("gate in flight = %d", e.Gate().InFlight())
+			}
+		})
+	}
+}
+
+// TestSharedLocalRefusalAsksNothing: the local fast path refuses without asking the
+// shared runtime.
+func TestSharedLocalRefusalAsksNothing(t *testing.T) {
+	e, _, _, _ := newTestEngine(t)
+	sh := &fakeShared{}
+	e.cfg.Shared = sh
+	u, _ := url.Parse("http://a.test/")
+	req := downloader.Request{URL: u.String(), Domain: "a.test", MinInterval: time.Minute}
+	e.Probe(context.Background(), req, u)
+	s := e.Probe(context.Background(), req, u)
+	if s.FailReason == nil || *s.FailReason != downloader.FailSelfRateLimited {
+		t.Fatalf("second probe = %+v", s)
+	}
+	if len(sh.asks) != 1 {
+		t.Errorf("shared runtime asked %d times; want 1 (the local refusal asks nothing)", len(sh.asks))
+	}
+}
+
+func TestSharedTaskWaitsForTheStoreAndTheSlot(t *testing.T) {
+	e, clk, f, _ := newTestEngine(t)
+	sh := &fakeShared{}
+	var mu sync.Mutex
+	calls := 0
+	sh.AdmitFunc = func(r SharedAdmit) (SharedTicket, time.Duration, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		switch calls {
+		case 1, 2:
+			return nil, 0, errStoreDown // A waits while the store is down
+		case 3:
+			return nil, 300 * time.Millisecond, nil // busy elsewhere: ask again
+		}
+		return sh.ticket(), 200 * time.Millisecond, nil // a reserved slot ahead
+	}
+	e.cfg.Shared = sh
+	lease := clk.Now().Add(time.Hour)
+	done := make(chan TaskOutcome)
+	go func() {
+		done <- e.RunTask(context.Background(), &downloader.Task{TaskID: "1", URL: "http://a.test/", MinIntervalMs: ms(100), LeaseExpiresAt: lease})
+	}()
+	start := clk.Now()
+	for _, d := range []time.Duration{sharedRetryMin, 2 * sharedRetryMin, 300 * time.Millisecond, 200 * time.Millisecond} {
+		clk.WaitTimers(1)
+		clk.Advance(d)
+	}
+	out := <-done
+	if out.Report == nil || out.Report.FailReason != nil {
+		t.Fatalf("outcome = %+v", out)
+	}
+	if len(f.at) != 1 || f.at[0].Sub(start) != 800*time.Millisecond {
+		t.Errorf("sent at %v; want 800ms after the start", f.at)
+	}
+	for _, a := range sh.asks {
+		if !a.Reserve || !a.Deadline.Equal(lease.Add(-10*time.Second)) {
+			t.Errorf("ask %+v: want a reservation bounded by the lease", a)
+		}
+	}
+	if len(sh.ended()) != 1 {
+		t.Errorf("tickets ended: %d", len(sh.ended()))
+	}
+}
+
+func TestSharedTaskReleasedPastTheLease(t *testing.T) {
+	e, clk, f, _ := newTestEngine(t)
+	e.cfg.Shared = &fakeShared{AdmitFunc: func(SharedAdmit) (SharedTicket, time.Duration, error) {
+		return nil, time.Minute, nil
+	}}
+	out := e.RunTask(context.Background(), &downloader.Task{TaskID: "1", URL: "http://a.test/", MinIntervalMs: ms(100),
+		LeaseExpiresAt: clk.Now().Add(30 * time.Second)})
+	if !out.Release || out.RetryAfterSeconds() != 60 || len(f.at) != 0 {
+		t.Fatalf("outcome = %+v (fetched %d); want a release after 60 s", out, len(f.at))
+	}
+	if e.Gate().InFlight() != 0 {
+		t.Errorf("gate in flight = %d", e.Gate().InFlight())
+	}
+}
+
+func TestSharedSettings(t *testing.T) {
+	e, _, _, _ := newTestEngine(t)
+	sh := &fakeShared{cap: 30}
+	e.cfg.Shared = sh
+	if got := e.Settings().MaxConcurrentCount; got != 30 {
+		t.Errorf("settings = %d; want the cluster's 30", got)
+	}
+	if _, err := e.SetSettings(context.Background(), downloader.Settings{MaxConcurrentCount: 12}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if sh.MaxConcurrentCount() != 12 || e.Gate().Capacity() != 8 {
+		t.Errorf("cluster cap %d, gate %d; want 12 applied through the shared runtime, the gate left to it",
+			sh.MaxConcurrentCount(), e.Gate().Capacity())
+	}
+}
+
+func TestSharedHopsEndWithTheRequest(t *testing.T) {
+	e, clk, _, _ := newTestEngine(t)
+	sh := &fakeShared{}
+	e.cfg.Shared = sh
+	hops := Hops{Limiter: e.Limiter(), DefaultMinInterval: time.Second, Shared: sh, DefaultTimeout: time.Second}
+	var hopWire time.Time
+	e.cfg.Fetcher = fetcherFunc(func(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome {
+		if err := adm.WaitWire(ctx); err != nil {
+			t.Error(err)
+		}
+		a, err := hops.AdmitHop(ctx, "b.test")
+		if err != nil {
+			t.Fatalf("AdmitHop: %v", err)
+		}
+		clk.Advance(0) // b.test is new: its slot is now
+		if d := a.Wire(clk.Now()); d != 0 {
+			t.Errorf("hop wire wait %v", d)
+		}
+		hopWire = clk.Now()
+		a.Cancel()
+		if n := len(sh.ended()); n != 0 {
+			t.Errorf("hop ticket ended before the request did (%d)", n)
+		}
+		return &downloader.Outcome{HTTPStatus: 200}
+	})
+	u, _ := url.Parse("http://a.test/")
+	e.Probe(context.Background(), downloader.Request{URL: u.String(), Domain: "a.test"}, u)
+	if len(sh.asks) != 2 || sh.asks[1].Domain != "b.test" || !sh.asks[1].Reserve {
+		t.Fatalf("asks = %+v; want a.test then a reserved hop to b.test", sh.asks)
+	}
+	ended := sh.ended()
+	if len(ended) != 2 || ended[0].Before(hopWire) {
+		t.Errorf("ended = %v; want both tickets, the hop's no earlier than its wire moment %v", ended, hopWire)
+	}
+}
