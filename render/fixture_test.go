@@ -23,6 +23,7 @@ import (
 	"go.uber.org/goleak"
 
 	"downloader/clock"
+	"downloader/limiter"
 	"downloader/netguard"
 )
 
@@ -388,7 +389,8 @@ func (w tlogWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// sharedPool is the pool most tests use: a local browser, two slots.
+// sharedPool is the pool most tests use: a local browser, two slots, hops admitted with
+// no interval.
 func sharedPool(t testing.TB) *Pool {
 	f := getFixture(t)
 	poolOnce.Do(func() {
@@ -400,6 +402,8 @@ func sharedPool(t testing.TB) *Pool {
 			WarmTabs:    2,
 			UserAgent:   testUserAgent,
 			Guard:       f.guard,
+			// Every document request is paused and decided on, as in the service.
+			Hops: limiterHops{l: limiter.New(clock.Real{})},
 		})
 		if err != nil {
 			panic(err)

@@ -83,6 +83,22 @@ func (j *renderJob) run(ctx context.Context) {
 }
 
 func (j *renderJob) renderIn(ctx context.Context, t *tab) *downloader.Outcome {
+	out := j.renderTab(ctx, t)
+	if j.st.hopRefused() {
+		// A main document hop was not admitted in time: whatever the browser made of
+		// the failed request, the render is our own limiter's refusal.
+		return downloader.Failed(downloader.FailSelfRateLimited)
+	}
+	return out
+}
+
+// softDeadline is when the page is read as it is (wait): the last fifth of the timeout,
+// at most maxReadReserve, is kept for reading.
+func (j *renderJob) softDeadline() time.Time {
+	return j.deadline.Add(-min(maxReadReserve, j.deadline.Sub(j.start)/5))
+}
+
+func (j *renderJob) renderTab(ctx context.Context, t *tab) *downloader.Outcome {
 	t.proxy.arm(j.st)
 	t.tr.arm(t.proxy.token)
 
@@ -90,6 +106,9 @@ func (j *renderJob) renderIn(ctx context.Context, t *tab) *downloader.Outcome {
 	// or at once when the browser or the tab dies.
 	runCtx, stopRun := context.WithCancelCause(t.ctx)
 	defer stopRun(nil)
+	if t.pause != nil {
+		t.pause.arm(&hopRender{ctx: ctx, soft: j.softDeadline(), st: j.st, refuse: func() { stopRun(errHopRefused) }})
+	}
 	stop := context.AfterFunc(ctx, func() { stopRun(context.Cause(ctx)) })
 	defer stop()
 	watchDone := make(chan struct{})
@@ -131,6 +150,8 @@ func (j *renderJob) stopped(runCtx context.Context, t *tab, err error) downloade
 		return downloader.FailRenderTimeout
 	case errors.Is(cause, errPoolClosed):
 		return downloader.FailShuttingDown
+	case errors.Is(cause, errHopRefused):
+		return downloader.FailSelfRateLimited
 	case !t.b.alive(), t.isDetached(), t.tr.state().crashed, isBrowserGone(err):
 		return downloader.FailRendererCrashed
 	case runCtx.Err() != nil:
@@ -144,8 +165,7 @@ func (j *renderJob) stopped(runCtx context.Context, t *tab, err error) downloade
 // or close to the timeout with its DOM ready.
 func (j *renderJob) wait(ctx context.Context, t *tab) error {
 	clk := j.p.clk
-	reserve := min(maxReadReserve, j.deadline.Sub(j.start)/5)
-	soft := clk.NewTimer(max(j.deadline.Add(-reserve).Sub(clk.Now()), 0))
+	soft := clk.NewTimer(max(j.softDeadline().Sub(clk.Now()), 0))
 	defer soft.Stop()
 	var quiet, idleMax clock.Timer
 	var quietC, idleMaxC <-chan time.Time

@@ -14,6 +14,7 @@ import (
 	"net/http/httputil"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"downloader"
@@ -180,7 +181,9 @@ func (x *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // dial connects to an origin through the Guard. The first connection to the page's own
-// host is the moment its request goes on the wire: it waits there for the limiter.
+// host is the moment its request goes on the wire: it waits there for the limiter. When
+// the render admits hops, the connection also holds the first write after a hop to its
+// domain was admitted until the hop's admission lets it out (hopConn).
 func (x *proxy) dial(ctx context.Context, network, address string) (net.Conn, error) {
 	st := x.state()
 	if st == nil {
@@ -195,13 +198,22 @@ func (x *proxy) dial(ctx context.Context, network, address string) (net.Conn, er
 		}
 		return nil, err
 	}
-	if host, _, err := net.SplitHostPort(address); err == nil {
-		if d, err := downloader.NormalizeDomain(host); err == nil && d == st.domain {
-			if err := st.wire(ctx); err != nil {
-				conn.Close()
-				return nil, err
-			}
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return conn, nil
+	}
+	d, err := downloader.NormalizeDomain(host)
+	if err != nil {
+		return conn, nil
+	}
+	if d == st.domain {
+		if err := st.wire(ctx); err != nil {
+			conn.Close()
+			return nil, err
 		}
+	}
+	if st.gateHops {
+		return &hopConn{Conn: conn, st: st, domain: d, stop: x.ctx.Done()}, nil
 	}
 	return conn, nil
 }
@@ -272,10 +284,15 @@ func (x *proxy) connect(w http.ResponseWriter, r *http.Request, st *renderState)
 	x.untrack(down)
 }
 
-// renderState is what a render shares with its proxy. Safe for concurrent use.
+// renderState is what a render shares with its proxy and its pauser. Safe for concurrent
+// use.
 type renderState struct {
 	clk    clock.Clock
 	domain string // the page's normalised host
+	// gateHops makes the proxy's connections wait for the wire moment of admitted hops
+	// (set when the pool has a HopAdmitter).
+	gateHops bool
+	over     chan struct{} // closed by release
 
 	mu             sync.Mutex
 	adm            *limiter.Admission // nil: no limiter (or released)
@@ -284,6 +301,13 @@ type renderState struct {
 	seen           bool // the proxy saw at least one request
 	blocked        int
 	tunnelFailures map[string]downloader.FailReason
+	hops           []*hopAdmission // the render's own admissions of main document hops
+	refused        bool            // a hop was not admitted in time
+	unwiredHops    atomic.Int32    // hops admitted and not yet on the wire
+}
+
+func newRenderState(clk clock.Clock, domain string, adm *limiter.Admission, gateHops bool) *renderState {
+	return &renderState{clk: clk, domain: domain, adm: adm, gateHops: gateHops, over: make(chan struct{})}
 }
 
 var errReleased = errors.New("render proxy: render over")
@@ -321,10 +345,16 @@ func (st *renderState) wire(ctx context.Context) error {
 }
 
 // release hands the admission back to Render's caller: the proxy no longer touches it.
+// The render's own hop admissions are given back (Cancel, or Done once on the wire).
 func (st *renderState) release() {
 	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.released {
+		return
+	}
 	st.released = true
-	st.mu.Unlock()
+	close(st.over)
+	st.releaseHops()
 }
 
 func (st *renderState) sawRequest() {

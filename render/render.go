@@ -23,6 +23,13 @@
 //     --connect-to and the SSRF guard apply to sub-requests (scripts, XHRs, iframes,
 //     redirects) exactly as to plain fetches, and it calls the limiter's WaitWire when the
 //     first request to the page's own host goes out. Loopback is proxied too ("<-loopback>").
+//   - With a HopAdmitter (Config.Hops), the browser pauses every document request before
+//     sending it (CDP Fetch domain). The render's first main document goes on under the
+//     caller's admission; every later main-frame document (a redirect hop, a meta refresh,
+//     location=) first gets an admission of its own, bounded by the render's deadline, and
+//     the proxy holds its first bytes toward that host until the admission's Wire lets
+//     them out. A hop that cannot be admitted in time is failed, and the render answers
+//     self_rate_limited. Iframe documents are not admitted (docs/benchmarks-render.md).
 //   - A render navigates, waits for the load event and then for the network to be quiet
 //     (NetworkQuiet with no request in flight), reads the rendered DOM and the main
 //     document as served, and builds the outcome. See Pool.Render for the limits.
@@ -92,6 +99,13 @@ type Config struct {
 	// Guard dials every connection the browser makes (connect-to and the SSRF guard).
 	// Required.
 	Guard *netguard.Guard
+
+	// Hops admits the main document's requests after the first (redirect hops, and
+	// navigations the page makes by itself), each with its own limiter admission taken
+	// before the request is sent (SPEC §2). The browser is made to pause every document
+	// request for it (CDP Fetch domain). Nil: nothing after the first request is admitted
+	// and nothing is paused (tests, benchmarks).
+	Hops HopAdmitter
 
 	DefaultTimeout time.Duration // a render's timeout when Render is given none
 
@@ -311,6 +325,12 @@ var (
 // on the pool's clock; it no longer touches adm once it has returned, so the caller may
 // Cancel or Done it at once. A nil adm renders without a limiter (tests, benchmarks).
 //
+// Every main-frame document after the first is admitted through Config.Hops with ctx
+// (which carries the caller's entry, for the limiter's over-limit record) and a deadline
+// at which the page would be read anyway; its admission is Wire'd when its first bytes
+// go toward its host, and given back (Cancel, or Done once on the wire) when Render
+// returns. A hop not admitted by then fails the render with self_rate_limited.
+//
 // The timeout (DefaultTimeout when zero) covers everything from the call: the wait for a
 // slot, the browser and the page. Render returns at the latest when it ends, with
 // render_timeout, cleaning up in the background. Reading the page:
@@ -320,7 +340,7 @@ var (
 //   - a page whose DOMContentLoaded never comes within the timeout is a render_timeout.
 //
 // Failures (SPEC §4, all with has_reached_origin=false): pool and queue full →
-// local_queue_full; browser cannot start or endpoint unreachable → renderer_unavailable;
+// local_queue_full; a main document hop not admitted in time → self_rate_limited; browser cannot start or endpoint unreachable → renderer_unavailable;
 // browser or tab died → renderer_crashed (found from the connection, Inspector.targetCrashed
 // and the target's detach, without waiting for the timeout); ctx cancelled or the pool
 // closed → shutting_down. A main document that fails on the network is classified like a
@@ -369,7 +389,7 @@ func (p *Pool) render(ctx context.Context, u *url.URL, adm *limiter.Admission, s
 	}
 	// The slot is given back when Render returns; the tab's cleanup goes on behind it.
 	defer p.gate.Release()
-	st := &renderState{adm: adm, domain: domain, clk: p.clk}
+	st := newRenderState(p.clk, domain, adm, p.cfg.Hops != nil)
 	job := &renderJob{p: p, u: u, st: st, start: start, deadline: deadline, done: make(chan *downloader.Outcome, 1)}
 	if !p.goTracked(func() { job.run(ctx) }) {
 		return downloader.Failed(downloader.FailShuttingDown)

@@ -491,6 +491,7 @@ func TestRenderRemoteEndpoint(t *testing.T) {
 		WarmTabs:    -1,
 		UserAgent:   testUserAgent,
 		Guard:       f.guard,
+		Hops:        limiterHops{l: limiter.New(clock.Real{})},
 		Logger:      testLogger(t),
 	})
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
@@ -27,7 +28,8 @@ type tab struct {
 	detached <-chan struct{} // closed when the browser detaches the tab
 	proxy    *proxy
 	tr       *tracker
-	wg       sync.WaitGroup // the dialog handler
+	pause    *pauser        // nil when the pool admits no hops
+	wg       sync.WaitGroup // the dialog handler, the pauser and its admission waits
 	closeOne sync.Once
 }
 
@@ -39,7 +41,7 @@ func (p *Pool) newTab(ctx context.Context, b *browser) (*tab, error) {
 		return nil, err
 	}
 	tr := newTracker()
-	tctx, cancel := chromedp.NewContext(b.ctx,
+	opts := []chromedp.ContextOption{
 		chromedp.WithNewBrowserContext(func(params *target.CreateBrowserContextParams) {
 			params.ProxyServer = "http://" + px.addr()
 			// Chrome sends loopback destinations around a proxy unless told not to; ours
@@ -47,16 +49,32 @@ func (p *Pool) newTab(ctx context.Context, b *browser) (*tab, error) {
 			params.ProxyBypassList = "<-loopback>"
 		}),
 		chromedp.WithListener(tr.onEvent),
-	)
-	t := &tab{b: b, ctx: tctx, cancel: cancel, proxy: px, tr: tr}
+	}
+	t := &tab{b: b, proxy: px, tr: tr}
+	if p.cfg.Hops != nil {
+		t.pause = newPauser(p.cfg.Hops, p.log, &t.wg)
+		opts = append(opts, chromedp.WithListener(t.pause.onEvent))
+	}
+	tctx, cancel := chromedp.NewContext(b.ctx, opts...)
+	t.ctx, t.cancel = tctx, cancel
 
 	// The first Run attaches the tab and binds its event loop to tctx, which therefore has
 	// no deadline of its own; ctx bounds the wait.
 	done := make(chan error, 1)
 	go func() {
 		done <- chromedp.Do(tctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-			_, err := cdp.Call(ctx, tg, emulation.SetUserAgentOverride, p.userAgentOverride())
-			return err
+			if _, err := cdp.Call(ctx, tg, emulation.SetUserAgentOverride, p.userAgentOverride()); err != nil {
+				return err
+			}
+			if t.pause == nil {
+				return nil
+			}
+			// Every document request waits for the pauser's word. An endpoint that cannot
+			// pause requests cannot render under the limiter: the tab fails (fail closed).
+			if _, err := cdp.Call(ctx, tg, fetch.Enable, fetch.EnableParams{Patterns: documentPatterns}); err != nil {
+				return fmt.Errorf("pause document requests (Fetch.enable): %w", err)
+			}
+			return nil
 		}))
 	}()
 	select {
@@ -73,6 +91,10 @@ func (p *Pool) newTab(ctx context.Context, b *browser) (*tab, error) {
 	}
 	c := chromedp.FromContext(tctx)
 	tr.setMainFrame(cdp.FrameID(c.Target.TargetID))
+	if t.pause != nil {
+		t.pause.setMainFrame(cdp.FrameID(c.Target.TargetID))
+		t.wg.Go(func() { t.pause.run(tctx) })
+	}
 	if t.detached, err = chromedp.Detached(tctx); err != nil {
 		t.close()
 		return nil, fmt.Errorf("new tab: %w", err)

@@ -1,0 +1,381 @@
+package render
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
+
+	"downloader"
+	"downloader/limiter"
+)
+
+// HopAdmitter admits the main document's later requests into the limiter: redirect hops,
+// and navigations the page makes by itself (meta refresh, location=). engine.Hops
+// implements it, as it does fetch.HopAdmitter. Implementations must be safe for
+// concurrent use.
+type HopAdmitter interface {
+	// AdmitHop blocks until a request to domain is admitted by the limiter
+	// (reserve-and-wait bounded by ctx, whose deadline it honours), and returns the
+	// admission. ctx carries the entry of the request the hop belongs to.
+	AdmitHop(ctx context.Context, domain string) (limiter.Admission, error)
+}
+
+// errHopRefused ends a render whose main document could not be admitted in time.
+var errHopRefused = errors.New("render: a main document hop was not admitted before the deadline")
+
+// documentPatterns makes the browser pause every document request (main frame and
+// iframes) before it is sent, until we continue or fail it (Fetch.requestPaused).
+var documentPatterns = []*fetch.RequestPattern{{
+	URLPattern:   "*",
+	ResourceType: network.ResourceTypeDocument,
+	RequestStage: fetch.RequestStageRequest,
+}}
+
+// pauser decides on a tab's paused document requests. The render's first main document
+// goes on at once: the caller's admission covers it. Every later main-frame document (a
+// redirect hop, a navigation the page makes by itself) waits for an admission of its own
+// from the HopAdmitter, bounded by the render's deadline; one that cannot be admitted in
+// time is failed, and the render ends with self_rate_limited. Iframe documents go on
+// without an admission: see docs/benchmarks-render.md for why.
+//
+// onEvent runs on the tab's event loop and only queues; run handles the queue on its own
+// goroutine, and each admission wait on another. Safe for concurrent use.
+type pauser struct {
+	hops HopAdmitter
+	log  *slog.Logger
+	wg   *sync.WaitGroup // the tab's: close waits for run and the admission waits
+
+	mu        sync.Mutex
+	mainFrame cdp.FrameID
+	queue     []*fetch.EventRequestPaused
+	r         *hopRender // the render served; nil before it is armed
+	firstSeen bool       // the render's first main document was let through
+	wake      chan struct{}
+}
+
+// hopRender is what the pauser needs of the render it serves.
+type hopRender struct {
+	ctx    context.Context // the render's: carries the entry, ends with the render
+	soft   time.Time       // a hop must be admitted before it (the page is read from then)
+	st     *renderState
+	refuse func() // ends the render at once (with errHopRefused)
+}
+
+func newPauser(hops HopAdmitter, log *slog.Logger, wg *sync.WaitGroup) *pauser {
+	return &pauser{hops: hops, log: log, wg: wg, wake: make(chan struct{}, 1)}
+}
+
+func (p *pauser) setMainFrame(id cdp.FrameID) {
+	p.mu.Lock()
+	p.mainFrame = id
+	p.mu.Unlock()
+}
+
+// arm makes the pauser serve the render r.
+func (p *pauser) arm(r *hopRender) {
+	p.mu.Lock()
+	p.r = r
+	p.mu.Unlock()
+}
+
+// onEvent is the tab's listener: it queues paused requests and never blocks.
+func (p *pauser) onEvent(ev any) {
+	e, ok := ev.(*fetch.EventRequestPaused)
+	if !ok {
+		return
+	}
+	p.mu.Lock()
+	p.queue = append(p.queue, e)
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run handles paused requests until the tab's context ends.
+func (p *pauser) run(tctx context.Context) {
+	for {
+		p.mu.Lock()
+		q := p.queue
+		p.queue = nil
+		p.mu.Unlock()
+		for _, e := range q {
+			p.handle(tctx, e)
+		}
+		select {
+		case <-p.wake:
+		case <-tctx.Done():
+			return
+		}
+	}
+}
+
+// decision is what the pauser does with one paused request.
+type decision int
+
+const (
+	decideContinue decision = iota // let it go on
+	decideFail                     // fail it: no render, or not a request we send
+	decideAdmit                    // a later main-frame document: admit it first
+)
+
+// decide classifies a paused request. It marks the render's first main document seen.
+func (p *pauser) decide(e *fetch.EventRequestPaused) (*hopRender, decision) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := p.r
+	switch {
+	case r == nil || r.st.isReleased():
+		return r, decideFail // no render in progress: nothing may go out
+	case e.FrameID != p.mainFrame:
+		return r, decideContinue // an iframe: part of the page, like its scripts
+	case !p.firstSeen:
+		p.firstSeen = true
+		return r, decideContinue
+	}
+	return r, decideAdmit
+}
+
+func (p *pauser) handle(tctx context.Context, e *fetch.EventRequestPaused) {
+	r, d := p.decide(e)
+	switch d {
+	case decideContinue:
+		p.resume(tctx, e.RequestID)
+		return
+	case decideFail:
+		p.fail(tctx, e.RequestID)
+		return
+	}
+	domain, err := requestDomain(e.Request)
+	if err != nil {
+		p.log.Info("render: main document hop to an unusable URL refused", "error", err)
+		p.fail(tctx, e.RequestID)
+		return
+	}
+	if r.st.coveredByFirst(domain) {
+		// Nothing of the page's own request went on the wire yet (the browser upgraded
+		// it to HTTPS by itself, say): the caller's admission covers this one.
+		p.resume(tctx, e.RequestID)
+		return
+	}
+	// Waiting here would hold up the queue: an iframe's request paused meanwhile would
+	// wait for the main frame's turn.
+	p.wg.Go(func() { p.admit(tctx, r, e.RequestID, domain) })
+}
+
+// admit waits for the hop's admission and lets the request go on, or fails it and ends
+// the render.
+func (p *pauser) admit(tctx context.Context, r *hopRender, id fetch.RequestID, domain string) {
+	ctx, cancel := context.WithCancel(r.ctx)
+	defer cancel()
+	stop := context.AfterFunc(tctx, cancel)
+	defer stop()
+	adm, err := p.hops.AdmitHop(withDeadline(ctx, r.soft), domain)
+	if err != nil {
+		if ctx.Err() == nil {
+			// Not admitted before the deadline: nothing goes to domain, and the render
+			// is our own limiter's refusal (SPEC §2 and §4: self_rate_limited).
+			p.log.Info("render: main document hop not admitted in time", "domain", domain, "error", err)
+			r.st.refuseHop()
+			p.fail(tctx, id)
+			r.refuse()
+			return
+		}
+		p.fail(tctx, id)
+		return
+	}
+	if !r.st.addHop(domain, adm) {
+		p.fail(tctx, id) // the render ended meanwhile; addHop gave the admission back
+		return
+	}
+	p.resume(tctx, id)
+}
+
+func (p *pauser) resume(tctx context.Context, id fetch.RequestID) {
+	if _, err := chromedp.Call(tctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: id}); err != nil && tctx.Err() == nil {
+		p.log.Debug("render: continue paused request", "error", err)
+	}
+}
+
+func (p *pauser) fail(tctx context.Context, id fetch.RequestID) {
+	if _, err := chromedp.Call(tctx, fetch.FailRequest, fetch.FailRequestParams{RequestID: id, ErrorReason: network.ErrorReasonBlockedByClient}); err != nil && tctx.Err() == nil {
+		p.log.Debug("render: fail paused request", "error", err)
+	}
+}
+
+// requestDomain is the limiter's key for a paused request.
+func requestDomain(req *network.Request) (string, error) {
+	if req == nil {
+		return "", errors.New("no request")
+	}
+	u, err := url.Parse(req.URL)
+	if err != nil {
+		return "", err
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
+		return "", errors.New("not an http(s) URL with a host")
+	}
+	return downloader.NormalizeDomain(u.Host)
+}
+
+// withDeadline returns ctx with a Deadline of at (or ctx's own, if earlier) for the
+// limiter to refuse a slot past it at once, without a timer: ctx already ends with the
+// render, on the pool's clock.
+func withDeadline(ctx context.Context, at time.Time) context.Context {
+	if d, ok := ctx.Deadline(); ok && d.Before(at) {
+		return ctx
+	}
+	return deadlineCtx{ctx, at}
+}
+
+type deadlineCtx struct {
+	context.Context
+	at time.Time
+}
+
+func (c deadlineCtx) Deadline() (time.Time, bool) { return c.at, true }
+
+// hopAdmission is one admitted hop of a render.
+type hopAdmission struct {
+	domain string
+	adm    limiter.Admission // guarded by renderState.mu (an Admission is not safe for concurrent use)
+	wired  bool
+}
+
+// addHop records a hop's admission, to be wired by the next write to its domain and given
+// back when the render ends. It returns false, having given adm back, if the render is over.
+func (st *renderState) addHop(domain string, adm limiter.Admission) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.released {
+		adm.Cancel()
+		return false
+	}
+	st.hops = append(st.hops, &hopAdmission{domain: domain, adm: adm})
+	st.unwiredHops.Add(1)
+	return true
+}
+
+// coveredByFirst reports whether a hop to domain can go under the caller's admission:
+// the page's own domain, while no connection to it was made yet.
+func (st *renderState) coveredByFirst(domain string) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return domain == st.domain && !st.wired && !st.released
+}
+
+func (st *renderState) refuseHop() {
+	st.mu.Lock()
+	st.refused = true
+	st.mu.Unlock()
+}
+
+func (st *renderState) hopRefused() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.refused
+}
+
+func (st *renderState) isReleased() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.released
+}
+
+// wireHop is called before bytes are written to a connection to domain. If a hop to
+// domain is admitted and not yet on the wire, these bytes are its request (or the start
+// of its TLS handshake): it waits as WaitWire would, on the pool's clock, and returns the
+// hop, for wrote. The render's end or stop ends the wait with an error.
+func (st *renderState) wireHop(stop <-chan struct{}, domain string) (*hopAdmission, error) {
+	if st.unwiredHops.Load() == 0 {
+		return nil, nil
+	}
+	for {
+		st.mu.Lock()
+		if st.released {
+			st.mu.Unlock()
+			return nil, errReleased
+		}
+		var h *hopAdmission
+		for _, c := range st.hops {
+			if !c.wired && c.domain == domain {
+				h = c
+				break
+			}
+		}
+		if h == nil {
+			st.mu.Unlock()
+			return nil, nil
+		}
+		d := h.adm.Wire(st.clk.Now())
+		if d == 0 {
+			h.wired = true
+			st.unwiredHops.Add(-1)
+		}
+		st.mu.Unlock()
+		if d == 0 {
+			return h, nil
+		}
+		t := st.clk.NewTimer(d)
+		select {
+		case <-t.C():
+		case <-st.over:
+			t.Stop()
+			return nil, errReleased
+		case <-stop:
+			t.Stop()
+			return nil, errReleased
+		}
+	}
+}
+
+// wrote tells the limiter that h's first bytes were handed to the socket.
+func (st *renderState) wrote(h *hopAdmission) {
+	st.mu.Lock()
+	h.adm.Wrote()
+	st.mu.Unlock()
+}
+
+// releaseHops gives back every hop admission: Cancel, which is Done for one that went on
+// the wire. Requires st.mu held.
+func (st *renderState) releaseHops() {
+	for _, h := range st.hops {
+		h.adm.Cancel()
+	}
+	st.hops = nil
+	st.unwiredHops.Store(0)
+}
+
+// hopConn is a connection of the proxy to an origin that lets an admitted hop's request
+// out only when the limiter agrees: the first write to the connection's domain after a
+// hop to it was admitted is taken to be that hop's (SPEC §2: last_request_at moves to the
+// moment the request goes on the wire). Write is called by one goroutine at a time (the
+// transport's write loop, or the tunnel's copy toward the origin).
+type hopConn struct {
+	net.Conn
+	st     *renderState
+	domain string
+	stop   <-chan struct{}
+}
+
+func (c *hopConn) Write(b []byte) (int, error) {
+	h, err := c.st.wireHop(c.stop, c.domain)
+	if err != nil {
+		return 0, err
+	}
+	n, err := c.Conn.Write(b)
+	if h != nil && n > 0 {
+		c.st.wrote(h)
+	}
+	return n, err
+}

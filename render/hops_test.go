@@ -1,0 +1,398 @@
+package render
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/network"
+
+	"downloader"
+	"downloader/clock"
+	"downloader/limiter"
+	"downloader/netguard"
+	"downloader/origintest"
+)
+
+// limiterHops admits hops as the service's engine.Hops does: with the interval last used
+// for the domain, or the default for a new one, waiting its turn within ctx.
+type limiterHops struct {
+	l               *limiter.Limiter
+	defaultInterval time.Duration
+}
+
+func (h limiterHops) AdmitHop(ctx context.Context, domain string) (limiter.Admission, error) {
+	interval, source, ok := h.l.IntervalOf(domain)
+	if !ok {
+		interval, source = h.defaultInterval, downloader.IntervalSourceDefault
+	}
+	return h.l.Wait(ctx, domain, interval, source, downloader.EntryRender)
+}
+
+// hopRecorder admits hops through limiterHops and records their domains.
+type hopRecorder struct {
+	hops limiterHops
+
+	mu      sync.Mutex
+	domains []string
+}
+
+func (h *hopRecorder) AdmitHop(ctx context.Context, domain string) (limiter.Admission, error) {
+	h.mu.Lock()
+	h.domains = append(h.domains, domain)
+	h.mu.Unlock()
+	return h.hops.AdmitHop(ctx, domain)
+}
+
+// take returns the domains recorded since the last take.
+func (h *hopRecorder) take() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	d := h.domains
+	h.domains = nil
+	return d
+}
+
+// hopOrigin serves the redirecting pages of the hop tests, on a recording origin that
+// stamps every arrival with the kernel's receive time.
+func hopOrigin(w http.ResponseWriter, r *http.Request) {
+	host, _, err := net.SplitHostPort(r.Host)
+	if err != nil {
+		host = r.Host
+	}
+	page := func(body string) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprintf(w, "<!doctype html><html><head><title>%s</title></head><body>%s</body></html>", host, body)
+	}
+	switch host + r.URL.Path {
+	case "cross-a.test/":
+		http.Redirect(w, r, "http://cross-b.test/landing", http.StatusFound)
+	case "cross-b.test/landing":
+		page("<p>Landed on another host after a redirect.</p>")
+	case "same.test/":
+		http.Redirect(w, r, "/final", http.StatusFound)
+	case "same.test/final":
+		page("<p>Landed on the same host after a redirect.</p>")
+	case "refresh.test/":
+		page(`<meta http-equiv="refresh" content="0; url=/next"><p>Moving on.</p>`)
+	case "refresh.test/next":
+		page("<p>Arrived by a meta refresh.</p>")
+	case "far.test/":
+		http.Redirect(w, r, "http://limited.test/", http.StatusFound)
+	case "limited.test/":
+		page("<p>This host must never be reached.</p>")
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+// hopEnv is a pool that admits hops through a recorder on a real limiter, and the origin.
+type hopEnv struct {
+	o   *origintest.Origin
+	l   *limiter.Limiter
+	rec *hopRecorder
+	p   *Pool
+}
+
+func newHopEnv(t *testing.T, defaultInterval time.Duration) *hopEnv {
+	t.Helper()
+	f := getFixture(t)
+	o := origintest.New(http.HandlerFunc(hopOrigin))
+	t.Cleanup(o.Close)
+	rule, err := netguard.ParseConnectTo(o.ConnectTo())
+	if err != nil {
+		t.Fatal(err)
+	}
+	guard := netguard.New(netguard.Config{ConnectTo: []netguard.Rule{rule}, Resolver: fakeResolver{}, Dialer: loopbackOnly{f}})
+	l := limiter.New(clock.Real{})
+	rec := &hopRecorder{hops: limiterHops{l: l, defaultInterval: defaultInterval}}
+	p, err := New(Config{
+		Concurrency: 1,
+		WarmTabs:    1,
+		UserAgent:   testUserAgent,
+		Guard:       guard,
+		Hops:        rec,
+		Logger:      testLogger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return &hopEnv{o: o, l: l, rec: rec, p: p}
+}
+
+// render renders u under an admission of its domain with interval, as entry B would.
+func (e *hopEnv) render(t *testing.T, u string, interval, timeout time.Duration) *downloader.Outcome {
+	t.Helper()
+	pu := getFixture(t).url(u)
+	domain, err := downloader.NormalizeDomain(pu.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm, wait := e.l.Allow(time.Now(), domain, interval, downloader.IntervalSourceRequest, downloader.EntryRender)
+	if wait > 0 {
+		t.Fatalf("%s not admitted: wait %v", domain, wait)
+	}
+	out := e.p.Render(context.Background(), pu, &adm, timeout)
+	adm.Done()
+	return out
+}
+
+// arrival returns when the origin received the request for host and path.
+func (e *hopEnv) arrival(t *testing.T, host, path string) time.Time {
+	t.Helper()
+	for _, a := range e.o.Arrivals() {
+		if a.Host == host && a.Path == path {
+			return a.At
+		}
+	}
+	t.Fatalf("the origin saw no request for %s%s; it saw %v", host, path, e.o.Arrivals())
+	return time.Time{}
+}
+
+func (e *hopEnv) requestCount(host string) uint64 {
+	st, _ := e.l.Domain(time.Now(), host)
+	return st.RequestCount24h
+}
+
+// TestRenderHops: every main-frame document after the first (a redirect to another host,
+// a redirect to the same host, a meta refresh) gets its own admission before it is sent,
+// and a same-host hop arrives at the origin no sooner than the interval after the page's
+// first request; a hop that cannot be admitted before the deadline ends the render with
+// self_rate_limited and nothing is sent to its host.
+func TestRenderHops(t *testing.T) {
+	const defaultInterval = 200 * time.Millisecond
+	e := newHopEnv(t, defaultInterval)
+
+	t.Run("cross host", func(t *testing.T) {
+		out := e.render(t, "cross-a.test/", 0, 20*time.Second)
+		if out.FailReason != "" || out.HTTPStatus != 200 || out.FinalURL != "http://cross-b.test/landing" {
+			t.Fatalf("fail_reason=%s http_status=%d final_url=%q", failReason(out), out.HTTPStatus, out.FinalURL)
+		}
+		if got := e.rec.take(); !slices.Equal(got, []string{"cross-b.test"}) {
+			t.Errorf("hops admitted: %v, want [cross-b.test]", got)
+		}
+		for host, want := range map[string]uint64{"cross-a.test": 1, "cross-b.test": 1} {
+			if got := e.requestCount(host); got != want {
+				t.Errorf("%s: request_count_24h=%d, want %d", host, got, want)
+			}
+		}
+		st, _ := e.l.Domain(time.Now(), "cross-b.test")
+		if st.InFlightCount != 0 || st.IntervalSource != downloader.IntervalSourceDefault {
+			t.Errorf("cross-b.test after the render: %+v, want nothing in flight and the default interval", st)
+		}
+		if out.HealthSignal.RedirectCount != 1 {
+			t.Errorf("redirect_count=%d, want 1", out.HealthSignal.RedirectCount)
+		}
+	})
+
+	for _, tt := range []struct {
+		name, url, host, first, next string
+	}{
+		{"same host redirect", "same.test/", "same.test", "/", "/final"},
+		{"meta refresh", "refresh.test/", "refresh.test", "/", "/next"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			const interval = 400 * time.Millisecond
+			out := e.render(t, tt.url, interval, 20*time.Second)
+			if out.FailReason != "" || out.HTTPStatus != 200 || out.FinalURL != "http://"+tt.host+tt.next {
+				t.Fatalf("fail_reason=%s http_status=%d final_url=%q", failReason(out), out.HTTPStatus, out.FinalURL)
+			}
+			if got := e.rec.take(); !slices.Equal(got, []string{tt.host}) {
+				t.Errorf("hops admitted: %v, want [%s]", got, tt.host)
+			}
+			if got := e.requestCount(tt.host); got != 2 {
+				t.Errorf("request_count_24h=%d, want 2", got)
+			}
+			gap := e.arrival(t, tt.host, tt.next).Sub(e.arrival(t, tt.host, tt.first))
+			if gap < interval {
+				t.Errorf("the origin saw %s %v after %s, want at least the interval %v", tt.next, gap, tt.first, interval)
+			}
+			if st, _ := e.l.Domain(time.Now(), tt.host); st.InFlightCount != 0 {
+				t.Errorf("in_flight_count=%d after the render, want 0", st.InFlightCount)
+			}
+		})
+	}
+
+	t.Run("not admitted before the deadline", func(t *testing.T) {
+		// limited.test's next slot is two hours away.
+		now := time.Now()
+		held, _, ok := e.l.Reserve(now, "limited.test", time.Hour, downloader.IntervalSourceRequest, downloader.EntryLease, time.Time{})
+		if !ok {
+			t.Fatal("no reservation")
+		}
+		held.Done()
+		start := time.Now()
+		out := e.render(t, "far.test/", 0, 10*time.Second)
+		if out.FailReason != downloader.FailSelfRateLimited || out.HTTPStatus != 0 {
+			t.Fatalf("fail_reason=%s http_status=%d, want self_rate_limited and none", failReason(out), out.HTTPStatus)
+		}
+		if out.Summary("far.test").HasReachedOrigin {
+			t.Error("has_reached_origin=true, want false")
+		}
+		if took := time.Since(start); took > 5*time.Second {
+			t.Errorf("took %v: the refusal waited for the timeout", took)
+		}
+		if got := e.rec.take(); !slices.Equal(got, []string{"limited.test"}) {
+			t.Errorf("hops asked for: %v, want [limited.test]", got)
+		}
+		if n := e.o.CountByHost()["limited.test"]; n != 0 {
+			t.Errorf("the origin got %d requests for limited.test", n)
+		}
+		if got := e.requestCount("limited.test"); got != 1 {
+			t.Errorf("limited.test: request_count_24h=%d, want only the reservation", got)
+		}
+	})
+	getFixture(t).noViolations(t)
+}
+
+// TestHopConnWaitsForTheWire: a write to a connection of a domain with an admitted hop
+// is held until the hop's admission lets it out, which moves last_request_at to that
+// moment; writes to other domains, and later writes, go at once; the render's end gives
+// the admission back and ends a wait.
+func TestHopConnWaitsForTheWire(t *testing.T) {
+	const interval = time.Second
+	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	l := limiter.New(clk)
+	clk.Advance(interval) // past the start-up's conservative wait
+
+	// The hop is admitted; then another request to the domain goes out at once (its
+	// interval is 0), so the hop must wait a full interval after that one.
+	hop, wait := l.Allow(clk.Now(), "x.test", interval, downloader.IntervalSourceRequest, downloader.EntryRender)
+	if wait > 0 {
+		t.Fatalf("hop not admitted: %v", wait)
+	}
+	other, wait := l.Allow(clk.Now(), "x.test", 0, downloader.IntervalSourceRequest, downloader.EntryProbe)
+	if wait > 0 {
+		t.Fatalf("other not admitted: %v", wait)
+	}
+	other.Wire(clk.Now())
+	otherAt := clk.Now()
+
+	st := newRenderState(clk, "page.test", nil, true)
+	if !st.addHop("x.test", hop) {
+		t.Fatal("addHop refused a live render")
+	}
+	never := make(chan struct{})
+	dial := func(domain string) (*hopConn, <-chan []byte) {
+		client, server := net.Pipe()
+		t.Cleanup(func() { client.Close(); server.Close() })
+		got := make(chan []byte, 4)
+		go func() {
+			buf := make([]byte, 64)
+			for {
+				n, err := server.Read(buf)
+				if err != nil {
+					return
+				}
+				got <- append([]byte(nil), buf[:n]...)
+			}
+		}()
+		return &hopConn{Conn: client, st: st, domain: domain, stop: never}, got
+	}
+
+	y, yGot := dial("y.test")
+	if _, err := y.Write([]byte("y")); err != nil {
+		t.Fatal(err)
+	}
+	<-yGot
+
+	x, xGot := dial("x.test")
+	written := make(chan error, 1)
+	go func() {
+		_, err := x.Write([]byte("GET / HTTP/1.1"))
+		written <- err
+	}()
+	clk.WaitTimers(1)
+	select {
+	case b := <-xGot:
+		t.Fatalf("%q went out before the hop's turn", b)
+	default:
+	}
+	clk.Advance(interval)
+	if err := <-written; err != nil {
+		t.Fatal(err)
+	}
+	<-xGot
+	st1, _ := l.Domain(clk.Now(), "x.test")
+	if want := otherAt.Add(interval); !st1.LastRequestAt.Equal(want) {
+		t.Errorf("last_request_at=%v, want the hop's wire moment %v", st1.LastRequestAt, want)
+	}
+	// The hop is on the wire: the connection's next writes go at once.
+	if _, err := x.Write([]byte("more")); err != nil {
+		t.Fatal(err)
+	}
+	<-xGot
+
+	// A second hop, whose wait the render's end cuts short.
+	clk.Advance(interval)
+	hop2, wait := l.Allow(clk.Now(), "x.test", interval, downloader.IntervalSourceRequest, downloader.EntryRender)
+	if wait > 0 {
+		t.Fatalf("hop2 not admitted: %v", wait)
+	}
+	other2, _ := l.Allow(clk.Now(), "x.test", 0, downloader.IntervalSourceRequest, downloader.EntryProbe)
+	other2.Wire(clk.Now())
+	st.addHop("x.test", hop2)
+	go func() {
+		_, err := x.Write([]byte("GET /2 HTTP/1.1"))
+		written <- err
+	}()
+	clk.WaitTimers(1)
+	st.release()
+	if err := <-written; err == nil {
+		t.Error("a write waiting for its hop went out after the render's end")
+	}
+	other.Done()
+	other2.Done()
+	if st2, _ := l.Domain(clk.Now(), "x.test"); st2.InFlightCount != 0 {
+		t.Errorf("in_flight_count=%d after the render's end, want 0 (hops given back)", st2.InFlightCount)
+	}
+	if st.addHop("x.test", limiter.Admission{}) {
+		t.Error("addHop accepted a hop after the render's end")
+	}
+}
+
+func TestWithDeadline(t *testing.T) {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	earlier, cancel := context.WithDeadline(context.Background(), at.Add(-time.Second))
+	defer cancel()
+	later, cancel2 := context.WithDeadline(context.Background(), at.Add(time.Second))
+	defer cancel2()
+	tests := []struct {
+		name string
+		ctx  context.Context
+		want time.Time
+	}{
+		{"no deadline", context.Background(), at},
+		{"an earlier one stays", earlier, at.Add(-time.Second)},
+		{"a later one is cut", later, at},
+	}
+	for _, tt := range tests {
+		if got, ok := withDeadline(tt.ctx, at).Deadline(); !ok || !got.Equal(tt.want) {
+			t.Errorf("%s: deadline %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestRequestDomain(t *testing.T) {
+	tests := []struct {
+		url, want string
+		wantErr   bool
+	}{
+		{"http://Example.TEST:8080/a", "example.test", false},
+		{"https://example.test./", "example.test", false},
+		{"data:text/html,hi", "", true},
+		{"http:///nohost", "", true},
+	}
+	for _, tt := range tests {
+		got, err := requestDomain(&network.Request{URL: tt.url})
+		if (err != nil) != tt.wantErr || got != tt.want {
+			t.Errorf("requestDomain(%q) = %q, %v; want %q (error: %v)", tt.url, got, err, tt.want, tt.wantErr)
+		}
+	}
+}
