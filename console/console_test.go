@@ -578,3 +578,44 @@ func TestNumberFormats(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkRuntimePage serves the domain runtime page (the per-domain table's first page
+// of 50) over 10^5 domains: cold (a new copy of the table and a sort) and warm (the copy
+// of the last two seconds, another sort order already cached).
+func BenchmarkRuntimePage(b *testing.B) {
+	clk := clock.NewFake(t0)
+	lim := limiter.New(clk)
+	clk.Advance(2 * time.Hour)
+	for i := range 100_000 {
+		a, _ := lim.Allow(clk.Now(), fmt.Sprintf("d%06d.example.com", i), time.Duration(1+i%4)*time.Second,
+			downloader.IntervalSourceLease, downloader.EntryLease)
+		a.Done()
+	}
+	obs := observe.New(observe.Config{Clock: clk})
+	eng := engine.New(engine.Config{Clock: clk, Limiter: lim, Gate: limiter.NewGate(8, 4), Fetcher: fetcher{clk}, Observer: obs})
+	con, err := New(Config{Clock: clk, Engine: eng, Observer: obs, Domains: observe.NewDomainTable(lim, 0)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	con.Register(mux)
+	get := func(path string) {
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		if rec.Code != 200 {
+			b.Fatalf("%s: %d", path, rec.Code)
+		}
+	}
+	b.Run("cold", func(b *testing.B) {
+		for b.Loop() {
+			clk.Advance(observe.DefaultSnapshotTTL)
+			get("/")
+		}
+	})
+	get("/?sort=domain")
+	b.Run("warm", func(b *testing.B) {
+		for b.Loop() {
+			get("/?sort=domain&order=asc&q=d0123")
+		}
+	})
+}
