@@ -28,15 +28,6 @@ func knownExceptions() []knownException {
 		// lead (issue 6 report): fix the name and drop the line, or keep it with a reason.
 		{"cmd/downloader/config.go", "allow-unauthenticated", "bool_prefix", "a switch like --allow-private-networks (the lead's call)"},
 		{"egress/egress.go", "down_since_at", "go_name", "the field DownSince is down_since_at on the wire: DownSinceAt (egress's owner)"},
-		{"bench/leasebench/main.go", "hosts", "count_suffix", "benchmark flag: --host-count"},
-		{"bench/leasebench/main.go", "pages", "count_suffix", "benchmark flag: --page-count"},
-		{"bench/leasebench/main.go", "interval", "duration_unit", "benchmark flag: --interval-ms (a time.Duration flag has no unit in its name)"},
-		{"bench/leasebench/main.go", "latency", "duration_unit", "benchmark flag: --latency-ms"},
-		{"bench/leasebench/main.go", "runs", "count_suffix", "benchmark flag: --run-count"},
-		{"bench/leasebench/main.go", "throughput-hosts", "count_suffix", "benchmark flag: --throughput-host-count"},
-		{"bench/leasebench/main.go", "throughput-pages", "count_suffix", "benchmark flag: --throughput-page-count"},
-		{"bench/leasebench/main.go", "held-per-slot", "count_suffix", "benchmark flag: --held-per-slot-count"},
-		{"bench/leasebench/main.go", "no-store", "bool_prefix", "benchmark flag: --should-store=false"},
 	}
 }
 

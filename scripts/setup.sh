@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs what the downloader needs on a fresh Debian machine (run as root):
-# Debian's headless Chromium for rendering, fonts so pages have text metrics, and the Go
+# Debian's headless Chromium for rendering, fonts (Latin and CJK, so pages have text
+# metrics and the console's screenshots show Chinese labels), and the Go
 # modules. Safe to run again: it installs only what is missing.
 set -euo pipefail
 
-packages=(chromium-headless-shell chromium fonts-liberation ca-certificates)
+packages=(chromium-headless-shell fonts-liberation fonts-wqy-microhei ca-certificates)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

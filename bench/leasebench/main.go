@@ -42,21 +42,21 @@ import (
 
 func main() {
 	var (
-		hosts      = flag.Int("hosts", 50, "polite workload: hosts")
-		pages      = flag.Int("pages", 20, "polite workload: pages per host")
-		interval   = flag.Duration("interval", 100*time.Millisecond, "polite workload: min interval per host")
-		latency    = flag.Duration("latency", 20*time.Millisecond, "origin latency (every workload)")
-		runs       = flag.Int("runs", 3, "runs of each polite measurement (the median is reported)")
-		tHosts     = flag.Int("throughput-hosts", 200, "throughput workload: hosts")
-		tPages     = flag.Int("throughput-pages", 25, "throughput workload: pages per host")
+		hosts      = flag.Int("host-count", 50, "polite workload: hosts")
+		pages      = flag.Int("page-count", 20, "polite workload: pages per host")
+		intervalMs = flag.Int("min-interval-ms", 100, "polite workload: min interval per host")
+		latencyMs  = flag.Int("latency-ms", 20, "origin latency (every workload)")
+		runs       = flag.Int("run-count", 3, "runs of each polite measurement (the median is reported)")
+		tHosts     = flag.Int("throughput-host-count", 200, "throughput workload: hosts")
+		tPages     = flag.Int("throughput-page-count", 25, "throughput workload: pages per host")
 		concurrent = flag.Int("max-concurrent-count", 64, "requests in flight (max_concurrent_count; Colly's Parallelism)")
 	)
 	var opt options
 	flag.StringVar(&opt.only, "only", "", "run only this part: polite-a, polite, throughput")
-	flag.IntVar(&opt.heldPerSlot, "held-per-slot", 4, "entry A holds up to this many tasks per global slot (as serve does)")
-	flag.BoolVar(&opt.noStore, "no-store", false, "polite workload with should_store=false")
+	flag.IntVar(&opt.heldPerSlot, "held-per-slot-count", 4, "entry A holds up to this many tasks per global slot (as serve does)")
+	flag.BoolVar(&opt.noStore, "is-store-off", false, "polite workload with should_store=false")
 	flag.Parse()
-	if err := run(opt, *hosts, *pages, *interval, *latency, *runs, *tHosts, *tPages, *concurrent); err != nil {
+	if err := run(opt, *hosts, *pages, time.Duration(*intervalMs)*time.Millisecond, time.Duration(*latencyMs)*time.Millisecond, *runs, *tHosts, *tPages, *concurrent); err != nil {
 		fmt.Fprintln(os.Stderr, "leasebench:", err)
 		os.Exit(1)
 	}
