@@ -1,0 +1,166 @@
+package faults
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// tmpRoot is TMPDIR for the whole test binary and the programs it starts, so that every
+// temporary directory (Chromium's user data directories above all) is under it and
+// TestMain can check that none is left.
+var tmpRoot string
+
+func TestMain(m *testing.M) {
+	var err error
+	tmpRoot, err = os.MkdirTemp("", "faults-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv("TMPDIR", tmpRoot)
+	code := m.Run()
+	closeShared()
+	if code == 0 {
+		code = checkNoLeftovers()
+	}
+	os.RemoveAll(tmpRoot)
+	os.Exit(code)
+}
+
+// keptDirs are the temporary directories the suite keeps on purpose until the end (the
+// built binary).
+var keptDirs = map[string]bool{}
+
+// checkNoLeftovers fails the run if a browser process, a temporary directory or a
+// goroutine is left.
+func checkNoLeftovers() int {
+	code := 0
+	if procs := browserProcesses(syscall.Getpgrp()); len(procs) > 0 {
+		fmt.Fprintf(os.Stderr, "FAIL: browser processes left: %v\n", procs)
+		code = 1
+	}
+	entries, _ := os.ReadDir(tmpRoot)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "go-build") || keptDirs[e.Name()] {
+			continue
+		}
+		fmt.Fprintf(os.Stderr, "FAIL: temporary directory left: %s\n", filepath.Join(tmpRoot, e.Name()))
+		code = 1
+	}
+	if err := goleak.Find(); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: goroutines left: %v\n", err)
+		code = 1
+	}
+	return code
+}
+
+// noLeaks checks, when t ends, that no goroutine started during t is left and that the
+// process holds no more file descriptors than before t. Call it first in a test, so that
+// its check runs after every other cleanup.
+func noLeaks(t *testing.T) {
+	t.Helper()
+	before := fdCount()
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() {
+		if t.Failed() {
+			return // the failure says more than a leak it may have caused
+		}
+		if err := goleak.Find(ignore); err != nil {
+			t.Errorf("goroutines leaked: %v", err)
+		}
+		// Closed sockets leave the table as their last goroutines end; goleak has waited
+		// for those, so a short settle is enough.
+		if !eventually(2*time.Second, func() bool { return fdCount() <= before }) {
+			t.Errorf("file descriptors leaked: %d before, %d after: %v", before, fdCount(), fdList())
+		}
+	})
+}
+
+// eventually polls cond until it holds or d has passed.
+func eventually(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		<-tick.C
+	}
+}
+
+func fdCount() int {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return 0
+	}
+	return len(entries)
+}
+
+func fdList() []string {
+	entries, _ := os.ReadDir("/proc/self/fd")
+	var out []string
+	for _, e := range entries {
+		l, _ := os.Readlink("/proc/self/fd/" + e.Name())
+		out = append(out, e.Name()+"→"+l)
+	}
+	return out
+}
+
+// browserProcesses lists the Chromium processes in process group pgrp. The test binary's
+// own browsers share its process group; a downloader started by the restart tests gets a
+// process group of its own, which its browsers inherit.
+func browserProcesses(pgrp int) []int {
+	return processesInGroup(pgrp, func(exe string) bool { return strings.Contains(filepath.Base(exe), "chrom") })
+}
+
+// processesInGroup lists the processes of process group pgrp whose executable matches.
+func processesInGroup(pgrp int, match func(exe string) bool) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st := procStat(e.Name())
+		if st == nil || st[2] != strconv.Itoa(pgrp) || st[0] == "Z" {
+			continue
+		}
+		exe, err := os.Readlink("/proc/" + e.Name() + "/exe")
+		if err != nil || !match(exe) {
+			continue
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+// procStat returns the fields of /proc/<pid>/stat after the command name: state, ppid,
+// pgrp, ...
+func procStat(pid string) []string {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return nil
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 > len(s) {
+		return nil
+	}
+	return strings.Fields(s[i+2:])
+}
