@@ -21,16 +21,22 @@ func (s *Store) Settings(ctx context.Context) (downloader.Settings, bool, error)
 		return downloader.Settings{}, false, err
 	}
 	defer release()
-	v, ok, err := s.get(ctx, settingsKey)
+	st, ok, err := s.settings(ctx)
 	if err != nil {
 		return downloader.Settings{}, false, unavailable("settings", err)
 	}
-	if !ok {
-		return downloader.Settings{}, false, nil
+	return st, ok, nil
+}
+
+// settings reads the settings; the caller holds the store open.
+func (s *Store) settings(ctx context.Context) (downloader.Settings, bool, error) {
+	v, ok, err := s.get(ctx, settingsKey)
+	if err != nil || !ok {
+		return downloader.Settings{}, false, err
 	}
 	var st downloader.Settings
 	if err := json.Unmarshal(v, &st); err != nil {
-		return downloader.Settings{}, false, fmt.Errorf("tikv store: decode settings: %w", err)
+		return downloader.Settings{}, false, fmt.Errorf("decode settings: %w", err)
 	}
 	return st, true, nil
 }

@@ -1,0 +1,863 @@
+package tikv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tikv/client-go/v2/oracle"
+	"github.com/tikv/client-go/v2/txnkv/transaction"
+
+	"downloader"
+	"downloader/clock"
+	"downloader/engine"
+	"downloader/limiter"
+	"downloader/store/keys"
+)
+
+// Runtime is downloader:domain_runtime shared by every downloader instance on one TiKV
+// cluster (engine.SharedRuntime), with the instances' heartbeats and the cluster-wide
+// max_concurrent_count. Create it with NewRuntime, call Start, then Run until the service
+// stops. Safe for concurrent use.
+//
+// # Keys
+//
+//	downloader:domain_runtime:{domain}
+//	    One domain's shared state, JSON (domainRecord): last_request_at and the instance
+//	    that set it, the latest min_interval_ms and its source, and the requests admitted
+//	    and not yet finished (in_flight), each with its instance and the moment it expires.
+//	downloader:domain_runtime::loss
+//	    The table's loss marker {loss_at}. A domain with no record is treated as requested
+//	    at loss_at (SPEC §2, conservative rebuild). The marker is written when it is found
+//	    missing: at the cluster's first start, or after the table was lost (its keys
+//	    deleted), so every domain then waits one interval from that moment.
+//	downloader:domain_runtime::instance:{instance_id}
+//	    One instance's heartbeat (instanceRecord): expires_at, in_flight_count, its share
+//	    of the cap. An empty domain segment cannot be a domain, so these never collide.
+//
+// # Admission
+//
+// Each admission is one optimistic transaction on its domain's key: read the record,
+// decide, write it back (contention is per domain; the instance serialises its own
+// admissions of one domain, so transactions conflict only across instances). A request
+// for domain d with interval I is admitted at t when
+//
+//   - t >= last_request_at + I, plus MaxClockSkew when another instance set
+//     last_request_at (their clock, not ours: see below); and
+//   - no request admitted by another instance is still in flight. Such a request may go
+//     on the wire at any moment until its own write-back says when it did (the engine
+//     learns the wire moment only when the request ends, see engine.SharedTicket), or
+//     until it expires (slot + timeout: by then it went out or never will). Requests of
+//     this instance do not count: its local limiter already spaces their wire moments.
+//
+// Entry A (Reserve) takes a future slot when the domain is only waiting for its interval,
+// and asks again later while another instance has a request in flight. When the request
+// ends, its ticket writes back last_request_at = max(last_request_at, wire moment) and
+// removes it from in_flight, so the next request, from any instance, waits one interval
+// from the moment this one reached the origin.
+//
+// # Time across machines
+//
+// Instants are the instances' own clocks (UTC wall time, NTP-disciplined), compared with
+// MaxClockSkew added whenever the instant came from another instance, so two instances'
+// requests are at least I apart at the origin as long as their clocks differ by less than
+// MaxClockSkew. PD's TSO would give one clock, but the wire moment is taken on the local
+// clock, and converting it costs a round trip per request; the heartbeat compares the
+// local clock with the TSO's physical time instead and warns when they drift apart.
+//
+// # The cap across machines
+//
+// max_concurrent_count is one cluster-wide setting (Store.Settings). Each instance's gate
+// gets an even share of it over the live instances (sorted by id, the first cap mod n
+// instances one more), recomputed at every heartbeat, so a change made through any
+// instance is obeyed by all within one HeartbeatInterval. A joining instance takes its
+// share only two heartbeats after it registered, when the others have shrunk theirs; an
+// instance whose heartbeat expired (InstanceTTL) no longer counts, and its share returns to
+// the others.
+type Runtime struct {
+	s   *Store
+	cfg RuntimeConfig
+	clk clock.Clock
+	log *slog.Logger
+	id  string
+
+	seq   atomic.Uint64 // admission ids
+	seed  maphash.Seed
+	locks [256]sync.Mutex // this instance's admissions and write-backs, by domain hash
+
+	mu         sync.Mutex
+	clusterCap int       // max_concurrent_count in force, cluster-wide
+	live       []string  // live instance ids, sorted, self included
+	joinedAt   time.Time // first successful heartbeat; zero before
+	skewWarned time.Time
+	startedAt  time.Time
+}
+
+// RuntimeConfig configures a Runtime. Zero values take the defaults.
+type RuntimeConfig struct {
+	// InstanceID names this instance; default a random 16-hex-digit id (a restarted process
+	// is a new instance: the requests of its previous life expire on their own).
+	InstanceID string
+	Clock      clock.Clock  // default clock.Real{}
+	Logger     *slog.Logger // default: discard
+	// Gate is this instance's global cap: the runtime sets its capacity to the instance's
+	// share of the cluster-wide max_concurrent_count. Required.
+	Gate *limiter.Gate
+	// MaxConcurrentCount is the cluster-wide value while none is stored (the flag).
+	MaxConcurrentCount int
+	HeartbeatInterval  time.Duration // default 1 s
+	InstanceTTL        time.Duration // default 5 s: a heartbeat older than this is a dead instance
+	MaxClockSkew       time.Duration // default 50 ms
+	AdmitTimeout       time.Duration // default 2 s: then the admission fails closed
+	// DefaultTimeout bounds a request whose admission gives none (default 30 s).
+	DefaultTimeout time.Duration
+	// ExpirySlack is added to a request's timeout for the moment its in-flight entry
+	// expires (default 2 s): the time between the admission and the start of the request's
+	// own timeout.
+	ExpirySlack time.Duration
+	// SweepInterval is how often the oldest live instance deletes domain records that can no
+	// longer refuse anything (default 10 min).
+	SweepInterval time.Duration
+}
+
+// Defaults of RuntimeConfig.
+const (
+	DefaultHeartbeatInterval = time.Second
+	DefaultInstanceTTL       = 5 * time.Second
+	DefaultMaxClockSkew      = 50 * time.Millisecond
+	DefaultAdmitTimeout      = 2 * time.Second
+	DefaultExpirySlack       = 2 * time.Second
+	DefaultSweepInterval     = 10 * time.Minute
+)
+
+// Key prefixes of the runtime table.
+const (
+	domainRuntimePrefix = "downloader:domain_runtime:"
+	lossKey             = domainRuntimePrefix + ":loss"
+	instancePrefix      = domainRuntimePrefix + ":instance:"
+)
+
+// foreignWaitHint bounds the wait announced while another instance has a request of the
+// domain in flight: its real end is unknown, and most requests take under a second.
+const foreignWaitHint = time.Second
+
+func domainKey(domain string) []byte { return []byte(domainRuntimePrefix + keys.EscapeDomain(domain)) }
+
+var _ engine.SharedRuntime = (*Runtime)(nil)
+
+// NewRuntime returns the runtime of this instance over s. It does no I/O.
+func NewRuntime(s *Store, cfg RuntimeConfig) (*Runtime, error) {
+	if cfg.Gate == nil {
+		return nil, errors.New("tikv runtime: a gate is required")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.InstanceID == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		cfg.InstanceID = hex.EncodeToString(b[:])
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&cfg.HeartbeatInterval, DefaultHeartbeatInterval)
+	def(&cfg.InstanceTTL, DefaultInstanceTTL)
+	def(&cfg.MaxClockSkew, DefaultMaxClockSkew)
+	def(&cfg.AdmitTimeout, DefaultAdmitTimeout)
+	def(&cfg.DefaultTimeout, 30*time.Second)
+	def(&cfg.ExpirySlack, DefaultExpirySlack)
+	def(&cfg.SweepInterval, DefaultSweepInterval)
+	if cfg.MaxConcurrentCount < 1 {
+		cfg.MaxConcurrentCount = cfg.Gate.Capacity()
+	}
+	r := &Runtime{s: s, cfg: cfg, clk: cfg.Clock, id: cfg.InstanceID, seed: maphash.MakeSeed(),
+		log:        cfg.Logger.With("component", "tikv_runtime", "instance_id", cfg.InstanceID),
+		clusterCap: cfg.MaxConcurrentCount}
+	return r, nil
+}
+
+// InstanceID returns this instance's id.
+func (r *Runtime) InstanceID() string { return r.id }
+
+// domainRecord is the value of downloader:domain_runtime:{domain}.
+type domainRecord struct {
+	LastRequestAt time.Time `json:"last_request_at"`
+	// LastInstanceID set LastRequestAt; "" when it is the loss marker's.
+	LastInstanceID string     `json:"last_instance_id,omitempty"`
+	MinIntervalMs  int64      `json:"min_interval_ms"`
+	IntervalSource string     `json:"interval_source,omitempty"`
+	InFlight       []inFlight `json:"in_flight,omitempty"`
+}
+
+// inFlight is one admitted request not yet written back.
+type inFlight struct {
+	InstanceID  string    `json:"instance_id"`
+	AdmissionID uint64    `json:"admission_id"`
+	SlotAt      time.Time `json:"slot_at"`
+	// ExpiresAt is when the request has gone on the wire or never will (its slot plus its
+	// timeout plus slack, on its instance's clock).
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+type lossRecord struct {
+	LossAt time.Time `json:"loss_at"`
+}
+
+// instanceRecord is the value of downloader:domain_runtime::instance:{id}.
+type instanceRecord struct {
+	InstanceID    string    `json:"instance_id"`
+	StartedAt     time.Time `json:"started_at"`
+	HeartbeatAt   time.Time `json:"heartbeat_at"`
+	ExpiresAt     time.Time `json:"expires_at"`
+	InFlightCount int       `json:"in_flight_count"`
+	CapacityShare int       `json:"capacity_share"`
+	ClockOffsetMs *int64    `json:"clock_offset_ms"` // the local clock minus PD's TSO, if measured
+}
+
+func (r *Runtime) lockOf(domain string) *sync.Mutex {
+	return &r.locks[maphash.String(r.seed, domain)%uint64(len(r.locks))]
+}
+
+// now is the time of a decision: never before the caller's own decision time.
+func (r *Runtime) now(at time.Time) time.Time {
+	if n := r.clk.Now(); n.After(at) {
+		return n
+	}
+	return at
+}
+
+// loadDomain reads domain's record in txn; a missing record is one requested at the loss
+// marker's moment (the marker is created at now when it is missing too).
+func (r *Runtime) loadDomain(ctx context.Context, txn *transaction.KVTxn, key []byte, now time.Time) (domainRecord, error) {
+	var rec domainRecord
+	v, err := txn.Get(ctx, key)
+	switch {
+	case err == nil:
+		if err := json.Unmarshal(v, &rec); err != nil {
+			return rec, fmt.Errorf("decode %s: %w", key, err)
+		}
+		return rec, nil
+	case !isNotFound(err):
+		return rec, err
+	}
+	lossAt, err := r.lossAt(ctx, txn, now)
+	if err != nil {
+		return rec, err
+	}
+	return domainRecord{LastRequestAt: lossAt}, nil
+}
+
+// lossAt reads the loss marker in txn, writing it at now when it is missing.
+func (r *Runtime) lossAt(ctx context.Context, txn *transaction.KVTxn, now time.Time) (time.Time, error) {
+	v, err := txn.Get(ctx, []byte(lossKey))
+	if err == nil {
+		var l lossRecord
+		if err := json.Unmarshal(v, &l); err != nil {
+			return time.Time{}, fmt.Errorf("decode %s: %w", lossKey, err)
+		}
+		return l.LossAt, nil
+	}
+	if !isNotFound(err) {
+		return time.Time{}, err
+	}
+	r.log.Warn("downloader:domain_runtime has no loss marker: the table is new or was lost; every domain waits one interval from now",
+		"loss_at", now.UTC())
+	b, _ := json.Marshal(lossRecord{LossAt: now.UTC()})
+	if err := txn.Set([]byte(lossKey), b); err != nil {
+		return time.Time{}, err
+	}
+	return now, nil
+}
+
+// decision is what an admission found.
+type decision struct {
+	slot    time.Time     // the admitted slot
+	wait    time.Duration // refused: ask again after wait
+	busy    bool          // another instance has a request of the domain in flight
+	admit   bool
+	pruned  []inFlight // rec.InFlight without the expired entries
+	timeout time.Duration
+}
+
+// decide applies the admission rule (see Runtime) to rec at now.
+func (r *Runtime) decide(rec *domainRecord, a *engine.SharedAdmit, now time.Time) decision {
+	skew := r.cfg.MaxClockSkew
+	base := rec.LastRequestAt
+	if rec.LastInstanceID != r.id {
+		base = base.Add(skew)
+	}
+	next := base.Add(a.MinInterval)
+	d := decision{slot: now}
+	if next.After(now) {
+		d.slot = next
+	}
+	var foreign time.Time // the latest moment another instance's request may go out
+	for _, f := range rec.InFlight {
+		if f.InstanceID == r.id {
+			if f.ExpiresAt.After(now) { // else its write-back failed: it is over
+				d.pruned = append(d.pruned, f)
+			}
+			continue
+		}
+		if exp := f.ExpiresAt.Add(skew); exp.After(now) {
+			d.pruned = append(d.pruned, f)
+			if exp.After(foreign) {
+				foreign = exp
+			}
+		}
+	}
+	if !foreign.IsZero() {
+		d.busy = true
+		// Known only as a bound: ask again when the interval allows, or within a second.
+		d.wait = max(d.slot.Sub(now), min(foreign.Add(a.MinInterval).Sub(now), max(a.MinInterval, foreignWaitHint)))
+		return d
+	}
+	if d.slot.After(now) && (!a.Reserve || (!a.Deadline.IsZero() && d.slot.After(a.Deadline))) {
+		d.wait = d.slot.Sub(now)
+		return d
+	}
+	d.admit = true
+	d.timeout = a.Timeout
+	if d.timeout <= 0 {
+		d.timeout = r.cfg.DefaultTimeout
+	}
+	return d
+}
+
+// Admit takes domain's cluster-wide admission (engine.SharedRuntime). It fails closed with
+// an EUNAVAILABLE error when TiKV does not answer within AdmitTimeout.
+func (r *Runtime) Admit(ctx context.Context, a engine.SharedAdmit) (engine.SharedTicket, time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.AdmitTimeout)
+	defer cancel()
+	key := domainKey(a.Domain)
+	mu := r.lockOf(a.Domain)
+	mu.Lock()
+	defer mu.Unlock()
+	release, err := r.s.acquire(ctx, "admit")
+	if err != nil {
+		return nil, 0, err
+	}
+	defer release()
+
+	id := r.seq.Add(1)
+	var d decision
+	var now time.Time
+	err = r.s.update(ctx, func(txn *transaction.KVTxn) error {
+		now = r.now(a.Now)
+		rec, err := r.loadDomain(ctx, txn, key, now)
+		if err != nil {
+			return err
+		}
+		d = r.decide(&rec, &a, now)
+		if !d.admit {
+			return nil // nothing to write; the commit of an empty transaction is free
+		}
+		rec.LastRequestAt, rec.LastInstanceID = d.slot.UTC(), r.id
+		rec.MinIntervalMs, rec.IntervalSource = a.MinInterval.Milliseconds(), string(a.IntervalSource)
+		rec.InFlight = append(d.pruned, inFlight{InstanceID: r.id, AdmissionID: id, SlotAt: d.slot.UTC(),
+			ExpiresAt: d.slot.Add(d.timeout + r.cfg.ExpirySlack).UTC()})
+		return r.put(txn, key, &rec)
+	})
+	if err != nil {
+		return nil, 0, unavailable("admit "+a.Domain, err)
+	}
+	if !d.admit {
+		return nil, d.wait, nil
+	}
+	return &ticket{r: r, domain: a.Domain, id: id}, d.slot.Sub(now), nil
+}
+
+func (r *Runtime) put(txn *transaction.KVTxn, key []byte, rec *domainRecord) error {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	return txn.Set(key, b)
+}
+
+// ticket is one admitted request (engine.SharedTicket).
+type ticket struct {
+	r      *Runtime
+	domain string
+	id     uint64
+	done   atomic.Bool
+}
+
+// Done writes back the request's end: last_request_at moves to wireAt if that is later,
+// and the request leaves in_flight. If TiKV cannot be reached the entry stays until it
+// expires, which only delays the domain's next request on other instances.
+func (t *ticket) Done(ctx context.Context, wireAt time.Time) {
+	if !t.done.CompareAndSwap(false, true) {
+		return
+	}
+	r := t.r
+	key := domainKey(t.domain)
+	mu := r.lockOf(t.domain)
+	mu.Lock()
+	defer mu.Unlock()
+	release, err := r.s.acquire(ctx, "write back")
+	if err != nil {
+		r.log.Warn("write back a finished request", "domain", t.domain, "error", err)
+		return
+	}
+	defer release()
+	err = r.s.update(ctx, func(txn *transaction.KVTxn) error {
+		now := r.clk.Now()
+		rec, err := r.loadDomain(ctx, txn, key, now)
+		if err != nil {
+			return err
+		}
+		kept := rec.InFlight[:0]
+		for _, f := range rec.InFlight {
+			if f.InstanceID == r.id && f.AdmissionID == t.id {
+				continue
+			}
+			if exp := f.ExpiresAt; (f.InstanceID == r.id && !exp.After(now)) || !exp.Add(r.cfg.MaxClockSkew).After(now) {
+				continue // expired: it went out or never will, long ago
+			}
+			kept = append(kept, f)
+		}
+		rec.InFlight = kept
+		if wireAt.After(rec.LastRequestAt) {
+			rec.LastRequestAt, rec.LastInstanceID = wireAt.UTC(), r.id
+		}
+		return r.put(txn, key, &rec)
+	})
+	if err != nil {
+		r.log.Warn("write back a finished request: its in-flight entry will expire instead", "domain", t.domain, "error", err)
+	}
+}
+
+// MaxConcurrentCount returns the cluster-wide max_concurrent_count in force.
+func (r *Runtime) MaxConcurrentCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.clusterCap
+}
+
+// ApplyMaxConcurrentCount applies a cluster-wide value just stored through this instance:
+// its share goes to the gate at once (the others follow at their next heartbeat).
+func (r *Runtime) ApplyMaxConcurrentCount(n int) {
+	r.mu.Lock()
+	r.clusterCap = n
+	r.applyShareLocked(r.clk.Now())
+	r.mu.Unlock()
+}
+
+// shareOf returns instance id's share of capacity over the sorted live ids.
+func shareOf(capacity int, live []string, id string) int {
+	i, found := slices.BinarySearch(live, id)
+	if !found || len(live) == 0 {
+		return 0
+	}
+	s := capacity / len(live)
+	if i < capacity%len(live) {
+		s++
+	}
+	return s
+}
+
+// applyShareLocked sets the gate to this instance's share. Requires r.mu held.
+func (r *Runtime) applyShareLocked(now time.Time) int {
+	share := 0
+	if !r.joinedAt.IsZero() && !now.Before(r.joinedAt.Add(2*r.cfg.HeartbeatInterval)) {
+		share = shareOf(r.clusterCap, r.live, r.id)
+	}
+	if r.cfg.Gate.Capacity() != share {
+		r.log.Info("capacity share changed", "capacity_share", share, "max_concurrent_count", r.clusterCap,
+			"live_instance_count", len(r.live))
+		r.cfg.Gate.SetCapacity(share)
+	}
+	return share
+}
+
+// Start registers this instance (its first heartbeat) and returns once its share of the
+// cap applies, two heartbeat intervals later, when every other instance has made room for
+// it. It fails when TiKV cannot be reached.
+func (r *Runtime) Start(ctx context.Context) error {
+	r.mu.Lock()
+	r.startedAt = r.clk.Now()
+	r.mu.Unlock()
+	if err := r.Heartbeat(ctx); err != nil {
+		return err
+	}
+	t := r.clk.NewTimer(2 * r.cfg.HeartbeatInterval)
+	defer t.Stop()
+	select {
+	case <-t.C():
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return r.Heartbeat(ctx)
+}
+
+// Run sends heartbeats every HeartbeatInterval (and sweeps, see SweepInterval) until ctx
+// ends, then removes this instance's record so that the others take its share at once.
+// It returns nil after ctx ended.
+func (r *Runtime) Run(ctx context.Context) error {
+	nextSweep := r.clk.Now().Add(r.cfg.SweepInterval)
+	for {
+		t := r.clk.NewTimer(r.cfg.HeartbeatInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			r.leave()
+			return nil
+		case <-t.C():
+		}
+		if err := r.Heartbeat(ctx); err != nil {
+			if ctx.Err() != nil {
+				continue
+			}
+			r.log.Warn("heartbeat failed", "error", err)
+		}
+		if now := r.clk.Now(); !now.Before(nextSweep) {
+			nextSweep = now.Add(r.cfg.SweepInterval)
+			if r.isOldest() {
+				if n, err := r.Sweep(ctx, now); err != nil {
+					r.log.Warn("sweep of downloader:domain_runtime failed", "error", err)
+				} else if n > 0 {
+					r.log.Info("swept downloader:domain_runtime", "deleted_count", n)
+				}
+			}
+		}
+	}
+}
+
+// leave deletes this instance's heartbeat record (best effort).
+func (r *Runtime) leave() {
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.AdmitTimeout)
+	defer cancel()
+	release, err := r.s.acquire(ctx, "leave")
+	if err != nil {
+		return
+	}
+	defer release()
+	err = r.s.update(ctx, func(txn *transaction.KVTxn) error { return txn.Delete([]byte(instancePrefix + r.id)) })
+	if err != nil {
+		r.log.Warn("remove the instance record: it expires instead", "error", err)
+	}
+}
+
+func (r *Runtime) isOldest() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.live) > 0 && r.live[0] == r.id
+}
+
+// Heartbeat writes this instance's record, makes sure the loss marker exists, reads the
+// live instances and the cluster-wide settings, and applies this instance's share of the
+// cap. Run calls it every HeartbeatInterval.
+func (r *Runtime) Heartbeat(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.AdmitTimeout)
+	defer cancel()
+	release, err := r.s.acquire(ctx, "heartbeat")
+	if err != nil {
+		return err
+	}
+	defer release()
+
+	offset := r.clockOffset(ctx)
+	r.mu.Lock()
+	rec := instanceRecord{InstanceID: r.id, StartedAt: r.startedAt.UTC(), InFlightCount: r.cfg.Gate.InFlight(),
+		CapacityShare: r.cfg.Gate.Capacity(), ClockOffsetMs: offset}
+	r.mu.Unlock()
+	var now time.Time
+	err = r.s.update(ctx, func(txn *transaction.KVTxn) error {
+		now = r.clk.Now()
+		rec.HeartbeatAt, rec.ExpiresAt = now.UTC(), now.Add(r.cfg.InstanceTTL).UTC()
+		b, err := json.Marshal(&rec)
+		if err != nil {
+			return err
+		}
+		if err := txn.Set([]byte(instancePrefix+r.id), b); err != nil {
+			return err
+		}
+		_, err = r.lossAt(ctx, txn, now)
+		return err
+	})
+	if err != nil {
+		return unavailable("heartbeat", err)
+	}
+	insts, err := r.instances(ctx)
+	if err != nil {
+		return unavailable("heartbeat", err)
+	}
+	st, ok, err := r.s.settings(ctx)
+	if err != nil {
+		return unavailable("heartbeat", err)
+	}
+	live := []string{r.id}
+	var dead [][]byte
+	for _, in := range insts {
+		switch {
+		case in.InstanceID == r.id:
+		case in.ExpiresAt.Add(r.cfg.MaxClockSkew).After(now):
+			live = append(live, in.InstanceID)
+		case in.ExpiresAt.Add(time.Minute).Before(now):
+			dead = append(dead, []byte(instancePrefix+in.InstanceID))
+		}
+	}
+	slices.Sort(live)
+	r.mu.Lock()
+	if ok && st.MaxConcurrentCount >= 1 {
+		r.clusterCap = st.MaxConcurrentCount
+	}
+	r.live = live
+	if r.joinedAt.IsZero() {
+		r.joinedAt = now
+	}
+	r.applyShareLocked(now)
+	r.mu.Unlock()
+	if len(dead) > 0 {
+		// Records of instances gone for a minute: any instance may delete them.
+		_ = r.s.update(ctx, func(txn *transaction.KVTxn) error {
+			for _, k := range dead {
+				if err := txn.Delete(k); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	return nil
+}
+
+// clockOffset measures the local clock against PD's TSO (physical part, in ms) and warns,
+// at most once a minute, when the difference exceeds what MaxClockSkew allows. It returns
+// nil when the TSO cannot be read.
+func (r *Runtime) clockOffset(ctx context.Context) *int64 {
+	t0 := r.clk.Now()
+	ts, err := r.s.timestamp(ctx)
+	t1 := r.clk.Now()
+	if err != nil {
+		return nil
+	}
+	mid := t0.Add(t1.Sub(t0) / 2)
+	off := mid.Sub(oracle.GetTimeFromTS(ts))
+	ms := off.Milliseconds()
+	// The TSO's physical time may trail PD's clock by its update interval (50 ms).
+	allowed := r.cfg.MaxClockSkew/2 + t1.Sub(t0)/2 + 50*time.Millisecond
+	if off > allowed || -off > allowed {
+		r.mu.Lock()
+		warn := r.skewWarned.IsZero() || t1.Sub(r.skewWarned) > time.Minute
+		if warn {
+			r.skewWarned = t1
+		}
+		r.mu.Unlock()
+		if warn {
+			r.log.Warn("the local clock is off PD's TSO by more than the clock skew allowance: politeness across instances assumes clocks within max_clock_skew_ms",
+				"clock_offset_ms", ms, "max_clock_skew_ms", r.cfg.MaxClockSkew.Milliseconds())
+		}
+	}
+	return &ms
+}
+
+// instances reads every instance record.
+func (r *Runtime) instances(ctx context.Context) ([]instanceRecord, error) {
+	ts, err := r.s.timestamp(ctx)
+	if err != nil {
+		return nil, err
+	}
+	it, err := r.s.kv.GetSnapshot(ts).Iter([]byte(instancePrefix), keys.PrefixEnd(instancePrefix))
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	var out []instanceRecord
+	for it.Valid() {
+		var in instanceRecord
+		if err := json.Unmarshal(it.Value(), &in); err != nil {
+			return nil, fmt.Errorf("decode %s: %w", it.Key(), err)
+		}
+		out = append(out, in)
+		if err := it.Next(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// Instance is one downloader instance as the cluster sees it.
+type Instance struct {
+	InstanceID    string    `json:"instance_id"`
+	StartedAt     time.Time `json:"started_at"`
+	HeartbeatAt   time.Time `json:"heartbeat_at"`
+	ExpiresAt     time.Time `json:"expires_at"`
+	IsLive        bool      `json:"is_live"`
+	InFlightCount int       `json:"in_flight_count"`
+	CapacityShare int       `json:"capacity_share"`
+	ClockOffsetMs *int64    `json:"clock_offset_ms"`
+}
+
+// Instances lists the instances that sent a heartbeat in the last minute, live or not.
+func (r *Runtime) Instances(ctx context.Context) ([]Instance, error) {
+	release, err := r.s.acquire(ctx, "instances")
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	recs, err := r.instances(ctx)
+	if err != nil {
+		return nil, unavailable("instances", err)
+	}
+	now := r.clk.Now()
+	out := make([]Instance, len(recs))
+	for i, in := range recs {
+		out[i] = Instance{InstanceID: in.InstanceID, StartedAt: in.StartedAt, HeartbeatAt: in.HeartbeatAt,
+			ExpiresAt: in.ExpiresAt, IsLive: in.ExpiresAt.Add(r.cfg.MaxClockSkew).After(now),
+			InFlightCount: in.InFlightCount, CapacityShare: in.CapacityShare, ClockOffsetMs: in.ClockOffsetMs}
+	}
+	return out, nil
+}
+
+// DomainRuntime is one domain's cluster-wide state in downloader:domain_runtime.
+type DomainRuntime struct {
+	Domain         string                    `json:"domain"`
+	MinIntervalMs  int64                     `json:"min_interval_ms"`
+	IntervalSource downloader.IntervalSource `json:"interval_source"`
+	LastRequestAt  time.Time                 `json:"last_request_at"`
+	// InFlightCount counts the requests admitted on live instances and not finished; a
+	// dead instance's requests no longer count (their entries expire on their own).
+	InFlightCount int `json:"in_flight_count"`
+	// IsStored is false when the domain has no record (never requested, swept or lost):
+	// LastRequestAt is then the loss marker's moment.
+	IsStored bool `json:"is_stored"`
+}
+
+// Domain returns domain's cluster-wide state.
+func (r *Runtime) Domain(ctx context.Context, domain string) (DomainRuntime, error) {
+	release, err := r.s.acquire(ctx, "domain runtime")
+	if err != nil {
+		return DomainRuntime{}, err
+	}
+	defer release()
+	insts, err := r.instances(ctx)
+	if err != nil {
+		return DomainRuntime{}, unavailable("domain runtime", err)
+	}
+	now := r.clk.Now()
+	live := map[string]bool{r.id: true}
+	for _, in := range insts {
+		if in.ExpiresAt.Add(r.cfg.MaxClockSkew).After(now) {
+			live[in.InstanceID] = true
+		}
+	}
+	out := DomainRuntime{Domain: domain}
+	v, ok, err := r.s.get(ctx, domainKey(domain))
+	if err != nil {
+		return out, unavailable("domain runtime", err)
+	}
+	if !ok {
+		l, ok, err := r.s.get(ctx, []byte(lossKey))
+		if err != nil {
+			return out, unavailable("domain runtime", err)
+		}
+		if ok {
+			var lr lossRecord
+			if err := json.Unmarshal(l, &lr); err != nil {
+				return out, fmt.Errorf("tikv runtime: decode %s: %w", lossKey, err)
+			}
+			out.LastRequestAt = lr.LossAt
+		}
+		return out, nil
+	}
+	var rec domainRecord
+	if err := json.Unmarshal(v, &rec); err != nil {
+		return out, fmt.Errorf("tikv runtime: decode %s: %w", domain, err)
+	}
+	out.IsStored = true
+	out.MinIntervalMs, out.IntervalSource, out.LastRequestAt = rec.MinIntervalMs, downloader.IntervalSource(rec.IntervalSource), rec.LastRequestAt
+	for _, f := range rec.InFlight {
+		if live[f.InstanceID] && f.ExpiresAt.Add(r.cfg.MaxClockSkew).After(now) {
+			out.InFlightCount++
+		}
+	}
+	return out, nil
+}
+
+// sweepBatch is how many records one sweep transaction looks at.
+const sweepBatch = 256
+
+// Sweep deletes the domain records that can no longer refuse any request: nothing in
+// flight (or only expired entries) and last_request_at older than the largest interval the
+// service accepts (plus the clock skew allowance). A missing record reads as requested at
+// the loss marker's moment, which is earlier still, so deleting one changes no decision.
+// It returns how many it deleted.
+func (r *Runtime) Sweep(ctx context.Context, now time.Time) (int, error) {
+	release, err := r.s.acquire(ctx, "sweep")
+	if err != nil {
+		return 0, err
+	}
+	defer release()
+	horizon := downloader.MaxMinInterval + r.cfg.MaxClockSkew
+	deleted := 0
+	start := []byte(domainRuntimePrefix)
+	end := keys.PrefixEnd(domainRuntimePrefix)
+	for {
+		var last []byte
+		n := 0
+		err := r.s.update(ctx, func(txn *transaction.KVTxn) error {
+			n, last = 0, nil
+			var doomed [][]byte
+			it, err := txn.Iter(start, end)
+			if err != nil {
+				return err
+			}
+			for seen := 0; it.Valid() && seen < sweepBatch; seen++ {
+				k := append([]byte(nil), it.Key()...)
+				last = k
+				if len(k) > len(domainRuntimePrefix) && k[len(domainRuntimePrefix)] != ':' {
+					var rec domainRecord
+					if json.Unmarshal(it.Value(), &rec) == nil && r.sweepable(&rec, now, horizon) {
+						doomed = append(doomed, k)
+					}
+				}
+				if err := it.Next(); err != nil {
+					it.Close()
+					return err
+				}
+			}
+			it.Close()
+			for _, k := range doomed {
+				if err := txn.Delete(k); err != nil {
+					return err
+				}
+			}
+			n = len(doomed)
+			return nil
+		})
+		if err != nil {
+			return deleted, unavailable("sweep", err)
+		}
+		deleted += n
+		if last == nil {
+			return deleted, nil
+		}
+		start = append(last, 0)
+	}
+}
+
+func (r *Runtime) sweepable(rec *domainRecord, now time.Time, horizon time.Duration) bool {
+	for _, f := range rec.InFlight {
+		if f.ExpiresAt.Add(r.cfg.MaxClockSkew).After(now) {
+			return false
+		}
+	}
+	return !rec.LastRequestAt.Add(horizon).After(now)
+}
