@@ -260,6 +260,7 @@ func (p *Pool) execOptions() []chromedp.ExecAllocatorOption {
 	opts := append(localFlags(p.cfg.BinaryPath, p.cfg.UserAgent),
 		chromedp.Flag("proxy-server", "http://"+p.deny.Addr().String()),
 		chromedp.Flag("proxy-bypass-list", "<-loopback>"),
+		killTreeOnCancel(),
 	)
 	return opts
 }
