@@ -272,7 +272,7 @@ func (d *Detector) updateLocked(now time.Time) bool {
 // Status is a snapshot for logs, metrics and the console.
 type Status struct {
 	IsDown             bool      `json:"is_down"`
-	DownSince          time.Time `json:"down_since_at,omitzero"`
+	DownSinceAt        time.Time `json:"down_since_at,omitzero"`
 	FailingDomainCount int       `json:"failing_domain_count"`
 	SeenDomainCount    int       `json:"seen_domain_count"`
 	HasCanary          bool      `json:"has_canary"`
@@ -287,7 +287,7 @@ func (d *Detector) Status(now time.Time) Status {
 	defer d.mu.Unlock()
 	d.expireLocked(now)
 	d.updateLocked(now)
-	return Status{IsDown: d.isDown, DownSince: d.downSince, FailingDomainCount: d.failing, SeenDomainCount: d.seen,
+	return Status{IsDown: d.isDown, DownSinceAt: d.downSince, FailingDomainCount: d.failing, SeenDomainCount: d.seen,
 		HasCanary: d.cfg.Canary != nil, IsCanaryOK: d.canary.isOK, CanaryCheckedAt: d.canary.at, CanaryError: d.canary.err}
 }
 

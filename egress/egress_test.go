@@ -143,8 +143,8 @@ func TestStatusAndMemoryBound(t *testing.T) {
 	if !st.IsDown || st.FailingDomainCount != 100 || st.SeenDomainCount != 100 {
 		t.Fatalf("status %+v, want down with the 100 domains of the last 10 s", st)
 	}
-	if !st.DownSince.Equal(t0.Add(300 * time.Millisecond)) {
-		t.Errorf("down_since_at %v, want the third failure", st.DownSince)
+	if !st.DownSinceAt.Equal(t0.Add(300 * time.Millisecond)) {
+		t.Errorf("down_since_at %v, want the third failure", st.DownSinceAt)
 	}
 	d.mu.Lock()
 	n := len(d.events)

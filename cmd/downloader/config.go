@@ -1,16 +1,20 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/netip"
 	"runtime"
 	"strings"
 	"time"
 
 	"downloader"
+	"downloader/egress"
 	"downloader/netguard"
 )
 
@@ -31,6 +35,21 @@ type config struct {
 	LogLevel             slog.Level
 	ShutdownGraceSeconds int
 	Lease                leaseConfig // entry A (lease.go)
+
+	// Access (issue 7 item 3): bearer tokens, and the switch that allows serving without
+	// them on a non-loopback address.
+	APIToken             string
+	AdminToken           string
+	AllowUnauthenticated bool
+
+	// Egress detection (package egress, docs/reliability.md).
+	EgressCanary         string // HOST:PORT connected to as a canary; empty: none
+	EgressWindowSeconds  int
+	EgressMinDomainCount int
+
+	// The API server's read timeouts: not flags, shortened by tests.
+	readHeaderTimeout time.Duration
+	readTimeout       time.Duration
 }
 
 const defaultUserAgent = "downloader/1.0 (+https://example.invalid/crawler)"
@@ -66,6 +85,7 @@ func (f levelFlag) Set(s string) error { return f.l.UnmarshalText([]byte(s)) }
 
 // newFlagSet declares the flags into c with their defaults.
 func newFlagSet(name string, c *config, stderr io.Writer) *flag.FlagSet {
+	c.readHeaderTimeout, c.readTimeout = defaultReadHeaderTimeout, defaultReadTimeout
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.Listen, "listen", "127.0.0.1:8080", "address to serve the API and console on")
@@ -82,8 +102,39 @@ func newFlagSet(name string, c *config, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.ChromiumPath, "chromium-path", "/usr/lib/chromium/chromium-headless-shell", "local headless Chromium binary")
 	fs.Var(levelFlag{&c.LogLevel}, "log-level", "debug, info, warn or error")
 	fs.IntVar(&c.ShutdownGraceSeconds, "shutdown-grace-seconds", 20, "on SIGINT/SIGTERM, how long in-flight requests may finish")
+	fs.StringVar(&c.APIToken, "api-token", "", "bearer token required by entries B and C, task submission and the read API (better given as DOWNLOADER_API_TOKEN)")
+	fs.StringVar(&c.AdminToken, "admin-token", "", "bearer token required by settings and console actions; it opens the API too (better given as DOWNLOADER_ADMIN_TOKEN)")
+	fs.BoolVar(&c.AllowUnauthenticated, "allow-unauthenticated", false, "serve on a non-loopback --listen address without --api-token and --admin-token")
+	fs.StringVar(&c.EgressCanary, "egress-canary", "", "HOST:PORT of a target that should always accept a TCP connection: it confirms or vetoes an egress outage (docs/reliability.md); empty: none")
+	fs.IntVar(&c.EgressWindowSeconds, "egress-window-seconds", int(egress.DefaultWindow/time.Second), "how long an outcome counts for its domain in the egress detector")
+	fs.IntVar(&c.EgressMinDomainCount, "egress-min-domain-count", egress.DefaultMinDomainCount, "distinct domains failing at network level (and at least 80% of the domains seen) before failures are reported as egress_unavailable")
 	addLeaseFlags(fs, &c.Lease)
 	return fs
+}
+
+// The API server's read timeouts: a caller that sends its headers or its body too slowly
+// (slowloris) is cut off, so that it cannot hold a connection and a goroutine for ever.
+const (
+	defaultReadHeaderTimeout = 10 * time.Second
+	defaultReadTimeout       = 30 * time.Second
+)
+
+// egressCanary returns the canary of --egress-canary: a TCP connect to HOST:PORT, made
+// directly (the operator's choice, like the scheduler: not through the SSRF guard); nil
+// without one.
+func (c *config) egressCanary() func(ctx context.Context) error {
+	if c.EgressCanary == "" {
+		return nil
+	}
+	addr := c.EgressCanary
+	return func(ctx context.Context) error {
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return fmt.Errorf("egress canary %s: %w", addr, err)
+		}
+		return conn.Close()
+	}
 }
 
 // envName is the environment variable of a flag.
@@ -135,8 +186,56 @@ func (c *config) check() error {
 		return errors.New("--shutdown-grace-seconds must not be negative")
 	case c.DataDir == "":
 		return errors.New("--data-dir is required")
+	case c.EgressWindowSeconds < 1:
+		return errors.New("--egress-window-seconds must be at least 1")
+	case c.EgressMinDomainCount < 1:
+		return errors.New("--egress-min-domain-count must be at least 1")
 	}
-	return nil
+	if c.EgressCanary != "" {
+		if _, _, err := net.SplitHostPort(c.EgressCanary); err != nil {
+			return fmt.Errorf("--egress-canary %q: want HOST:PORT", c.EgressCanary)
+		}
+	}
+	return c.checkAccess()
+}
+
+// checkAccess is issue 7's access rule: without both tokens the service serves loopback
+// only, unless the operator says --allow-unauthenticated. Both are needed because each
+// token alone leaves the other side open (the API token does not guard settings; without
+// it entries B and C, which make requests to any host on our behalf, are open).
+func (c *config) checkAccess() error {
+	if c.APIToken != strings.TrimSpace(c.APIToken) || c.AdminToken != strings.TrimSpace(c.AdminToken) {
+		return errors.New("--api-token and --admin-token must not begin or end with white space")
+	}
+	if c.AllowUnauthenticated || isLoopbackListen(c.Listen) {
+		return nil
+	}
+	var missing []string
+	if c.APIToken == "" {
+		missing = append(missing, "--api-token")
+	}
+	if c.AdminToken == "" {
+		missing = append(missing, "--admin-token")
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return fmt.Errorf("--listen %s is not a loopback address, and without %s anyone who reaches it may use it: set --api-token and --admin-token (or DOWNLOADER_API_TOKEN and DOWNLOADER_ADMIN_TOKEN), or pass --allow-unauthenticated",
+		c.Listen, strings.Join(missing, " and "))
+}
+
+// isLoopbackListen reports whether a --listen address only accepts connections from this
+// machine: a loopback IP literal or "localhost". An empty host means every interface.
+func isLoopbackListen(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(strings.TrimSuffix(host, "."), "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 func (c *config) requestTimeout() time.Duration {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"downloader/clock"
+	"downloader/egress"
 	"downloader/engine"
 	"downloader/fetch"
 	"downloader/limiter"
@@ -101,9 +102,11 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 		st.Close()
 		return nil, err
 	}
+	det := egress.New(egress.Config{Clock: clk, Logger: logger, Canary: c.egressCanary(),
+		Window: time.Duration(c.EgressWindowSeconds) * time.Second, MinDomainCount: c.EgressMinDomainCount})
 	eng := engine.New(engine.Config{
 		Clock: clk, Logger: logger, Limiter: lim, Gate: gate, Fetcher: fetcher, Renderer: pool,
-		Results: st, Pages: st, Settings: st, Observer: obs.observer, DefaultMinInterval: defaultInterval,
+		Results: st, Pages: st, Settings: st, Observer: obs.observer, Egress: det, DefaultMinInterval: defaultInterval,
 		DefaultTimeout: c.requestTimeout(),
 	})
 	if err := eng.LoadSettings(ctx); err != nil {
@@ -125,7 +128,7 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 		return nil, err
 	}
 	srv := server.New(server.Config{Engine: eng, Guard: guard, Logger: logger, Clock: clk, Extra: extra,
-		Tasks: a.taskQueue(), Results: st, Pages: st})
+		Tasks: a.taskQueue(), Results: st, Pages: st, APIToken: c.APIToken, AdminToken: c.AdminToken})
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
 		a.close()
@@ -138,14 +141,15 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 		render: pool, server: srv, entryA: a, errc: make(chan error, 2), cancel: cancel,
 		http: &http.Server{
 			Handler:           srv,
-			ReadHeaderTimeout: 10 * time.Second,
-			ReadTimeout:       30 * time.Second,
+			ReadHeaderTimeout: c.readHeaderTimeout,
+			ReadTimeout:       c.readTimeout,
 			WriteTimeout:      c.requestTimeout() + maxQueueWait + 10*time.Second,
 			IdleTimeout:       2 * time.Minute,
 			MaxHeaderBytes:    64 << 10,
 			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 		}}
 	go func() { s.errc <- lim.Run(runCtx) }()
+	go func() { _ = det.Run(runCtx) }() // the canary, if any; it ends with runCtx
 	go func() {
 		if err := s.http.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			s.errc <- fmt.Errorf("serve http: %w", err)
@@ -154,7 +158,11 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 	a.start()
 	srv.SetReady(true)
 	logger.Info("service started", "listen", ln.Addr().String(), "data_dir", c.DataDir,
-		"max_concurrent_count", eng.Settings().MaxConcurrentCount)
+		"max_concurrent_count", eng.Settings().MaxConcurrentCount,
+		"has_api_token", c.APIToken != "", "has_admin_token", c.AdminToken != "")
+	if c.AllowUnauthenticated && !isLoopbackListen(c.Listen) && (c.APIToken == "" || c.AdminToken == "") {
+		logger.Warn("serving a non-loopback address without authentication (--allow-unauthenticated)", "listen", c.Listen)
+	}
 	return s, nil
 }
 
