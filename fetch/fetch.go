@@ -418,10 +418,13 @@ func parseRetryAfter(v string, now time.Time) *int64 {
 	if err != nil {
 		return nil
 	}
-	d := t.Sub(now)
+	d := t.Sub(now) // saturates for dates centuries away
 	secs := int64(0)
 	if d > 0 {
-		secs = int64((d + time.Second - 1) / time.Second)
+		secs = int64(d / time.Second)
+		if d%time.Second != 0 {
+			secs++ // rounded up without overflowing
+		}
 	}
 	return &secs
 }
