@@ -215,10 +215,13 @@ func parseCrawlLine(line string) (downloader.Task, error) {
 	if err := dec.Decode(&l); err != nil {
 		var te *json.UnmarshalTypeError
 		switch {
-		case errors.As(err, &te):
+		case errors.As(err, &te) && te.Field != "":
 			return downloader.Task{}, downloader.Invalidf(te.Field, "%s must be a JSON %s", te.Field, te.Type)
 		case strings.HasPrefix(err.Error(), "json: unknown field "):
 			f := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+			if f == "" {
+				return downloader.Task{}, downloader.Invalidf("line", "unknown field %q", f)
+			}
 			return downloader.Task{}, downloader.Invalidf(f, "unknown field %q", f)
 		}
 		return downloader.Task{}, downloader.Invalidf("line", "not a JSON object: %v", err)
