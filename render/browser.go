@@ -195,9 +195,15 @@ func (p *Pool) launch(gen int) (*browser, error) {
 		p.log.Debug("chromedp error", "message", fmt.Sprintf(format, args...))
 	}
 	rootCtx, rootCancel := chromedp.NewContext(allocCtx, chromedp.WithLogf(logf), chromedp.WithErrorf(errf))
+	// closeFn runs once: chromedp's cancel waits for its allocation token, and when no
+	// browser was ever allocated (the pool closed during the launch) a second call waits
+	// for a token that the first one took, for ever.
+	var closeOnce sync.Once
 	closeFn := func() {
-		rootCancel()
-		allocCancel()
+		closeOnce.Do(func() {
+			rootCancel()
+			allocCancel()
+		})
 	}
 
 	// The first call binds the browser to rootCtx, which must not have a deadline: the

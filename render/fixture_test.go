@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,7 +60,13 @@ func TestMain(m *testing.M) {
 // goroutine of ours is left.
 func checkNoLeftovers() int {
 	code := 0
-	if procs := browserProcesses(); len(procs) > 0 {
+	// A browser killed a moment ago may still be dying (SIGKILL is asynchronous): give
+	// the processes a bounded time to go before calling them leftovers.
+	procs := browserProcesses()
+	for deadline := time.Now().Add(5 * time.Second); len(procs) > 0 && time.Now().Before(deadline); procs = browserProcesses() {
+		runtime.Gosched()
+	}
+	if len(procs) > 0 {
 		fmt.Fprintf(os.Stderr, "FAIL: browser processes left: %v\n", procs)
 		code = 1
 	}
@@ -100,7 +107,7 @@ func browserProcesses() []int {
 		if err != nil || !strings.Contains(filepath.Base(exe), "chrom") {
 			continue
 		}
-		if st := procStat(e.Name()); st != nil && st[2] == self[2] { // same process group
+		if st := procStat(e.Name()); st != nil && st[2] == self[2] && st[0] != "Z" && st[0] != "X" { // same process group, not a corpse
 			pids = append(pids, pid)
 		}
 	}
