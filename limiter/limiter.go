@@ -82,9 +82,12 @@ type entry struct {
 }
 
 // writeHoldMax bounds how long a request that went out through WireAndHold holds the
-// domain's other requests while it writes. Past it the write is assumed done at the end of
-// the hold (later than it can have happened, so still polite).
-const writeHoldMax = 50 * time.Millisecond
+// domain's other requests while it writes: a safety net only, since every caller says
+// Wrote (or Done) right after its write. It is long on purpose: a writer descheduled
+// between its decision and its write, or between the write and Wrote, for as long as a
+// loaded machine's scheduler takes (tens of ms were seen), must still hold. Past it the
+// write is assumed done at the end of the hold.
+const writeHoldMax = 10 * time.Second
 
 // holdPoll is how often a request held by another's write looks again.
 const holdPoll = time.Millisecond

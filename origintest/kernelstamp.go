@@ -20,8 +20,23 @@ import (
 
 type connKey struct{}
 
-// stampListener enables kernel receive timestamps on every accepted connection.
+// stampListener enables kernel receive timestamps on every accepted connection. The
+// option is set on the listening socket too, so that an accepted socket has it from its
+// first byte: a request that reached the kernel before Accept returned would otherwise
+// carry no timestamp, and fall back to the handler's (late) clock.
 type stampListener struct{ net.Listener }
+
+// newStampListener sets SO_TIMESTAMPNS on l's socket, which accepted sockets inherit.
+func newStampListener(l net.Listener) stampListener {
+	if tl, ok := l.(*net.TCPListener); ok {
+		if rc, err := tl.SyscallConn(); err == nil {
+			rc.Control(func(fd uintptr) {
+				unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1)
+			})
+		}
+	}
+	return stampListener{l}
+}
 
 func (l stampListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
@@ -115,12 +130,12 @@ func withConn(ctx context.Context, c net.Conn) context.Context {
 	return context.WithValue(ctx, connKey{}, c)
 }
 
-// arrivalTime is the kernel receive time of r's first byte when known, else now.
-func arrivalTime(r *http.Request) time.Time {
+// arrivalTime is the kernel receive time of r's first byte when known (ok), else now.
+func arrivalTime(r *http.Request) (time.Time, bool) {
 	if c, ok := r.Context().Value(connKey{}).(*stampConn); ok {
 		if at, ok := c.claim(); ok {
-			return at
+			return at, true
 		}
 	}
-	return time.Now()
+	return time.Now(), false
 }

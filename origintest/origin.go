@@ -25,8 +25,17 @@ type Arrival struct {
 type Origin struct {
 	srv *httptest.Server
 
-	mu       sync.Mutex
-	arrivals []Arrival
+	mu        sync.Mutex
+	arrivals  []Arrival
+	unstamped int // arrivals stamped by the handler's clock: the kernel gave no time
+}
+
+// UnstampedCount is how many arrivals had no kernel receive time (stamped late, in the
+// handler). Politeness checks should see 0.
+func (o *Origin) UnstampedCount() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.unstamped
 }
 
 // New starts an origin on 127.0.0.1:0 that records every request (at the kernel's receive
@@ -41,7 +50,7 @@ func New(h http.Handler) *Origin {
 		o.record(r)
 		h.ServeHTTP(w, r)
 	}))
-	o.srv.Listener = stampListener{o.srv.Listener}
+	o.srv.Listener = newStampListener(o.srv.Listener)
 	o.srv.Config.ConnContext = withConn
 	o.srv.Start()
 	return o
@@ -54,13 +63,16 @@ func Page(w http.ResponseWriter, r *http.Request) {
 }
 
 func (o *Origin) record(r *http.Request) {
-	now := arrivalTime(r)
+	now, isKernelTime := arrivalTime(r)
 	host := r.Host
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
 	o.mu.Lock()
 	o.arrivals = append(o.arrivals, Arrival{Host: strings.ToLower(host), Path: r.URL.Path, At: now})
+	if !isKernelTime {
+		o.unstamped++
+	}
 	o.mu.Unlock()
 }
 

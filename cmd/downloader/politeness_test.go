@@ -133,6 +133,9 @@ func TestPolitenessAtTheOrigin(t *testing.T) {
 		}
 	}
 	t.Logf("answers: %v", counts)
+	if n := origin.UnstampedCount(); n > 0 {
+		t.Errorf("%d arrivals had no kernel receive time: the origin's measurement is not exact", n)
+	}
 	if counts["/v1/probe ok"] == 0 || counts["/v1/render ok"] == 0 || counts["render 429"] == 0 || counts["/v1/probe not reached"] == 0 {
 		t.Errorf("the load did not exercise every path: %v", counts)
 	}
