@@ -27,7 +27,6 @@ func knownExceptions() []knownException {
 		// Found when the egress, access and lease benchmark work landed; reported to the
 		// lead (issue 6 report): fix the name and drop the line, or keep it with a reason.
 		{"cmd/downloader/config.go", "allow-unauthenticated", "bool_prefix", "a switch like --allow-private-networks (the lead's call)"},
-		{"egress/egress.go", "down_since_at", "go_name", "the field DownSince is down_since_at on the wire: DownSinceAt (egress's owner)"},
 	}
 }
 
