@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -22,6 +23,8 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"downloader/clock"
+	"downloader/limiter"
+	"downloader/netguard"
 )
 
 // BenchmarkRender renders the JS test page (XHR-filled after load) at concurrency 1, 4
@@ -39,10 +42,22 @@ import (
 // clear multisite" adds bare variants: a new tab per page, a new browser context and tab
 // per page, a long-lived tab whose cookies, storage and cache are cleared after every
 // page, and long-lived tabs that go to another site (js1.test, js2.test, ...) each time.
+//
+// pool-hops is the pool with a HopAdmitter (no interval), as the service runs it: every
+// document request is paused for the pauser's decision and every connection to an origin
+// may hold a hop's first bytes. RENDER_BENCH_POOL_MODES="redirect" adds pool-hops-redirect:
+// the page is reached through a redirect from another host (redirect.test → js.test),
+// one admitted hop per render.
 func BenchmarkRender(b *testing.B) {
 	f := getFixture(b)
 	for _, c := range []int{1, 4, 8} {
-		b.Run(fmt.Sprintf("pool/c=%d", c), func(b *testing.B) { benchPool(b, f, c) })
+		b.Run(fmt.Sprintf("pool/c=%d", c), func(b *testing.B) { benchPool(b, f, c, benchOpts{}) })
+		b.Run(fmt.Sprintf("pool-hops/c=%d", c), func(b *testing.B) { benchPool(b, f, c, benchOpts{hops: true}) })
+		if strings.Contains(os.Getenv("RENDER_BENCH_POOL_MODES"), "redirect") {
+			b.Run(fmt.Sprintf("pool-hops-redirect/c=%d", c), func(b *testing.B) {
+				benchPool(b, f, c, benchOpts{hops: true, page: "redirect.test/"})
+			})
+		}
 		b.Run(fmt.Sprintf("bare/c=%d", c), func(b *testing.B) { benchBare(b, f, c, "") })
 		if m := os.Getenv("RENDER_BENCH_BARE_MODES"); m != "" {
 			for _, mode := range strings.Fields(m) {
@@ -52,32 +67,103 @@ func BenchmarkRender(b *testing.B) {
 	}
 }
 
-func benchPool(b *testing.B, f *fixture, c int) {
-	p, err := New(Config{
+// BenchmarkRenderFrames measures what admitting iframe documents on other hosts would
+// cost. Sixteen sites (frames1.test … frames16.test) serve the JS test page with one
+// iframe of widget.test, as pages embed a video player or a share button; widget.test
+// gets the service's default interval (1 s). Variants, all with hops admitted:
+// frames-free (iframes are sent unadmitted, the default), frames-admit-now (admitted if
+// widget.test's turn is now, else the iframe is failed) and frames-admit-wait (admitted,
+// waiting for widget.test's turn up to the render's deadline). Also reported: the share
+// of iframes failed.
+//
+//	go test -run '^$' -bench BenchmarkRenderFrames -benchtime 32x ./render/
+func BenchmarkRenderFrames(b *testing.B) {
+	f := getFixture(b)
+	for _, c := range []int{1, 4} {
+		for _, m := range []struct {
+			name string
+			mode frameMode
+		}{{"free", frameFree}, {"admit-now", frameAdmitNow}, {"admit-wait", frameAdmitWait}} {
+			b.Run(fmt.Sprintf("frames-%s/c=%d", m.name, c), func(b *testing.B) {
+				benchPool(b, f, c, benchOpts{hops: true, frames: m.mode, interval: time.Second, sites: "frames%d.test"})
+			})
+		}
+	}
+}
+
+// benchOpts are the pool variants of the benchmarks.
+type benchOpts struct {
+	hops     bool          // a HopAdmitter on a limiter of its own
+	interval time.Duration // the limiter's default interval
+	frames   frameMode
+	page     string // host and path of the page; default js.test/
+	sites    string // a pattern of 16 sites (frames%d.test), one per page in turn
+}
+
+func benchPool(b *testing.B, f *fixture, c int, o benchOpts) {
+	cfg := Config{
 		Concurrency: c,
 		QueueLength: c,
 		UserAgent:   testUserAgent,
 		Guard:       f.guard,
 		Logger:      slog.New(slog.DiscardHandler),
 		WarmTabs:    envInt("RENDER_BENCH_WARM"),
-	})
+		frames:      o.frames,
+	}
+	var l *limiter.Limiter
+	if o.hops {
+		l = limiter.New(clock.Real{})
+		cfg.Hops = limiterHops{l: l, defaultInterval: o.interval}
+	}
+	var pages []*url.URL
+	if o.sites != "" {
+		var rules []netguard.Rule
+		for i := range 16 {
+			host := fmt.Sprintf(o.sites, i+1)
+			pages = append(pages, f.url(host+"/"))
+			rules = append(rules, mustRule(host+":80:127.0.0.1:"+f.port))
+		}
+		rules = append(rules, mustRule("widget.test:80:127.0.0.1:"+f.port))
+		cfg.Guard = netguard.New(netguard.Config{ConnectTo: rules, Resolver: fakeResolver{}, Dialer: loopbackOnly{f}})
+	} else {
+		page := o.page
+		if page == "" {
+			page = "js.test/"
+		}
+		pages = []*url.URL{f.url(page)}
+	}
+	p, err := New(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer p.Close()
-	u := f.url("js.test/")
+	var seq, blocked atomic.Int64
 	one := func() error {
+		u := pages[int(seq.Add(1))%len(pages)]
 		out := p.Render(context.Background(), u, nil, 30*time.Second)
 		if out.FailReason != "" || deref(out.TextLength) <= deref(out.RawTextLength) {
-			return fmt.Errorf("render: fail_reason=%s text_length=%d raw_text_length=%d", failReason(out), deref(out.TextLength), deref(out.RawTextLength))
+			return fmt.Errorf("render %s: fail_reason=%s text_length=%d raw_text_length=%d", u, failReason(out), deref(out.TextLength), deref(out.RawTextLength))
 		}
+		blocked.Add(int64(deref(out.HealthSignal.BlockedRequestCount)))
 		return nil
 	}
 	// Warm up: the browser is up and its warm tabs are made.
 	if err := one(); err != nil {
 		b.Fatal(err)
 	}
+	blocked.Store(0)
 	runBench(b, c, one)
+	if o.sites != "" {
+		b.ReportMetric(100*float64(blocked.Load())/float64(b.N), "frames_failed_pct")
+	}
+}
+
+func mustRule(s string) netguard.Rule {
+	r, err := netguard.ParseConnectTo(s)
+	if err != nil {
+		panic(err)
+	}
+	return r
 }
 
 func benchBare(b *testing.B, f *fixture, c int, mode string) {

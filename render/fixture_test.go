@@ -157,7 +157,7 @@ var (
 )
 
 // virtualHosts are the origin's names, each mapped to the listener by --connect-to.
-var virtualHosts = []string{"js.test", "empty.test", "hang.test", "slowxhr.test", "status.test", "blocked.test", "redirect.test", "cookie.test", "dialog.test", "busy.test"}
+var virtualHosts = []string{"js.test", "frames.test", "widget.test", "empty.test", "hang.test", "slowxhr.test", "status.test", "blocked.test", "redirect.test", "cookie.test", "dialog.test", "busy.test"}
 
 func getFixture(t testing.TB) *fixture {
 	fxOnce.Do(func() { fx = newFixture() })
@@ -309,17 +309,25 @@ func (f *fixture) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if strings.HasPrefix(host, "js") && strings.HasSuffix(host, ".test") {
 		host = "js.test" // js1.test, js2.test, ...: the same page on other sites
 	}
+	if strings.HasPrefix(host, "frames") && strings.HasSuffix(host, ".test") {
+		host = "frames.test" // frames1.test, ...: sites that embed the same widget
+	}
 	switch host + r.URL.Path {
 	case "js.test/":
 		html("js.html")
-	case "js.test/api/article":
+	case "frames.test/":
+		html("frames.html")
+	case "widget.test/embed":
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprint(w, "<!doctype html><html><body><p>An embedded widget.</p></body></html>")
+	case "js.test/api/article", "frames.test/api/article":
 		var paras []string
 		for i := range 8 {
 			paras = append(paras, fmt.Sprintf("Paragraph %d of the article, which only JavaScript puts on the page, long enough to count.", i+1))
 		}
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(map[string]any{"paragraphs": paras})
-	case "js.test/api/related":
+	case "js.test/api/related", "frames.test/api/related":
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(map[string]any{"items": []string{"First related story", "Second related story"}})
 	case "empty.test/":

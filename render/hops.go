@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"net/url"
 	"sync"
 	"time"
@@ -40,6 +39,20 @@ var documentPatterns = []*fetch.RequestPattern{{
 	RequestStage: fetch.RequestStageRequest,
 }}
 
+// frameMode is what the pauser does with an iframe's document request to a host other
+// than the main document's. Only frameFree is used by the service; the others exist to
+// measure the choice (BenchmarkRenderFrames, docs/benchmarks-render.md).
+type frameMode int
+
+const (
+	frameFree      frameMode = iota // sent without an admission, like the page's scripts
+	frameAdmitWait                  // admitted, waiting up to the deadline; else failed
+	frameAdmitNow                   // admitted if the host's turn is now; else failed
+)
+
+// frameGrace is how far ahead a host's turn may be for frameAdmitNow to take it.
+const frameGrace = 20 * time.Millisecond
+
 // pauser decides on a tab's paused document requests. The render's first main document
 // goes on at once: the caller's admission covers it. Every later main-frame document (a
 // redirect hop, a navigation the page makes by itself) waits for an admission of its own
@@ -50,16 +63,18 @@ var documentPatterns = []*fetch.RequestPattern{{
 // onEvent runs on the tab's event loop and only queues; run handles the queue on its own
 // goroutine, and each admission wait on another. Safe for concurrent use.
 type pauser struct {
-	hops HopAdmitter
-	log  *slog.Logger
-	wg   *sync.WaitGroup // the tab's: close waits for run and the admission waits
+	hops   HopAdmitter
+	frames frameMode
+	log    *slog.Logger
+	wg     *sync.WaitGroup // the tab's: close waits for run and the admission waits
 
-	mu        sync.Mutex
-	mainFrame cdp.FrameID
-	queue     []*fetch.EventRequestPaused
-	r         *hopRender // the render served; nil before it is armed
-	firstSeen bool       // the render's first main document was let through
-	wake      chan struct{}
+	mu         sync.Mutex
+	mainFrame  cdp.FrameID
+	queue      []*fetch.EventRequestPaused
+	r          *hopRender // the render served; nil before it is armed
+	firstSeen  bool       // the render's first main document was let through
+	mainDomain string     // the domain of the main frame's latest document request
+	wake       chan struct{}
 }
 
 // hopRender is what the pauser needs of the render it serves.
@@ -70,8 +85,8 @@ type hopRender struct {
 	refuse func() // ends the render at once (with errHopRefused)
 }
 
-func newPauser(hops HopAdmitter, log *slog.Logger, wg *sync.WaitGroup) *pauser {
-	return &pauser{hops: hops, log: log, wg: wg, wake: make(chan struct{}, 1)}
+func newPauser(hops HopAdmitter, frames frameMode, log *slog.Logger, wg *sync.WaitGroup) *pauser {
+	return &pauser{hops: hops, frames: frames, log: log, wg: wg, wake: make(chan struct{}, 1)}
 }
 
 func (p *pauser) setMainFrame(id cdp.FrameID) {
@@ -124,30 +139,42 @@ func (p *pauser) run(tctx context.Context) {
 type decision int
 
 const (
-	decideContinue decision = iota // let it go on
-	decideFail                     // fail it: no render, or not a request we send
-	decideAdmit                    // a later main-frame document: admit it first
+	decideContinue   decision = iota // let it go on
+	decideFail                       // fail it: no render, or not a request we send
+	decideAdmit                      // a later main-frame document: admit it first
+	decideAdmitFrame                 // an iframe's document on another host (frameMode)
 )
 
-// decide classifies a paused request. It marks the render's first main document seen.
-func (p *pauser) decide(e *fetch.EventRequestPaused) (*hopRender, decision) {
+// decide classifies a paused request. It marks the render's first main document seen and
+// follows the main frame's domain.
+func (p *pauser) decide(e *fetch.EventRequestPaused) (*hopRender, string, decision) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	r := p.r
-	switch {
-	case r == nil || r.st.isReleased():
-		return r, decideFail // no render in progress: nothing may go out
-	case e.FrameID != p.mainFrame:
-		return r, decideContinue // an iframe: part of the page, like its scripts
-	case !p.firstSeen:
-		p.firstSeen = true
-		return r, decideContinue
+	if r == nil || r.st.isReleased() {
+		return r, "", decideFail // no render in progress: nothing may go out
 	}
-	return r, decideAdmit
+	domain, err := requestDomain(e.Request)
+	if e.FrameID != p.mainFrame {
+		if p.frames == frameFree || err != nil || domain == p.mainDomain {
+			return r, domain, decideContinue // part of the page, like its scripts
+		}
+		return r, domain, decideAdmitFrame
+	}
+	if err != nil {
+		p.log.Info("render: main document request to an unusable URL refused", "error", err)
+		return r, "", decideFail
+	}
+	p.mainDomain = domain
+	if !p.firstSeen {
+		p.firstSeen = true
+		return r, domain, decideContinue
+	}
+	return r, domain, decideAdmit
 }
 
 func (p *pauser) handle(tctx context.Context, e *fetch.EventRequestPaused) {
-	r, d := p.decide(e)
+	r, domain, d := p.decide(e)
 	switch d {
 	case decideContinue:
 		p.resume(tctx, e.RequestID)
@@ -155,11 +182,8 @@ func (p *pauser) handle(tctx context.Context, e *fetch.EventRequestPaused) {
 	case decideFail:
 		p.fail(tctx, e.RequestID)
 		return
-	}
-	domain, err := requestDomain(e.Request)
-	if err != nil {
-		p.log.Info("render: main document hop to an unusable URL refused", "error", err)
-		p.fail(tctx, e.RequestID)
+	case decideAdmitFrame:
+		p.wg.Go(func() { p.admitFrame(tctx, r, e.RequestID, domain) })
 		return
 	}
 	if r.st.coveredByFirst(domain) {
@@ -171,6 +195,28 @@ func (p *pauser) handle(tctx context.Context, e *fetch.EventRequestPaused) {
 	// Waiting here would hold up the queue: an iframe's request paused meanwhile would
 	// wait for the main frame's turn.
 	p.wg.Go(func() { p.admit(tctx, r, e.RequestID, domain) })
+}
+
+// admitFrame admits an iframe's document request (frameAdmitWait, frameAdmitNow), or
+// fails it and counts it blocked; the render goes on either way.
+func (p *pauser) admitFrame(tctx context.Context, r *hopRender, id fetch.RequestID, domain string) {
+	ctx, cancel := context.WithCancel(r.ctx)
+	defer cancel()
+	stop := context.AfterFunc(tctx, cancel)
+	defer stop()
+	deadline := r.soft
+	if p.frames == frameAdmitNow {
+		deadline = r.st.clk.Now().Add(frameGrace)
+	}
+	adm, err := p.hops.AdmitHop(withDeadline(ctx, deadline), domain)
+	if err != nil || !r.st.addHop(domain, adm) {
+		if err != nil && ctx.Err() == nil {
+			r.st.countBlocked()
+		}
+		p.fail(tctx, id)
+		return
+	}
+	p.resume(tctx, id)
 }
 
 // admit waits for the hop's admission and lets the request go on, or fails it and ends
@@ -292,60 +338,6 @@ func (st *renderState) isReleased() bool {
 	return st.released
 }
 
-// wireHop is called before bytes are written to a connection to domain. If a hop to
-// domain is admitted and not yet on the wire, these bytes are its request (or the start
-// of its TLS handshake): it waits as WaitWire would, on the pool's clock, and returns the
-// hop, for wrote. The render's end or stop ends the wait with an error.
-func (st *renderState) wireHop(stop <-chan struct{}, domain string) (*hopAdmission, error) {
-	if st.unwiredHops.Load() == 0 {
-		return nil, nil
-	}
-	for {
-		st.mu.Lock()
-		if st.released {
-			st.mu.Unlock()
-			return nil, errReleased
-		}
-		var h *hopAdmission
-		for _, c := range st.hops {
-			if !c.wired && c.domain == domain {
-				h = c
-				break
-			}
-		}
-		if h == nil {
-			st.mu.Unlock()
-			return nil, nil
-		}
-		d := h.adm.Wire(st.clk.Now())
-		if d == 0 {
-			h.wired = true
-			st.unwiredHops.Add(-1)
-		}
-		st.mu.Unlock()
-		if d == 0 {
-			return h, nil
-		}
-		t := st.clk.NewTimer(d)
-		select {
-		case <-t.C():
-		case <-st.over:
-			t.Stop()
-			return nil, errReleased
-		case <-stop:
-			t.Stop()
-			return nil, errReleased
-		}
-	}
-}
-
-// wrote tells the limiter that h's first bytes were handed to the socket.
-func (st *renderState) wrote(h *hopAdmission) {
-	st.mu.Lock()
-	h.adm.Wrote()
-	st.mu.Unlock()
-}
-
 // releaseHops gives back every hop admission: Cancel, which is Done for one that went on
 // the wire. Requires st.mu held.
 func (st *renderState) releaseHops() {
@@ -354,28 +346,4 @@ func (st *renderState) releaseHops() {
 	}
 	st.hops = nil
 	st.unwiredHops.Store(0)
-}
-
-// hopConn is a connection of the proxy to an origin that lets an admitted hop's request
-// out only when the limiter agrees: the first write to the connection's domain after a
-// hop to it was admitted is taken to be that hop's (SPEC §2: last_request_at moves to the
-// moment the request goes on the wire). Write is called by one goroutine at a time (the
-// transport's write loop, or the tunnel's copy toward the origin).
-type hopConn struct {
-	net.Conn
-	st     *renderState
-	domain string
-	stop   <-chan struct{}
-}
-
-func (c *hopConn) Write(b []byte) (int, error) {
-	h, err := c.st.wireHop(c.stop, c.domain)
-	if err != nil {
-		return 0, err
-	}
-	n, err := c.Conn.Write(b)
-	if h != nil && n > 0 {
-		c.st.wrote(h)
-	}
-	return n, err
 }

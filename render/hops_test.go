@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -82,6 +83,12 @@ func hopOrigin(w http.ResponseWriter, r *http.Request) {
 		page(`<meta http-equiv="refresh" content="0; url=/next"><p>Moving on.</p>`)
 	case "refresh.test/next":
 		page("<p>Arrived by a meta refresh.</p>")
+	case "embed.test/":
+		page(`<p>A page with an embed.</p><iframe src="http://widget.test/embed"></iframe>`)
+	case "embed-limited.test/":
+		page(`<p>A page with an embed from a host that is never free.</p><iframe src="http://limited.test/"></iframe>`)
+	case "widget.test/embed":
+		page("<p>An embedded widget.</p>")
 	case "far.test/":
 		http.Redirect(w, r, "http://limited.test/", http.StatusFound)
 	case "limited.test/":
@@ -99,7 +106,7 @@ type hopEnv struct {
 	p   *Pool
 }
 
-func newHopEnv(t *testing.T, defaultInterval time.Duration) *hopEnv {
+func newHopEnv(t *testing.T, defaultInterval time.Duration, frames frameMode) *hopEnv {
 	t.Helper()
 	f := getFixture(t)
 	o := origintest.New(http.HandlerFunc(hopOrigin))
@@ -118,6 +125,7 @@ func newHopEnv(t *testing.T, defaultInterval time.Duration) *hopEnv {
 		Guard:       guard,
 		Hops:        rec,
 		Logger:      testLogger(t),
+		frames:      frames,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -126,7 +134,7 @@ func newHopEnv(t *testing.T, defaultInterval time.Duration) *hopEnv {
 	return &hopEnv{o: o, l: l, rec: rec, p: p}
 }
 
-// render renders u under an admission of its domain with interval, as entry B would.
+// render renders u under an admission of its domain with interval, as entry A would.
 func (e *hopEnv) render(t *testing.T, u string, interval, timeout time.Duration) *downloader.Outcome {
 	t.Helper()
 	pu := getFixture(t).url(u)
@@ -134,9 +142,12 @@ func (e *hopEnv) render(t *testing.T, u string, interval, timeout time.Duration)
 	if err != nil {
 		t.Fatal(err)
 	}
-	adm, wait := e.l.Allow(time.Now(), domain, interval, downloader.IntervalSourceRequest, downloader.EntryRender)
-	if wait > 0 {
-		t.Fatalf("%s not admitted: wait %v", domain, wait)
+	// A new limiter treats every domain as requested at its start (SPEC §2): wait for that.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	adm, err := e.l.Wait(ctx, domain, interval, downloader.IntervalSourceRequest, downloader.EntryRender)
+	if err != nil {
+		t.Fatalf("%s not admitted: %v", domain, err)
 	}
 	out := e.p.Render(context.Background(), pu, &adm, timeout)
 	adm.Done()
@@ -167,7 +178,7 @@ func (e *hopEnv) requestCount(host string) uint64 {
 // self_rate_limited and nothing is sent to its host.
 func TestRenderHops(t *testing.T) {
 	const defaultInterval = 200 * time.Millisecond
-	e := newHopEnv(t, defaultInterval)
+	e := newHopEnv(t, defaultInterval, frameFree)
 
 	t.Run("cross host", func(t *testing.T) {
 		out := e.render(t, "cross-a.test/", 0, 20*time.Second)
@@ -210,6 +221,7 @@ func TestRenderHops(t *testing.T) {
 				t.Errorf("request_count_24h=%d, want 2", got)
 			}
 			gap := e.arrival(t, tt.host, tt.next).Sub(e.arrival(t, tt.host, tt.first))
+
 			if gap < interval {
 				t.Errorf("the origin saw %s %v after %s, want at least the interval %v", tt.next, gap, tt.first, interval)
 			}
@@ -218,6 +230,19 @@ func TestRenderHops(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("iframe on another host", func(t *testing.T) {
+		out := e.render(t, "embed.test/", 0, 20*time.Second)
+		if out.FailReason != "" || out.HTTPStatus != 200 {
+			t.Fatalf("fail_reason=%s http_status=%d", failReason(out), out.HTTPStatus)
+		}
+		if got := e.rec.take(); len(got) != 0 {
+			t.Errorf("hops admitted: %v, want none: iframes are part of the page", got)
+		}
+		if n := e.o.CountByHost()["widget.test"]; n != 1 {
+			t.Errorf("the origin got %d requests for widget.test, want 1", n)
+		}
+	})
 
 	t.Run("not admitted before the deadline", func(t *testing.T) {
 		// limited.test's next slot is two hours away.
@@ -251,6 +276,36 @@ func TestRenderHops(t *testing.T) {
 	getFixture(t).noViolations(t)
 }
 
+// TestRenderFramesAdmitNow: the frameAdmitNow alternative measured in
+// BenchmarkRenderFrames admits an iframe document on another host when its turn is now,
+// and otherwise fails the iframe (counted blocked) while the page renders.
+func TestRenderFramesAdmitNow(t *testing.T) {
+	e := newHopEnv(t, 0, frameAdmitNow)
+	out := e.render(t, "embed.test/", 0, 20*time.Second)
+	if out.FailReason != "" || deref(out.HealthSignal.BlockedRequestCount) != 0 {
+		t.Fatalf("fail_reason=%s blocked_request_count=%d", failReason(out), deref(out.HealthSignal.BlockedRequestCount))
+	}
+	if got := e.rec.take(); !slices.Equal(got, []string{"widget.test"}) {
+		t.Errorf("admitted: %v, want [widget.test]", got)
+	}
+	if got := e.requestCount("widget.test"); got != 1 {
+		t.Errorf("widget.test: request_count_24h=%d, want 1", got)
+	}
+
+	held, _, _ := e.l.Reserve(time.Now(), "limited.test", time.Hour, downloader.IntervalSourceRequest, downloader.EntryLease, time.Time{})
+	held.Done()
+	out = e.render(t, "embed-limited.test/", 0, 20*time.Second)
+	if out.FailReason != "" || out.HTTPStatus != 200 || !strings.Contains(out.Text, "never free") {
+		t.Fatalf("fail_reason=%s http_status=%d text=%q, want the page", failReason(out), out.HTTPStatus, out.Text)
+	}
+	if got := deref(out.HealthSignal.BlockedRequestCount); got != 1 {
+		t.Errorf("blocked_request_count=%d, want the iframe", got)
+	}
+	if n := e.o.CountByHost()["limited.test"]; n != 0 {
+		t.Errorf("the origin got %d requests for limited.test", n)
+	}
+}
+
 // TestHopConnWaitsForTheWire: a write to a connection of a domain with an admitted hop
 // is held until the hop's admission lets it out, which moves last_request_at to that
 // moment; writes to other domains, and later writes, go at once; the render's end gives
@@ -274,12 +329,12 @@ func TestHopConnWaitsForTheWire(t *testing.T) {
 	other.Wire(clk.Now())
 	otherAt := clk.Now()
 
-	st := newRenderState(clk, "page.test", nil, true)
+	st := newRenderState(clk, "page.test", nil)
 	if !st.addHop("x.test", hop) {
 		t.Fatal("addHop refused a live render")
 	}
 	never := make(chan struct{})
-	dial := func(domain string) (*hopConn, <-chan []byte) {
+	dial := func(domain string) (*originConn, <-chan []byte) {
 		client, server := net.Pipe()
 		t.Cleanup(func() { client.Close(); server.Close() })
 		got := make(chan []byte, 4)
@@ -293,7 +348,7 @@ func TestHopConnWaitsForTheWire(t *testing.T) {
 				got <- append([]byte(nil), buf[:n]...)
 			}
 		}()
-		return &hopConn{Conn: client, st: st, domain: domain, stop: never}, got
+		return &originConn{Conn: client, st: st, domain: domain, stop: never}, got
 	}
 
 	y, yGot := dial("y.test")
@@ -394,5 +449,50 @@ func TestRequestDomain(t *testing.T) {
 		if (err != nil) != tt.wantErr || got != tt.want {
 			t.Errorf("requestDomain(%q) = %q, %v; want %q (error: %v)", tt.url, got, err, tt.want, tt.wantErr)
 		}
+	}
+}
+
+// tlsRecord is a TLS record of type typ with n bytes of body.
+func tlsRecord(typ byte, n int) []byte {
+	return append([]byte{typ, 3, 3, byte(n >> 8), byte(n)}, make([]byte, n)...)
+}
+
+// TestRecordScanner: in a tunnel, the wait is before the first application data record,
+// however the client's bytes are cut into writes.
+func TestRecordScanner(t *testing.T) {
+	hello := tlsRecord(recordHandshake, 300)
+	ccs := tlsRecord(recordChangeCipherSpec, 1)
+	finished12 := tlsRecord(recordHandshake, 40)
+	data := tlsRecord(recordApplicationData, 100)
+	cat := func(bs ...[]byte) []byte { return slices.Concat(bs...) }
+	tests := []struct {
+		name   string
+		writes [][]byte
+		want   [2]int // the write and the offset in it where data starts; {-1, -1}: none
+	}{
+		{"TLS 1.2: request after the handshake", [][]byte{hello, cat(tlsRecord(recordHandshake, 70), ccs, finished12), data}, [2]int{2, 0}},
+		{"TLS 1.3: Finished and request in one write", [][]byte{hello, cat(ccs, tlsRecord(recordApplicationData, 53), data)}, [2]int{1, 6}},
+		{"header split across writes", [][]byte{hello[:3], hello[3:200], cat(hello[200:], ccs[:2]), cat(ccs[2:], data)}, [2]int{3, 4}},
+		{"reused tunnel: request first", [][]byte{hello, data, data}, [2]int{1, 0}},
+		{"not TLS: the first write", [][]byte{[]byte("GET / HTTP/1.1\r\n")}, [2]int{0, 0}},
+		{"alert counts as data", [][]byte{hello, tlsRecord(21, 2)}, [2]int{1, 0}},
+		{"handshake only", [][]byte{hello, finished12}, [2]int{-1, -1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var s recordScanner
+			got := [2]int{-1, -1}
+			for i, w := range tt.writes {
+				if s.inData() {
+					break
+				}
+				if k := s.scan(w); k >= 0 {
+					got = [2]int{i, k}
+				}
+			}
+			if got != tt.want {
+				t.Errorf("data starts at write %d offset %d, want %d, %d", got[0], got[1], tt.want[0], tt.want[1])
+			}
+		})
 	}
 }

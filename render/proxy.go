@@ -68,7 +68,9 @@ func (p *Pool) newProxy() (*proxy, error) {
 	}
 	x.ctx, x.cancel = context.WithCancel(p.ctx)
 	x.transport = &http.Transport{
-		DialContext:         x.dial,
+		DialContext: func(ctx context.Context, network, address string) (net.Conn, error) {
+			return x.dial(ctx, network, address, false)
+		},
 		Proxy:               nil,
 		DisableCompression:  true, // pass the browser's Accept-Encoding and the body through as they are
 		MaxIdleConnsPerHost: 6,
@@ -180,11 +182,10 @@ func (x *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x.rp.ServeHTTP(w, r)
 }
 
-// dial connects to an origin through the Guard. The first connection to the page's own
-// host is the moment its request goes on the wire: it waits there for the limiter. When
-// the render admits hops, the connection also holds the first write after a hop to its
-// domain was admitted until the hop's admission lets it out (hopConn).
-func (x *proxy) dial(ctx context.Context, network, address string) (net.Conn, error) {
+// dial connects to an origin through the Guard (tunnel: for a CONNECT). The connection
+// holds the first request bytes to the page's own host, and those of each admitted hop,
+// until the limiter lets them out (originConn).
+func (x *proxy) dial(ctx context.Context, network, address string, tunnel bool) (net.Conn, error) {
 	st := x.state()
 	if st == nil {
 		return nil, errNotArmed
@@ -206,16 +207,11 @@ func (x *proxy) dial(ctx context.Context, network, address string) (net.Conn, er
 	if err != nil {
 		return conn, nil
 	}
-	if d == st.domain {
-		if err := st.wire(ctx); err != nil {
-			conn.Close()
-			return nil, err
-		}
+	oc := &originConn{Conn: conn, st: st, domain: d, stop: x.ctx.Done()}
+	if tunnel {
+		oc.records = &recordScanner{}
 	}
-	if st.gateHops {
-		return &hopConn{Conn: conn, st: st, domain: d, stop: x.ctx.Done()}, nil
-	}
-	return conn, nil
+	return oc, nil
 }
 
 // fail answers a request the proxy could not forward, with our mark and the reason.
@@ -234,7 +230,7 @@ func (x *proxy) fail(w http.ResponseWriter, r *http.Request, err error) {
 // status, which the browser reports as net::ERR_TUNNEL_CONNECTION_FAILED; the reason is
 // kept for the render by host:port.
 func (x *proxy) connect(w http.ResponseWriter, r *http.Request, st *renderState) {
-	up, err := x.dial(r.Context(), "tcp", r.Host)
+	up, err := x.dial(r.Context(), "tcp", r.Host, true)
 	if err != nil {
 		st.recordTunnelFailure(r.Host, classifyError(err))
 		x.fail(w, r, err)
@@ -288,17 +284,14 @@ func (x *proxy) connect(w http.ResponseWriter, r *http.Request, st *renderState)
 // use.
 type renderState struct {
 	clk    clock.Clock
-	domain string // the page's normalised host
-	// gateHops makes the proxy's connections wait for the wire moment of admitted hops
-	// (set when the pool has a HopAdmitter).
-	gateHops bool
-	over     chan struct{} // closed by release
+	domain string        // the page's normalised host
+	over   chan struct{} // closed by release
 
 	mu             sync.Mutex
 	adm            *limiter.Admission // nil: no limiter (or released)
 	released       bool               // Render returned: adm is the caller's again
-	wired          bool
-	seen           bool // the proxy saw at least one request
+	wired          bool               // the first request to domain went on the wire
+	seen           bool               // the proxy saw at least one request
 	blocked        int
 	tunnelFailures map[string]downloader.FailReason
 	hops           []*hopAdmission // the render's own admissions of main document hops
@@ -306,43 +299,11 @@ type renderState struct {
 	unwiredHops    atomic.Int32    // hops admitted and not yet on the wire
 }
 
-func newRenderState(clk clock.Clock, domain string, adm *limiter.Admission, gateHops bool) *renderState {
-	return &renderState{clk: clk, domain: domain, adm: adm, gateHops: gateHops, over: make(chan struct{})}
+func newRenderState(clk clock.Clock, domain string, adm *limiter.Admission) *renderState {
+	return &renderState{clk: clk, domain: domain, adm: adm, over: make(chan struct{})}
 }
 
 var errReleased = errors.New("render proxy: render over")
-
-// wire lets the first request to the page's host out once the limiter agrees (SPEC §2:
-// last_request_at moves to the moment the request goes on the wire).
-func (st *renderState) wire(ctx context.Context) error {
-	for {
-		st.mu.Lock()
-		switch {
-		case st.released:
-			st.mu.Unlock()
-			return errReleased
-		case st.wired || st.adm == nil:
-			st.wired = true
-			st.mu.Unlock()
-			return nil
-		}
-		d := st.adm.Wire(st.clk.Now())
-		if d == 0 {
-			st.wired = true
-		}
-		st.mu.Unlock()
-		if d == 0 {
-			return nil
-		}
-		t := st.clk.NewTimer(d)
-		select {
-		case <-t.C():
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		}
-	}
-}
 
 // release hands the admission back to Render's caller: the proxy no longer touches it.
 // The render's own hop admissions are given back (Cancel, or Done once on the wire).

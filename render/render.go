@@ -21,13 +21,14 @@
 //     one per tab on ProxyHost:0, set as the proxy of the tab's browser context (which
 //     also works on a remote endpoint). The proxy dials through the netguard Guard, so
 //     --connect-to and the SSRF guard apply to sub-requests (scripts, XHRs, iframes,
-//     redirects) exactly as to plain fetches, and it calls the limiter's WaitWire when the
-//     first request to the page's own host goes out. Loopback is proxied too ("<-loopback>").
+//     redirects) exactly as to plain fetches, and it holds the first request bytes to the
+//     page's own host until the limiter's Wire lets them out (after DNS, connect and TLS:
+//     wire.go). Loopback is proxied too ("<-loopback>").
 //   - With a HopAdmitter (Config.Hops), the browser pauses every document request before
 //     sending it (CDP Fetch domain). The render's first main document goes on under the
 //     caller's admission; every later main-frame document (a redirect hop, a meta refresh,
 //     location=) first gets an admission of its own, bounded by the render's deadline, and
-//     the proxy holds its first bytes toward that host until the admission's Wire lets
+//     the proxy holds its request bytes toward that host until the admission's Wire lets
 //     them out. A hop that cannot be admitted in time is failed, and the render answers
 //     self_rate_limited. Iframe documents are not admitted (docs/benchmarks-render.md).
 //   - A render navigates, waits for the load event and then for the network to be quiet
@@ -106,6 +107,9 @@ type Config struct {
 	// request for it (CDP Fetch domain). Nil: nothing after the first request is admitted
 	// and nothing is paused (tests, benchmarks).
 	Hops HopAdmitter
+	// frames is what happens to iframe documents on other hosts; only benchmarks change
+	// it (docs/benchmarks-render.md has the measurement behind the default).
+	frames frameMode
 
 	DefaultTimeout time.Duration // a render's timeout when Render is given none
 
@@ -321,8 +325,8 @@ var (
 //
 // adm is the limiter admission of u's domain, taken and finished by the caller. When the
 // first request to u's host goes on the wire (the proxy's connection to the origin is
-// made, the request not yet written), Render calls adm.Wire and waits as WaitWire would,
-// on the pool's clock; it no longer touches adm once it has returned, so the caller may
+// made, and for HTTPS its TLS handshake done, the request not yet written), Render calls
+// adm.Wire and waits as WaitWire would, on the pool's clock, then adm.Wrote; it no longer touches adm once it has returned, so the caller may
 // Cancel or Done it at once. A nil adm renders without a limiter (tests, benchmarks).
 //
 // Every main-frame document after the first is admitted through Config.Hops with ctx
@@ -389,7 +393,7 @@ func (p *Pool) render(ctx context.Context, u *url.URL, adm *limiter.Admission, s
 	}
 	// The slot is given back when Render returns; the tab's cleanup goes on behind it.
 	defer p.gate.Release()
-	st := newRenderState(p.clk, domain, adm, p.cfg.Hops != nil)
+	st := newRenderState(p.clk, domain, adm)
 	job := &renderJob{p: p, u: u, st: st, start: start, deadline: deadline, done: make(chan *downloader.Outcome, 1)}
 	if !p.goTracked(func() { job.run(ctx) }) {
 		return downloader.Failed(downloader.FailShuttingDown)

@@ -52,7 +52,7 @@ func (p *Pool) newTab(ctx context.Context, b *browser) (*tab, error) {
 	}
 	t := &tab{b: b, proxy: px, tr: tr}
 	if p.cfg.Hops != nil {
-		t.pause = newPauser(p.cfg.Hops, p.log, &t.wg)
+		t.pause = newPauser(p.cfg.Hops, p.cfg.frames, p.log, &t.wg)
 		opts = append(opts, chromedp.WithListener(t.pause.onEvent))
 	}
 	tctx, cancel := chromedp.NewContext(b.ctx, opts...)

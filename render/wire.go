@@ -1,0 +1,231 @@
+package render
+
+import (
+	"net"
+	"time"
+)
+
+// The wire moment (SPEC §2): an admission is Wire'd when its request's first bytes are
+// about to be written toward the origin, after DNS, connect and TLS, and the write waits
+// while the limiter says so. Taking it any earlier (at the dial, or at the TLS
+// handshake) lets the next request to the host, spaced from that moment, reach the origin
+// less than the interval after this one.
+
+// originConn is a connection of a tab's proxy to an origin. It holds the first request
+// bytes to the page's own host (the caller's admission) and those of each admitted hop to
+// its host, until the admission lets them out, then tells the limiter they were written.
+// The proxy cannot tell which request bytes belong to (a tunnel is opaque), so the first
+// request bytes toward a host after its admission are taken to be that admission's.
+//
+// On a plain HTTP connection every write is request bytes. A tunnel (CONNECT) carries TLS:
+// its writes are followed record by record (recordScanner), and the wait is before the
+// first application data record, which is the request (TLS 1.2), or the client's Finished
+// in the same flight as the request (TLS 1.3). A tunnel that does not start with a TLS
+// record is taken to be plain.
+//
+// Write is called by one goroutine at a time: the transport's write loop, or the tunnel's
+// copy toward the origin.
+type originConn struct {
+	net.Conn
+	st      *renderState
+	domain  string
+	stop    <-chan struct{} // the proxy is closing
+	records *recordScanner  // nil: plain HTTP
+}
+
+func (c *originConn) Write(b []byte) (int, error) {
+	if c.records != nil && !c.records.inData() {
+		k := c.records.scan(b)
+		if k < 0 {
+			return c.Conn.Write(b) // still the handshake
+		}
+		if k > 0 {
+			n, err := c.Conn.Write(b[:k])
+			if err != nil {
+				return n, err
+			}
+			m, err := c.gated(b[k:])
+			return n + m, err
+		}
+	}
+	return c.gated(b)
+}
+
+// gated writes request bytes once the admissions waiting for them let them out.
+func (c *originConn) gated(b []byte) (int, error) {
+	first, h, err := c.st.wireFor(c.stop, c.domain)
+	if err != nil {
+		return 0, err
+	}
+	n, err := c.Conn.Write(b)
+	if n > 0 && (first || h != nil) {
+		c.st.wrote(first, h)
+	}
+	return n, err
+}
+
+// TLS record content types (RFC 8446 §5.1).
+const (
+	recordChangeCipherSpec = 20
+	recordHandshake        = 22
+	recordApplicationData  = 23
+)
+
+// recordScanner follows the TLS records a client writes, to find where its first
+// application data begins. Not safe for concurrent use.
+type recordScanner struct {
+	started bool
+	data    bool    // reached application data (or not TLS): every later byte is data
+	hdr     [5]byte // the record header being read, when split across writes
+	hdrN    int
+	left    int // bytes of the current record's body still to come
+}
+
+func (s *recordScanner) inData() bool { return s.data }
+
+// scan consumes b and returns the offset in b where application data starts, or -1 if b
+// ends before it. Once it has returned an offset, every later byte is data.
+func (s *recordScanner) scan(b []byte) int {
+	if s.data {
+		return 0
+	}
+	i := 0
+	for i < len(b) {
+		if s.left > 0 {
+			n := min(s.left, len(b)-i)
+			s.left -= n
+			i += n
+			continue
+		}
+		if s.hdrN == 0 {
+			t := b[i]
+			// Anything but the handshake's own records (alerts, heartbeats, or bytes that
+			// are not TLS at all) counts as data: waiting too early is safe, too late not.
+			if (t != recordChangeCipherSpec && t != recordHandshake) || (!s.started && t != recordHandshake) {
+				s.data = true
+				return i
+			}
+			s.started = true
+		}
+		s.hdr[s.hdrN] = b[i]
+		s.hdrN++
+		i++
+		if s.hdrN == len(s.hdr) {
+			s.left = int(s.hdr[3])<<8 | int(s.hdr[4])
+			s.hdrN = 0
+		}
+	}
+	return -1
+}
+
+// wireFor is called right before request bytes are written to a connection to domain.
+// It waits, on the pool's clock, until the admissions those bytes may belong to let them
+// out: the caller's admission if they are the first to the page's host, and the oldest
+// admitted hop to domain not yet on the wire. It reports which it wired, for wrote. The
+// render's end or stop ends a wait with an error.
+func (st *renderState) wireFor(stop <-chan struct{}, domain string) (first bool, h *hopAdmission, err error) {
+	if domain == st.domain {
+		if first, err = st.wireFirst(stop); err != nil {
+			return false, nil, err
+		}
+	}
+	if st.unwiredHops.Load() == 0 {
+		return first, nil, nil
+	}
+	h, err = st.wireHop(stop, domain)
+	return first, h, err
+}
+
+// wireFirst lets the first request to the page's host out once the caller's admission
+// agrees, and reports whether this was that request.
+func (st *renderState) wireFirst(stop <-chan struct{}) (bool, error) {
+	for {
+		st.mu.Lock()
+		switch {
+		case st.released:
+			st.mu.Unlock()
+			return false, errReleased
+		case st.wired:
+			st.mu.Unlock()
+			return false, nil
+		case st.adm == nil:
+			st.wired = true
+			st.mu.Unlock()
+			return false, nil
+		}
+		d := st.adm.Wire(st.clk.Now())
+		if d == 0 {
+			st.wired = true
+		}
+		st.mu.Unlock()
+		if d == 0 {
+			return true, nil
+		}
+		if err := st.sleep(stop, d); err != nil {
+			return false, err
+		}
+	}
+}
+
+// wireHop lets the oldest admitted hop to domain not yet on the wire out once its
+// admission agrees, and returns it (nil if there is none).
+func (st *renderState) wireHop(stop <-chan struct{}, domain string) (*hopAdmission, error) {
+	for {
+		st.mu.Lock()
+		if st.released {
+			st.mu.Unlock()
+			return nil, errReleased
+		}
+		var h *hopAdmission
+		for _, c := range st.hops {
+			if !c.wired && c.domain == domain {
+				h = c
+				break
+			}
+		}
+		if h == nil {
+			st.mu.Unlock()
+			return nil, nil
+		}
+		d := h.adm.Wire(st.clk.Now())
+		if d == 0 {
+			h.wired = true
+			st.unwiredHops.Add(-1)
+		}
+		st.mu.Unlock()
+		if d == 0 {
+			return h, nil
+		}
+		if err := st.sleep(stop, d); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// sleep waits d on the pool's clock, unless the render ends or stop is closed first.
+func (st *renderState) sleep(stop <-chan struct{}, d time.Duration) error {
+	t := st.clk.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return nil
+	case <-st.over:
+		return errReleased
+	case <-stop:
+		return errReleased
+	}
+}
+
+// wrote tells the limiter that the request bytes of the admissions wireFor let out were
+// handed to the socket (Admission.Wrote: a write delayed after Wire moves the wire
+// moment to it). The caller's admission is not touched once the render is over.
+func (st *renderState) wrote(first bool, h *hopAdmission) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if first && st.adm != nil && !st.released {
+		st.adm.Wrote()
+	}
+	if h != nil {
+		h.adm.Wrote()
+	}
+}
