@@ -2,16 +2,22 @@ package render
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
+	"io"
+	"log"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/security"
 
 	"downloader"
 	"downloader/clock"
@@ -494,5 +500,103 @@ func TestRecordScanner(t *testing.T) {
 				t.Errorf("data starts at write %d offset %d, want %d, %d", got[0], got[1], tt.want[0], tt.want[1])
 			}
 		})
+	}
+}
+
+// TestRenderHopsHTTPS: through CONNECT tunnels (TLS 1.3 to one host, TLS 1.2 to the
+// other), the page's first request and each hop are admitted, and each admission is
+// wired after the origin got the tunnel's TLS ClientHello, never at the dial.
+func TestRenderHopsHTTPS(t *testing.T) {
+	f := getFixture(t)
+	var mu sync.Mutex
+	hello := map[string]time.Time{} // first ClientHello per server name
+	tls12 := false
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Host + r.URL.Path {
+		case "secure.test/":
+			http.Redirect(w, r, "/final", http.StatusFound)
+		case "secure.test/final":
+			http.Redirect(w, r, "https://secure-b.test/", http.StatusFound)
+		default:
+			mu.Lock()
+			tls12 = r.TLS != nil && r.TLS.Version == tls.VersionTLS12
+			mu.Unlock()
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			fmt.Fprint(w, "<!doctype html><html><body><p>Two hops away, over TLS.</p></body></html>")
+		}
+	}))
+	srv.TLS = &tls.Config{GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+		mu.Lock()
+		if _, ok := hello[h.ServerName]; !ok {
+			hello[h.ServerName] = time.Now()
+		}
+		mu.Unlock()
+		if h.ServerName == "secure-b.test" {
+			c := srv.TLS.Clone()
+			c.GetConfigForClient = nil
+			c.MaxVersion = tls.VersionTLS12
+			return c, nil
+		}
+		return nil, nil
+	}}
+	// Chrome's first handshakes reject the test certificate before the browser is told
+	// to ignore it.
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	guard := netguard.New(netguard.Config{
+		ConnectTo: []netguard.Rule{mustRule("secure.test:443:127.0.0.1:" + port), mustRule("secure-b.test:443:127.0.0.1:" + port)},
+		Resolver:  fakeResolver{}, Dialer: loopbackOnly{f},
+	})
+	l := limiter.New(clock.Real{})
+	rec := &hopRecorder{hops: limiterHops{l: l}}
+	p, err := New(Config{Concurrency: 1, WarmTabs: -1, UserAgent: testUserAgent, Guard: guard, Hops: rec, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	b, err := p.browserFor(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The test server's certificate is for no .test name.
+	if _, err := cdp.Call(ctx, b.b, security.SetIgnoreCertificateErrors, security.SetIgnoreCertificateErrorsParams{Ignore: true}); err != nil {
+		t.Fatal(err)
+	}
+
+	const interval = 300 * time.Millisecond
+	adm, err := l.Wait(ctx, "secure.test", interval, downloader.IntervalSourceRequest, downloader.EntryRender)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	out := p.Render(context.Background(), f.url("https://secure.test/"), &adm, 20*time.Second)
+	adm.Done()
+	if out.FailReason != "" || out.HTTPStatus != 200 || out.FinalURL != "https://secure-b.test/" {
+		t.Fatalf("fail_reason=%s http_status=%d final_url=%q", failReason(out), out.HTTPStatus, out.FinalURL)
+	}
+	if got := rec.take(); !slices.Equal(got, []string{"secure.test", "secure-b.test"}) {
+		t.Errorf("hops admitted: %v, want [secure.test secure-b.test]", got)
+	}
+	// The same-host hop waited its interval after the first request went out.
+	if took := time.Since(start); took < interval {
+		t.Errorf("the render took %v, less than the same-host hop's interval %v", took, interval)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !tls12 {
+		t.Error("secure-b.test was not reached over TLS 1.2")
+	}
+	for _, host := range []string{"secure.test", "secure-b.test"} {
+		st, _ := l.Domain(time.Now(), host)
+		if st.RequestCount24h != map[string]uint64{"secure.test": 2, "secure-b.test": 1}[host] || st.InFlightCount != 0 {
+			t.Errorf("%s: %+v", host, st)
+		}
+		if h, ok := hello[host]; !ok || !st.LastRequestAt.After(h) {
+			t.Errorf("%s: last wire moment %v is not after the tunnel's ClientHello reached the origin at %v", host, st.LastRequestAt, h)
+		}
 	}
 }
