@@ -539,8 +539,8 @@ func TestRenderHopsHTTPS(t *testing.T) {
 		}
 		return nil, nil
 	}}
-	// Chrome's first handshakes reject the test certificate before the browser is told
-	// to ignore it.
+	// The browser's first handshake to each host ends with an unknown-certificate alert;
+	// it then proceeds under the ignore setting, on a new connection.
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
