@@ -80,17 +80,39 @@ func (s *Server) target(rawURL, domain string, minIntervalMs *int64) (*url.URL, 
 	return u, req, nil
 }
 
+// entryBody is what B and C share: the target of the request.
+type entryBody interface {
+	targetFields() (rawURL, domain string, minIntervalMs *int64)
+}
+
+func (b *probeRequest) targetFields() (string, string, *int64) {
+	return b.URL, b.Domain, b.MinIntervalMs
+}
+func (b *renderRequest) targetFields() (string, string, *int64) {
+	return b.URL, b.Domain, b.MinIntervalMs
+}
+
+// decodeEntry decodes an entry's body and validates its target; on failure it has
+// answered the error and ok is false.
+func (s *Server) decodeEntry(w http.ResponseWriter, r *http.Request, body entryBody) (u *url.URL, req downloader.Request, ok bool) {
+	if err := decode(w, r, body); err != nil {
+		s.writeError(w, r, err)
+		return nil, req, false
+	}
+	u, req, err := s.target(body.targetFields())
+	if err != nil {
+		s.writeError(w, r, err)
+		return nil, req, false
+	}
+	return u, req, true
+}
+
 // handleProbe is entry C: always 200 with the lean summary, never stored (SPEC §5).
 func (s *Server) handleProbe() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body probeRequest
-		if err := decode(w, r, &body); err != nil {
-			s.writeError(w, r, err)
-			return
-		}
-		u, req, err := s.target(body.URL, body.Domain, body.MinIntervalMs)
-		if err != nil {
-			s.writeError(w, r, err)
+		u, req, ok := s.decodeEntry(w, r, &body)
+		if !ok {
 			return
 		}
 		req.ShouldRender = body.ShouldRender != nil && *body.ShouldRender
@@ -102,13 +124,8 @@ func (s *Server) handleProbe() http.Handler {
 func (s *Server) handleRender() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body renderRequest
-		if err := decode(w, r, &body); err != nil {
-			s.writeError(w, r, err)
-			return
-		}
-		u, req, err := s.target(body.URL, body.Domain, body.MinIntervalMs)
-		if err != nil {
-			s.writeError(w, r, err)
+		u, req, ok := s.decodeEntry(w, r, &body)
+		if !ok {
 			return
 		}
 		req.ShouldRender = body.ShouldRender == nil || *body.ShouldRender

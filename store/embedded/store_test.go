@@ -203,54 +203,8 @@ func TestKeyLayout(t *testing.T) {
 	}
 }
 
-func TestEscapeDomain(t *testing.T) {
-	for _, tc := range []struct{ in, want string }{
-		{"a.example", "a.example"},
-		{"xn--fiqs8s.example", "xn--fiqs8s.example"},
-		{"::1", "%3A%3A1"},
-		{"2001:db8::1", "2001%3Adb8%3A%3A1"},
-		{"100%", "100%25"},
-		{"%3A", "%253A"},
-		{"", ""},
-	} {
-		if got := escapeDomain(tc.in); got != tc.want {
-			t.Errorf("escapeDomain(%q) = %q; want %q", tc.in, got, tc.want)
-		}
-	}
-}
+// EscapeDomain, PrefixEnd and ValidID are tested in package keys, which they live in.
 
-func TestPrefixEnd(t *testing.T) {
-	for _, tc := range []struct{ in, want string }{
-		{"downloader:fetch_result:", "downloader:fetch_result;"},
-		{"a\xff", "b"},
-		{"\xff\xff", ""},
-	} {
-		if got := string(prefixEnd(tc.in)); got != tc.want {
-			t.Errorf("prefixEnd(%q) = %q; want %q", tc.in, got, tc.want)
-		}
-	}
-}
-
-func TestValidID(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want bool
-	}{
-		{strings.Repeat("0", 32), true},
-		{"0123456789abcdef0123456789abcdef", true},
-		{"0123456789ABCDEF0123456789abcdef", false},
-		{strings.Repeat("0", 31), false},
-		{strings.Repeat("0", 33), false},
-		{strings.Repeat("g", 32), false},
-		{"", false},
-	} {
-		if got := validID(tc.in); got != tc.want {
-			t.Errorf("validID(%q) = %v; want %v", tc.in, got, tc.want)
-		}
-	}
-}
-
-// TestIDOrder: ids sort newest first by fetched_at, then latest insertion first.
 func TestIDOrder(t *testing.T) {
 	s := &Store{}
 	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
