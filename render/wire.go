@@ -58,8 +58,8 @@ func (c *originConn) gated(b []byte) (int, error) {
 		return 0, err
 	}
 	n, err := c.Conn.Write(b)
-	if n > 0 && (first || h != nil) {
-		c.st.wrote(first, h)
+	if first || h != nil {
+		c.st.wrote(first, h) // also after a failed write: it ends the hold
 	}
 	return n, err
 }
@@ -120,7 +120,8 @@ func (s *recordScanner) scan(b []byte) int {
 
 // wireFor is called right before request bytes are written to a connection to domain.
 // It waits, on the pool's clock, until the admissions those bytes may belong to let them
-// out: the caller's admission if they are the first to the page's host, and the oldest
+// out (WireAndHold: until wrote, the domain's other requests wait for this write, so a
+// write descheduled after the decision cannot let the next request follow it early): the caller's admission if they are the first to the page's host, and the oldest
 // admitted hop to domain not yet on the wire. It reports which it wired, for wrote. The
 // render's end or stop ends a wait with an error.
 func (st *renderState) wireFor(stop <-chan struct{}, domain string) (first bool, h *hopAdmission, err error) {
@@ -153,7 +154,7 @@ func (st *renderState) wireFirst(stop <-chan struct{}) (bool, error) {
 			st.mu.Unlock()
 			return false, nil
 		}
-		d := st.adm.Wire(st.clk.Now())
+		d := st.adm.WireAndHold(st.clk.Now())
 		if d == 0 {
 			st.wired = true
 		}
@@ -187,7 +188,7 @@ func (st *renderState) wireHop(stop <-chan struct{}, domain string) (*hopAdmissi
 			st.mu.Unlock()
 			return nil, nil
 		}
-		d := h.adm.Wire(st.clk.Now())
+		d := h.adm.WireAndHold(st.clk.Now())
 		if d == 0 {
 			h.wired = true
 			st.unwiredHops.Add(-1)
@@ -217,8 +218,9 @@ func (st *renderState) sleep(stop <-chan struct{}, d time.Duration) error {
 }
 
 // wrote tells the limiter that the request bytes of the admissions wireFor let out were
-// handed to the socket (Admission.Wrote: a write delayed after Wire moves the wire
-// moment to it). The caller's admission is not touched once the render is over.
+// handed to the socket (Admission.Wrote: the wire moment moves to now, and the hold
+// ends). The caller's admission is not touched once the render is over: the caller's
+// Done or Cancel ends its hold.
 func (st *renderState) wrote(first bool, h *hopAdmission) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
