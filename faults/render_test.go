@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -88,7 +89,12 @@ func newPool(t *testing.T, guard *netguard.Guard, concurrency, queueLength int) 
 	}
 	t.Cleanup(func() {
 		p.Close()
-		if procs := browserProcesses(syscall.Getpgrp()); len(procs) > 0 {
+		// SIGKILL is asynchronous: processes killed by Close get a bounded moment to go.
+		procs := browserProcesses(syscall.Getpgrp())
+		for deadline := time.Now().Add(5 * time.Second); len(procs) > 0 && time.Now().Before(deadline); procs = browserProcesses(syscall.Getpgrp()) {
+			runtime.Gosched()
+		}
+		if len(procs) > 0 {
 			t.Errorf("browser processes left after the pool closed: %v", procs)
 		}
 	})
