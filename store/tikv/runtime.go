@@ -198,10 +198,10 @@ func (r *Runtime) InstanceID() string { return r.id }
 type domainRecord struct {
 	LastRequestAt time.Time `json:"last_request_at"`
 	// LastInstanceID set LastRequestAt; "" when it is the loss marker's.
-	LastInstanceID string     `json:"last_instance_id,omitempty"`
-	MinIntervalMs  int64      `json:"min_interval_ms"`
-	IntervalSource string     `json:"interval_source,omitempty"`
-	InFlight       []inFlight `json:"in_flight,omitempty"`
+	LastInstanceID   string     `json:"last_instance_id,omitempty"`
+	MinIntervalMs    int64      `json:"min_interval_ms"`
+	IntervalSource   string     `json:"interval_source,omitempty"`
+	InFlightRequests []inFlight `json:"in_flight_requests,omitempty"`
 }
 
 // inFlight is one admitted request not yet written back.
@@ -220,13 +220,13 @@ type lossRecord struct {
 
 // instanceRecord is the value of downloader:domain_runtime::instance:{id}.
 type instanceRecord struct {
-	InstanceID    string    `json:"instance_id"`
-	StartedAt     time.Time `json:"started_at"`
-	HeartbeatAt   time.Time `json:"heartbeat_at"`
-	ExpiresAt     time.Time `json:"expires_at"`
-	InFlightCount int       `json:"in_flight_count"`
-	CapacityShare int       `json:"capacity_share"`
-	ClockOffsetMs *int64    `json:"clock_offset_ms"` // the local clock minus PD's TSO, if measured
+	InstanceID         string    `json:"instance_id"`
+	StartedAt          time.Time `json:"started_at"`
+	HeartbeatAt        time.Time `json:"heartbeat_at"`
+	ExpiresAt          time.Time `json:"expires_at"`
+	InFlightCount      int       `json:"in_flight_count"`
+	CapacityShareCount int       `json:"capacity_share_count"`
+	ClockOffsetMs      *int64    `json:"clock_offset_ms"` // the local clock minus PD's TSO, if measured
 }
 
 func (r *Runtime) lockOf(domain string) *sync.Mutex {
@@ -290,7 +290,7 @@ type decision struct {
 	wait    time.Duration // refused: ask again after wait
 	busy    bool          // another instance has a request of the domain in flight
 	admit   bool
-	pruned  []inFlight // rec.InFlight without the expired entries
+	pruned  []inFlight // rec.InFlightRequests without the expired entries
 	timeout time.Duration
 }
 
@@ -307,7 +307,7 @@ func (r *Runtime) decide(rec *domainRecord, a *engine.SharedAdmit, now time.Time
 		d.slot = next
 	}
 	var foreign time.Time // the latest moment another instance's request may go out
-	for _, f := range rec.InFlight {
+	for _, f := range rec.InFlightRequests {
 		if f.InstanceID == r.id {
 			if f.ExpiresAt.After(now) { // else its write-back failed: it is over
 				d.pruned = append(d.pruned, f)
@@ -369,7 +369,7 @@ func (r *Runtime) Admit(ctx context.Context, a engine.SharedAdmit) (engine.Share
 		}
 		rec.LastRequestAt, rec.LastInstanceID = d.slot.UTC(), r.id
 		rec.MinIntervalMs, rec.IntervalSource = a.MinInterval.Milliseconds(), string(a.IntervalSource)
-		rec.InFlight = append(d.pruned, inFlight{InstanceID: r.id, AdmissionID: id, SlotAt: d.slot.UTC(),
+		rec.InFlightRequests = append(d.pruned, inFlight{InstanceID: r.id, AdmissionID: id, SlotAt: d.slot.UTC(),
 			ExpiresAt: d.slot.Add(d.timeout + r.cfg.ExpirySlack).UTC()})
 		return r.put(txn, key, &rec)
 	})
@@ -422,8 +422,8 @@ func (t *ticket) Done(ctx context.Context, wireAt time.Time) {
 		if err != nil {
 			return err
 		}
-		kept := rec.InFlight[:0]
-		for _, f := range rec.InFlight {
+		kept := rec.InFlightRequests[:0]
+		for _, f := range rec.InFlightRequests {
 			if f.InstanceID == r.id && f.AdmissionID == t.id {
 				continue
 			}
@@ -432,7 +432,7 @@ func (t *ticket) Done(ctx context.Context, wireAt time.Time) {
 			}
 			kept = append(kept, f)
 		}
-		rec.InFlight = kept
+		rec.InFlightRequests = kept
 		if wireAt.After(rec.LastRequestAt) {
 			rec.LastRequestAt, rec.LastInstanceID = wireAt.UTC(), r.id
 		}
@@ -575,7 +575,7 @@ func (r *Runtime) Heartbeat(ctx context.Context) error {
 	offset := r.clockOffset(ctx)
 	r.mu.Lock()
 	rec := instanceRecord{InstanceID: r.id, StartedAt: r.startedAt.UTC(), InFlightCount: r.cfg.Gate.InFlight(),
-		CapacityShare: r.cfg.Gate.Capacity(), ClockOffsetMs: offset}
+		CapacityShareCount: r.cfg.Gate.Capacity(), ClockOffsetMs: offset}
 	r.mu.Unlock()
 	var now time.Time
 	err = r.s.update(ctx, func(txn *transaction.KVTxn) error {
@@ -695,14 +695,14 @@ func (r *Runtime) instances(ctx context.Context) ([]instanceRecord, error) {
 
 // Instance is one downloader instance as the cluster sees it.
 type Instance struct {
-	InstanceID    string    `json:"instance_id"`
-	StartedAt     time.Time `json:"started_at"`
-	HeartbeatAt   time.Time `json:"heartbeat_at"`
-	ExpiresAt     time.Time `json:"expires_at"`
-	IsLive        bool      `json:"is_live"`
-	InFlightCount int       `json:"in_flight_count"`
-	CapacityShare int       `json:"capacity_share"`
-	ClockOffsetMs *int64    `json:"clock_offset_ms"`
+	InstanceID         string    `json:"instance_id"`
+	StartedAt          time.Time `json:"started_at"`
+	HeartbeatAt        time.Time `json:"heartbeat_at"`
+	ExpiresAt          time.Time `json:"expires_at"`
+	IsLive             bool      `json:"is_live"`
+	InFlightCount      int       `json:"in_flight_count"`
+	CapacityShareCount int       `json:"capacity_share_count"`
+	ClockOffsetMs      *int64    `json:"clock_offset_ms"`
 }
 
 // Instances lists the instances that sent a heartbeat in the last minute, live or not.
@@ -721,7 +721,7 @@ func (r *Runtime) Instances(ctx context.Context) ([]Instance, error) {
 	for i, in := range recs {
 		out[i] = Instance{InstanceID: in.InstanceID, StartedAt: in.StartedAt, HeartbeatAt: in.HeartbeatAt,
 			ExpiresAt: in.ExpiresAt, IsLive: in.ExpiresAt.Add(r.cfg.MaxClockSkew).After(now),
-			InFlightCount: in.InFlightCount, CapacityShare: in.CapacityShare, ClockOffsetMs: in.ClockOffsetMs}
+			InFlightCount: in.InFlightCount, CapacityShareCount: in.CapacityShareCount, ClockOffsetMs: in.ClockOffsetMs}
 	}
 	return out, nil
 }
@@ -783,7 +783,7 @@ func (r *Runtime) Domain(ctx context.Context, domain string) (DomainRuntime, err
 	}
 	out.IsStored = true
 	out.MinIntervalMs, out.IntervalSource, out.LastRequestAt = rec.MinIntervalMs, downloader.IntervalSource(rec.IntervalSource), rec.LastRequestAt
-	for _, f := range rec.InFlight {
+	for _, f := range rec.InFlightRequests {
 		if live[f.InstanceID] && f.ExpiresAt.Add(r.cfg.MaxClockSkew).After(now) {
 			out.InFlightCount++
 		}
@@ -854,7 +854,7 @@ func (r *Runtime) Sweep(ctx context.Context, now time.Time) (int, error) {
 }
 
 func (r *Runtime) sweepable(rec *domainRecord, now time.Time, horizon time.Duration) bool {
-	for _, f := range rec.InFlight {
+	for _, f := range rec.InFlightRequests {
 		if f.ExpiresAt.Add(r.cfg.MaxClockSkew).After(now) {
 			return false
 		}

@@ -292,7 +292,7 @@ func TestRuntimeCapShare(t *testing.T) {
 		t.Errorf("shares of 5 over b, c = %s; want 3 2", got)
 	}
 	list, err := ins[1].rt.Instances(t.Context())
-	if err != nil || len(list) != 3 || list[0].IsLive || !list[1].IsLive || list[1].CapacityShare != 2 {
+	if err != nil || len(list) != 3 || list[0].IsLive || !list[1].IsLive || list[1].CapacityShareCount != 2 {
 		t.Errorf("Instances = %+v, %v", list, err)
 	}
 }
