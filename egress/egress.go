@@ -15,6 +15,11 @@
 //     when the network path demonstrably worked (any HTTP answer, success, tls_failed,
 //     response_timeout, domain_not_found, destination_forbidden); our own reasons
 //     (self_rate_limited, renderer_*, shutting_down, ...) do not count.
+//   - A probe's failure (entry C) is no evidence on its own: the scheduler probes the
+//     domains it paused for failing, so probe failures are expected, and counting them
+//     would make a recovery round of probes look like our outage and stall the recovery
+//     it is for. It counts only towards the canary's lower bar. A probe that works counts
+//     as working.
 //   - Only a domain's latest outcome within Window counts, so one dead site tried a
 //     hundred times is one failing domain, and a site that came back is working.
 //   - Suspected: at least MinDomainCount distinct domains failing, and they are at least
@@ -22,8 +27,9 @@
 //   - Without a canary, down = suspected. With one (Config.Canary, checked every
 //     CanaryInterval by Run): a fresh canary success vetoes (our path works: the sites
 //     really are down), and a fresh canary failure lowers the bar to
-//     CanaryMinDomainCount failing domains (any share). Down = (suspected or (canary
-//     failing and failing ≥ CanaryMinDomainCount)) and not (canary fresh and working).
+//     CanaryMinDomainCount failing domains, probes included (any share). Down =
+//     (suspected or (canary failing and failing ≥ CanaryMinDomainCount)) and not (canary
+//     fresh and working).
 //   - While down, a failing outcome's reason becomes egress_unavailable, except
 //     resolver_unavailable, which already says has_reached_origin=false and names the
 //     part that failed more precisely. Everything else keeps its reason.
@@ -87,8 +93,7 @@ type Detector struct {
 	domains    map[string]domainState // latest counting outcome per domain, within the window
 	events     []event                // observations in time order, for expiry
 	head       int                    // events[:head] are expired
-	failing    int                    // domains whose latest outcome is failing
-	seen       int                    // domains with a counting outcome
+	counts     [kindCount]int         // domains by the kind of their latest outcome
 	isDown     bool
 	downSince  time.Time
 	canary     canaryState
@@ -96,8 +101,8 @@ type Detector struct {
 }
 
 type domainState struct {
-	at        time.Time
-	isFailing bool
+	at   time.Time
+	kind kind
 }
 
 type event struct {
@@ -146,18 +151,23 @@ func New(cfg Config) *Detector {
 type kind int
 
 const (
-	kindIgnored kind = iota // our own reasons: says nothing about the network
-	kindFailing             // a network-level failure
-	kindWorking             // the network path to the origin worked
+	kindIgnored      kind = iota // our own reasons: says nothing about the network
+	kindFailing                  // a network-level failure
+	kindProbeFailing             // a network-level failure of a probe: expected, no evidence alone
+	kindWorking                  // the network path to the origin worked
+	kindCount
 )
 
-func kindOf(reason downloader.FailReason, hasResponse bool) kind {
+func kindOf(entry downloader.Entry, reason downloader.FailReason, hasResponse bool) kind {
 	if hasResponse {
 		return kindWorking
 	}
 	switch reason {
 	case downloader.FailConnectTimeout, downloader.FailConnectRefused, downloader.FailConnectionReset,
 		downloader.FailResolverUnavailable:
+		if entry == downloader.EntryProbe {
+			return kindProbeFailing
+		}
 		return kindFailing
 	case "", downloader.FailHTTPStatusError, downloader.FailTLSFailed, downloader.FailResponseTimeout,
 		downloader.FailDomainNotFound, downloader.FailDestinationForbidden:
@@ -166,16 +176,16 @@ func kindOf(reason downloader.FailReason, hasResponse bool) kind {
 	return kindIgnored
 }
 
-// Judge records the outcome of one request to domain at now (reason "" is success;
-// hasResponse says an HTTP answer arrived) and returns the reason to report: reason
-// itself, or egress_unavailable when it is a network-level failure while our egress is
-// down (see the package doc).
-func (d *Detector) Judge(now time.Time, domain string, reason downloader.FailReason, hasResponse bool) downloader.FailReason {
-	k := kindOf(reason, hasResponse)
+// Judge records the outcome of one request to domain at now through entry (reason "" is
+// success; hasResponse says an HTTP answer arrived) and returns the reason to report:
+// reason itself, or egress_unavailable when it is a network-level failure while our egress
+// is down (see the package doc).
+func (d *Detector) Judge(now time.Time, domain string, entry downloader.Entry, reason downloader.FailReason, hasResponse bool) downloader.FailReason {
+	k := kindOf(entry, reason, hasResponse)
 	d.mu.Lock()
 	d.expireLocked(now)
 	if k != kindIgnored {
-		d.recordLocked(now, domain, k == kindFailing)
+		d.recordLocked(now, domain, k)
 	}
 	down := d.updateLocked(now)
 	wantCanary := d.cfg.Canary != nil && !down && d.suspectedLocked() && !d.canaryFreshLocked(now)
@@ -186,25 +196,19 @@ func (d *Detector) Judge(now time.Time, domain string, reason downloader.FailRea
 		default:
 		}
 	}
-	if down && k == kindFailing && reason != downloader.FailResolverUnavailable {
+	if down && (k == kindFailing || k == kindProbeFailing) && reason != downloader.FailResolverUnavailable {
 		return downloader.FailEgressUnavailable
 	}
 	return reason
 }
 
 // recordLocked requires d.mu held.
-func (d *Detector) recordLocked(now time.Time, domain string, isFailing bool) {
+func (d *Detector) recordLocked(now time.Time, domain string, k kind) {
 	if old, ok := d.domains[domain]; ok {
-		if old.isFailing {
-			d.failing--
-		}
-	} else {
-		d.seen++
+		d.counts[old.kind]--
 	}
-	if isFailing {
-		d.failing++
-	}
-	d.domains[domain] = domainState{at: now, isFailing: isFailing}
+	d.counts[k]++
+	d.domains[domain] = domainState{at: now, kind: k}
 	d.events = append(d.events, event{domain: domain, at: now})
 }
 
@@ -220,10 +224,7 @@ func (d *Detector) expireLocked(now time.Time) {
 			continue // a later outcome of the domain is still in the window
 		}
 		delete(d.domains, ev.domain)
-		d.seen--
-		if st.isFailing {
-			d.failing--
-		}
+		d.counts[st.kind]--
 	}
 	// Compact once the expired prefix is at least half of the slice.
 	if d.head > 0 && d.head*2 >= len(d.events) {
@@ -234,9 +235,15 @@ func (d *Detector) expireLocked(now time.Time) {
 	}
 }
 
+// failingLocked counts the failing domains that are evidence; seenLocked the domains that
+// are evidence either way. Require d.mu held.
+func (d *Detector) failingLocked() int { return d.counts[kindFailing] }
+func (d *Detector) seenLocked() int    { return d.counts[kindFailing] + d.counts[kindWorking] }
+
 // suspectedLocked: enough distinct failing domains, and a large enough share. Requires d.mu.
 func (d *Detector) suspectedLocked() bool {
-	return d.failing >= d.cfg.MinDomainCount && float64(d.failing) >= d.cfg.MinFailingShare*float64(d.seen)
+	failing := d.failingLocked()
+	return failing >= d.cfg.MinDomainCount && float64(failing) >= d.cfg.MinFailingShare*float64(d.seenLocked())
 }
 
 // canaryFreshLocked requires d.mu held.
@@ -250,7 +257,7 @@ func (d *Detector) updateLocked(now time.Time) bool {
 	if d.cfg.Canary != nil && d.canaryFreshLocked(now) {
 		if d.canary.isOK {
 			down = false
-		} else if d.failing >= d.cfg.CanaryMinDomainCount {
+		} else if d.failingLocked()+d.counts[kindProbeFailing] >= d.cfg.CanaryMinDomainCount {
 			down = true
 		}
 	}
@@ -259,10 +266,11 @@ func (d *Detector) updateLocked(now time.Time) bool {
 		if down {
 			d.downSince = now
 			d.log.Warn("egress looks down: network failures on many distinct domains are reported as egress_unavailable",
-				"failing_domain_count", d.failing, "seen_domain_count", d.seen, "canary_error", d.canary.err)
+				"failing_domain_count", d.failingLocked(), "seen_domain_count", d.seenLocked(),
+				"probe_failing_domain_count", d.counts[kindProbeFailing], "canary_error", d.canary.err)
 		} else {
 			d.log.Info("egress looks up again", "down_ms", now.Sub(d.downSince).Milliseconds(),
-				"failing_domain_count", d.failing, "seen_domain_count", d.seen)
+				"failing_domain_count", d.failingLocked(), "seen_domain_count", d.seenLocked())
 			d.downSince = time.Time{}
 		}
 	}
@@ -273,12 +281,14 @@ func (d *Detector) updateLocked(now time.Time) bool {
 type Status struct {
 	IsDown             bool      `json:"is_down"`
 	DownSinceAt        time.Time `json:"down_since_at,omitzero"`
-	FailingDomainCount int       `json:"failing_domain_count"`
-	SeenDomainCount    int       `json:"seen_domain_count"`
-	HasCanary          bool      `json:"has_canary"`
-	IsCanaryOK         bool      `json:"is_canary_ok"`
-	CanaryCheckedAt    time.Time `json:"canary_checked_at,omitzero"`
-	CanaryError        string    `json:"canary_error,omitempty"`
+	FailingDomainCount int       `json:"failing_domain_count"` // evidence: entries A and B
+	SeenDomainCount    int       `json:"seen_domain_count"`    // evidence either way
+	// ProbeFailingDomainCount counts domains whose latest outcome is a failed probe.
+	ProbeFailingDomainCount int       `json:"probe_failing_domain_count"`
+	HasCanary               bool      `json:"has_canary"`
+	IsCanaryOK              bool      `json:"is_canary_ok"`
+	CanaryCheckedAt         time.Time `json:"canary_checked_at,omitzero"`
+	CanaryError             string    `json:"canary_error,omitempty"`
 }
 
 // Status returns the detector's state at now.
@@ -287,8 +297,9 @@ func (d *Detector) Status(now time.Time) Status {
 	defer d.mu.Unlock()
 	d.expireLocked(now)
 	d.updateLocked(now)
-	return Status{IsDown: d.isDown, DownSinceAt: d.downSince, FailingDomainCount: d.failing, SeenDomainCount: d.seen,
-		HasCanary: d.cfg.Canary != nil, IsCanaryOK: d.canary.isOK, CanaryCheckedAt: d.canary.at, CanaryError: d.canary.err}
+	return Status{IsDown: d.isDown, DownSinceAt: d.downSince, FailingDomainCount: d.failingLocked(), SeenDomainCount: d.seenLocked(),
+		ProbeFailingDomainCount: d.counts[kindProbeFailing],
+		HasCanary:               d.cfg.Canary != nil, IsCanaryOK: d.canary.isOK, CanaryCheckedAt: d.canary.at, CanaryError: d.canary.err}
 }
 
 // CheckCanary runs the canary once (bounded by CanaryTimeout) and records its result. It

@@ -34,6 +34,7 @@ type step struct {
 	reason      downloader.FailReason
 	hasResponse bool
 	want        downloader.FailReason
+	entry       downloader.Entry // default entry A
 }
 
 // failing returns n steps of reason on distinct domains d<from>..., at at, each expected
@@ -56,6 +57,14 @@ func working(at time.Duration, from, n int) []step {
 		out = append(out, step{at: at, domain: fmt.Sprintf("w%d.test", i), reason: ok, hasResponse: true, want: ok})
 	}
 	return out
+}
+
+// probes makes steps entry C's.
+func probes(steps []step) []step {
+	for i := range steps {
+		steps[i].entry = downloader.EntryProbe
+	}
+	return steps
 }
 
 func concat(parts ...[]step) []step {
@@ -112,6 +121,12 @@ func TestJudgeWithoutCanary(t *testing.T) {
 			concat(failing(0, 0, 3, refused, ""),
 				[]step{{at: time.Second, domain: "d3.test", reason: reset, hasResponse: true, want: reset}},
 				failing(2*time.Second, 4, 1, refused, egress))}, // 4 failing of 5: 80 %
+		{"failing probes are no evidence: a recovery round is not our outage",
+			concat(probes(failing(0, 0, 20, refused, "")), failing(time.Second, 100, 3, timeout, ""))},
+		{"... but probes that work are, and failing probes are ours while down",
+			concat(probes(working(0, 0, 1)), failing(0, 0, 3, refused, ""),
+				failing(time.Second, 3, 1, refused, egress), // 4 of 5
+				probes(failing(2*time.Second, 10, 2, reset, egress)))},
 		{"NXDOMAIN and TLS failures are answers from the other side",
 			concat(failing(0, 0, 4, downloader.FailDomainNotFound, ""),
 				failing(0, 10, 4, downloader.FailTLSFailed, ""),
@@ -123,7 +138,11 @@ func TestJudgeWithoutCanary(t *testing.T) {
 			d := New(Config{Clock: clk, Window: 30 * time.Second, MinDomainCount: 4, MinFailingShare: 0.8})
 			for i, s := range tt.steps {
 				clk.Set(t0.Add(s.at))
-				if got := d.Judge(clk.Now(), s.domain, s.reason, s.hasResponse); got != s.want {
+				entry := s.entry
+				if entry == "" {
+					entry = downloader.EntryLease
+				}
+				if got := d.Judge(clk.Now(), s.domain, entry, s.reason, s.hasResponse); got != s.want {
 					st := d.Status(clk.Now())
 					t.Fatalf("step %d (%+v): got %q, want %q; status %+v", i, s, got, s.want, st)
 				}
@@ -137,7 +156,7 @@ func TestStatusAndMemoryBound(t *testing.T) {
 	d := New(Config{Clock: clk, Window: 10 * time.Second, MinDomainCount: 3})
 	for i := range 1000 {
 		clk.Advance(100 * time.Millisecond)
-		d.Judge(clk.Now(), fmt.Sprintf("d%d.test", i%300), refused, false)
+		d.Judge(clk.Now(), fmt.Sprintf("d%d.test", i%300), downloader.EntryLease, refused, false)
 	}
 	st := d.Status(clk.Now())
 	if !st.IsDown || st.FailingDomainCount != 100 || st.SeenDomainCount != 100 {
@@ -176,7 +195,7 @@ func TestCanary(t *testing.T) {
 	// The canary answers: eight dead sites are the sites' problem.
 	d.CheckCanary(ctx)
 	for i := range 8 {
-		if got := d.Judge(clk.Now(), fmt.Sprintf("a%d.test", i), refused, false); got != refused {
+		if got := d.Judge(clk.Now(), fmt.Sprintf("a%d.test", i), downloader.EntryLease, refused, false); got != refused {
 			t.Fatalf("canary working: got %q for a%d", got, i)
 		}
 	}
@@ -184,19 +203,20 @@ func TestCanary(t *testing.T) {
 	clk.Advance(time.Minute) // clear the window
 	setCanary(errors.New("connect: network is unreachable"))
 	d.CheckCanary(ctx)
-	if got := d.Judge(clk.Now(), "b0.test", timeout, false); got != timeout {
+	if got := d.Judge(clk.Now(), "b0.test", downloader.EntryLease, timeout, false); got != timeout {
 		t.Fatalf("first failure with the canary failing: got %q", got)
 	}
-	if got := d.Judge(clk.Now(), "b1.test", timeout, false); got != egress {
-		t.Fatalf("second failure with the canary failing: got %q, want egress_unavailable", got)
+	// A failing probe counts towards the canary's bar.
+	if got := d.Judge(clk.Now(), "b1.test", downloader.EntryProbe, timeout, false); got != egress {
+		t.Fatalf("second failure (a probe) with the canary failing: got %q, want egress_unavailable", got)
 	}
 	// ... but a site that answers still answers.
-	if got := d.Judge(clk.Now(), "b2.test", ok, true); got != ok {
+	if got := d.Judge(clk.Now(), "b2.test", downloader.EntryRender, ok, true); got != ok {
 		t.Fatalf("success while down: got %q", got)
 	}
 	// The canary result goes stale: back to the plain rule (2 failing of 3 is not enough).
 	clk.Advance(21 * time.Second)
-	if got := d.Judge(clk.Now(), "b3.test", timeout, false); got != timeout {
+	if got := d.Judge(clk.Now(), "b3.test", downloader.EntryLease, timeout, false); got != timeout {
 		t.Fatalf("stale canary: got %q, want the plain rule", got)
 	}
 	st := d.Status(clk.Now())
@@ -225,8 +245,8 @@ func TestRunChecksTheCanary(t *testing.T) {
 	clk.WaitTimers(1)
 	clk.Advance(21 * time.Second) // stale again, timer 4 s from firing
 	// Two failing domains: suspected; the canary is stale, so Run checks at once.
-	d.Judge(clk.Now(), "a.test", refused, false)
-	d.Judge(clk.Now(), "b.test", refused, false)
+	d.Judge(clk.Now(), "a.test", downloader.EntryLease, refused, false)
+	d.Judge(clk.Now(), "b.test", downloader.EntryRender, refused, false)
 	<-checks
 	cancel()
 	if err := <-done; err != nil {
@@ -259,6 +279,6 @@ func BenchmarkJudge(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		now = now.Add(time.Millisecond)
-		d.Judge(now, domains[i%len(domains)], ok, true)
+		d.Judge(now, domains[i%len(domains)], downloader.EntryLease, ok, true)
 	}
 }

@@ -22,7 +22,8 @@ func (refusingFetcher) Fetch(ctx context.Context, u *url.URL, adm *limiter.Admis
 
 // TestEgressJudgesEveryEntry: with an egress detector wired in, network failures on many
 // distinct domains at once come out as egress_unavailable, has_reached_origin=false, in
-// the answers of B and C and in entry A's reports and stored results alike.
+// the answers of B and C and in entry A's reports and stored results alike; the detector
+// is told each outcome's entry (a failing probe is no evidence).
 func TestEgressJudgesEveryEntry(t *testing.T) {
 	clk := clock.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
 	lim := limiter.New(clk)
@@ -36,22 +37,27 @@ func TestEgressJudgesEveryEntry(t *testing.T) {
 		u, _ := url.Parse(fmt.Sprintf("http://d%d.test/", i))
 		return downloader.Request{URL: u.String(), Domain: u.Hostname(), IntervalSource: downloader.IntervalSourceRequest}, u
 	}
+	// A probe's failure is no evidence (the scheduler probes domains that failed).
+	r, u := req(100)
+	if s := e.Probe(ctx, r, u); s.FailReason == nil || *s.FailReason != downloader.FailConnectRefused || !s.HasReachedOrigin {
+		t.Fatalf("probe: %+v, want connect_refused, reached", s)
+	}
 	for i := range 2 { // below the count: the sites' problem
 		r, u := req(i)
-		s := e.Probe(ctx, r, u)
-		if s.FailReason == nil || *s.FailReason != downloader.FailConnectRefused || !s.HasReachedOrigin {
-			t.Fatalf("probe %d: %+v, want connect_refused, reached", i, s)
+		rr, err := e.Render(ctx, r, u)
+		if err != nil || rr.Summary.FailReason == nil || *rr.Summary.FailReason != downloader.FailConnectRefused || !rr.Summary.HasReachedOrigin {
+			t.Fatalf("entry B on domain %d: %+v %v, want connect_refused, reached", i, rr, err)
 		}
 	}
-	r, u := req(2)
-	s := e.Probe(ctx, r, u)
-	if s.FailReason == nil || *s.FailReason != downloader.FailEgressUnavailable || s.HasReachedOrigin {
-		t.Fatalf("entry C on the third domain: %+v, want egress_unavailable, not reached", s)
-	}
-	r, u = req(3)
+	r, u = req(2)
 	rr, err := e.Render(ctx, r, u)
 	if err != nil || rr.Summary.FailReason == nil || *rr.Summary.FailReason != downloader.FailEgressUnavailable || rr.Summary.HasReachedOrigin {
-		t.Fatalf("entry B: %+v %v, want egress_unavailable, not reached", rr, err)
+		t.Fatalf("entry B on the third domain: %+v %v, want egress_unavailable, not reached", rr, err)
+	}
+	r, u = req(3)
+	s := e.Probe(ctx, r, u)
+	if s.FailReason == nil || *s.FailReason != downloader.FailEgressUnavailable || s.HasReachedOrigin {
+		t.Fatalf("entry C while down: %+v, want egress_unavailable, not reached", s)
 	}
 	out := e.RunTask(ctx, &downloader.Task{TaskID: "t1", URL: "http://d4.test/", MinIntervalMs: ms(0)})
 	if out.Report == nil || out.Report.FailReason == nil || *out.Report.FailReason != downloader.FailEgressUnavailable || out.Report.HasReachedOrigin {

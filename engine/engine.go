@@ -43,7 +43,7 @@ type Renderer interface {
 // network-level failure while our egress is down. Implementations are safe for
 // concurrent use.
 type EgressJudge interface {
-	Judge(now time.Time, domain string, reason downloader.FailReason, hasResponse bool) downloader.FailReason
+	Judge(now time.Time, domain string, entry downloader.Entry, reason downloader.FailReason, hasResponse bool) downloader.FailReason
 }
 
 // Observer is told about every finished request and every over-limit event, for metrics,
@@ -275,7 +275,7 @@ func (e *Engine) run(ctx context.Context, req downloader.Request, u *url.URL, ad
 		out.FailReason = downloader.FailShuttingDown
 	}
 	if e.cfg.Egress != nil {
-		out.FailReason = e.cfg.Egress.Judge(e.cfg.Clock.Now(), req.Domain, out.FailReason, out.HTTPStatus != 0)
+		out.FailReason = e.cfg.Egress.Judge(e.cfg.Clock.Now(), req.Domain, req.Entry, out.FailReason, out.HTTPStatus != 0)
 	}
 	return out
 }

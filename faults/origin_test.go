@@ -191,14 +191,21 @@ func TestDNSRebinding(t *testing.T) {
 // TestEgressOutage is issue 7 item 1 end to end: our own network fails (every dial:
 // ENETUNREACH) while requests to many distinct domains go on. The first few are blamed on
 // their sites (the detector needs evidence), the rest come out as egress_unavailable with
-// has_reached_origin=false; once the network is back, requests succeed and a site that
-// really refuses is blamed on itself again.
+// has_reached_origin=false, probes included; once the network is back, requests succeed
+// and a site that really refuses is blamed on itself again.
 func TestEgressOutage(t *testing.T) {
 	noLeaks(t)
 	det := newDetector()
 	r := newRig(t, rigConfig{egress: det})
+	plain := func(rawURL string) downloader.Summary {
+		res, err := r.plain(rawURL)
+		if err != nil {
+			t.Fatalf("%s: over limit: %v", rawURL, err)
+		}
+		return res.Summary
+	}
 	for i := range 3 {
-		if s := r.probe("http://fine" + string(rune('a'+i)) + ".test/"); reasonOf(s) != "" {
+		if s := plain("http://fine" + string(rune('a'+i)) + ".test/"); reasonOf(s) != "" {
 			t.Fatalf("before the outage: %s", describe(s))
 		}
 	}
@@ -208,7 +215,7 @@ func TestEgressOutage(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 12 {
 		wg.Go(func() {
-			s := r.probe("http://site" + string(rune('a'+i)) + ".test/")
+			s := plain("http://site" + string(rune('a'+i)) + ".test/")
 			if s.HasReachedOrigin != reasonOf(s).HasReachedOrigin() {
 				t.Errorf("inconsistent summary %s", describe(s))
 			}
@@ -223,24 +230,24 @@ func TestEgressOutage(t *testing.T) {
 		counts[g]++
 	}
 	// MinDomainCount 4 and 3 working domains in the window: 80 % needs 12 failing of 15,
-	// so exactly the first 11 are blamed on the sites, and the 12th is ours. Then more.
+	// so exactly the first 11 are blamed on the sites, and the 12th is ours.
 	if counts[downloader.FailConnectTimeout] != 11 || counts[downloader.FailEgressUnavailable] != 1 {
 		t.Errorf("during the outage: %v, want 11 connect_timeout then egress_unavailable", counts)
 	}
 	for i := range 5 {
 		s := r.probe("http://more" + string(rune('a'+i)) + ".test/")
 		if reasonOf(s) != downloader.FailEgressUnavailable || s.HasReachedOrigin {
-			t.Errorf("well into the outage: %s, want egress_unavailable, not reached", describe(s))
+			t.Errorf("a probe well into the outage: %s, want egress_unavailable, not reached", describe(s))
 		}
 	}
 	// The network is back: the failing sites answer again, and the detector lets go.
 	r.net.isDown.Store(false)
 	for i := range 12 {
-		if s := r.probe("http://site" + string(rune('a'+i)) + ".test/"); reasonOf(s) != "" {
+		if s := plain("http://site" + string(rune('a'+i)) + ".test/"); reasonOf(s) != "" {
 			t.Fatalf("after the outage: %s", describe(s))
 		}
 	}
-	if s := r.probe("http://refusedsite.test/"); reasonOf(s) != downloader.FailConnectRefused || !s.HasReachedOrigin {
+	if s := plain("http://refusedsite.test/"); reasonOf(s) != downloader.FailConnectRefused || !s.HasReachedOrigin {
 		t.Errorf("a site that refuses after the outage: %s, want connect_refused, reached", describe(s))
 	}
 	if st := det.Status(time.Now()); st.IsDown {
