@@ -54,20 +54,21 @@ func (s *Store) PutPage(ctx context.Context, p *downloader.Page) (string, error)
 	key := hex.EncodeToString(sum[:])
 	headKey := []byte(keys.PageContent + key)
 
-	release, err := s.acquire(ctx, "put page")
+	// Most repeated bodies are caught here, before paying for compression.
+	exists, err := s.hasPage(ctx, headKey)
+	if err != nil || exists {
+		return key, err
+	}
+	values := s.encodePage(p) // outside the operation's time bound: it is our CPU, not TiKV
+	size := 0
+	for _, v := range values {
+		size += len(v)
+	}
+	ctx, release, err := s.acquireFor(ctx, "put page", time.Duration(size>>20)*time.Second)
 	if err != nil {
 		return "", err
 	}
 	defer release()
-
-	// Most repeated bodies are caught here, before paying for compression.
-	if _, ok, err := s.get(ctx, headKey); err != nil || ok {
-		if err != nil {
-			return "", unavailable("put page", err)
-		}
-		return key, nil
-	}
-	values := s.encodePage(p)
 	err = s.update(ctx, func(txn *transaction.KVTxn) error {
 		if _, err := txn.Get(ctx, headKey); !isNotFound(err) {
 			if err != nil {
@@ -92,6 +93,20 @@ func (s *Store) PutPage(ctx context.Context, p *downloader.Page) (string, error)
 	return key, nil
 }
 
+// hasPage reports whether the page's head key exists.
+func (s *Store) hasPage(ctx context.Context, headKey []byte) (bool, error) {
+	ctx, release, err := s.acquire(ctx, "put page")
+	if err != nil {
+		return false, err
+	}
+	defer release()
+	_, ok, err := s.get(ctx, headKey)
+	if err != nil {
+		return false, unavailable("put page", err)
+	}
+	return ok, nil
+}
+
 // errPageExists ends PutPage's transaction when another one stored the body first.
 var errPageExists = errors.New("page exists")
 
@@ -101,7 +116,7 @@ func (s *Store) Page(ctx context.Context, key string) (*downloader.Page, error) 
 	if len(key) != 2*sha256.Size || !keys.IsLowerHex(key) {
 		return nil, downloader.Errorf(downloader.ENOTFOUND, "page %q not found", key)
 	}
-	release, err := s.acquire(ctx, "get page")
+	ctx, release, err := s.acquire(ctx, "get page")
 	if err != nil {
 		return nil, err
 	}

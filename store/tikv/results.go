@@ -25,7 +25,7 @@ func (s *Store) PutFetchResult(ctx context.Context, r *downloader.FetchResult) e
 	if err != nil {
 		return fmt.Errorf("tikv store: encode fetch result: %w", err)
 	}
-	release, err := s.acquire(ctx, "put fetch result")
+	ctx, release, err := s.acquire(ctx, "put fetch result")
 	if err != nil {
 		return err
 	}
@@ -75,7 +75,7 @@ func (s *Store) FetchResults(ctx context.Context, domain string, limit int, curs
 	if cursor != "" && !keys.ValidID(cursor) {
 		return nil, "", downloader.Invalidf("cursor", "cursor is not valid")
 	}
-	release, err := s.acquire(ctx, "list fetch results")
+	ctx, release, err := s.acquire(ctx, "list fetch results")
 	if err != nil {
 		return nil, "", err
 	}

@@ -94,6 +94,11 @@ type Runtime struct {
 	seed  maphash.Seed
 	locks [256]sync.Mutex // this instance's admissions and write-backs, by domain hash
 
+	// The write-back queue (writeback.go): wbOn while Run's writer takes from wbQueue.
+	wbMu    sync.Mutex
+	wbOn    bool
+	wbQueue chan writeBack
+
 	mu         sync.Mutex
 	clusterCap int       // max_concurrent_count in force, cluster-wide
 	live       []string  // live instance ids, sorted, self included
@@ -229,9 +234,11 @@ type instanceRecord struct {
 	ClockOffsetMs      *int64    `json:"clock_offset_ms"` // the local clock minus PD's TSO, if measured
 }
 
-func (r *Runtime) lockOf(domain string) *sync.Mutex {
-	return &r.locks[maphash.String(r.seed, domain)%uint64(len(r.locks))]
+func (r *Runtime) stripeOf(domain string) int {
+	return int(maphash.String(r.seed, domain) % uint64(len(r.locks)))
 }
+
+func (r *Runtime) lockOf(domain string) *sync.Mutex { return &r.locks[r.stripeOf(domain)] }
 
 // now is the time of a decision: never before the caller's own decision time.
 func (r *Runtime) now(at time.Time) time.Time {
@@ -284,6 +291,28 @@ func (r *Runtime) lossAt(ctx context.Context, txn *transaction.KVTxn, now time.T
 	return now, nil
 }
 
+// foldExpired removes from rec.InFlightRequests the entries that expired (at ExpiresAt, plus the
+// skew allowance when another instance wrote it): their requests went on the wire by then
+// or never will, but when is unknown, so last_request_at moves to ExpiresAt, a wire moment
+// no request of theirs can be later than, when that is later.
+func (r *Runtime) foldExpired(rec *domainRecord, now time.Time) {
+	kept := rec.InFlightRequests[:0]
+	for _, f := range rec.InFlightRequests {
+		end := f.ExpiresAt
+		if f.InstanceID != r.id {
+			end = end.Add(r.cfg.MaxClockSkew)
+		}
+		if end.After(now) {
+			kept = append(kept, f)
+			continue
+		}
+		if f.ExpiresAt.After(rec.LastRequestAt) {
+			rec.LastRequestAt, rec.LastInstanceID = f.ExpiresAt, f.InstanceID
+		}
+	}
+	rec.InFlightRequests = kept
+}
+
 // decision is what an admission found.
 type decision struct {
 	slot    time.Time     // the admitted slot
@@ -297,6 +326,7 @@ type decision struct {
 // decide applies the admission rule (see Runtime) to rec at now.
 func (r *Runtime) decide(rec *domainRecord, a *engine.SharedAdmit, now time.Time) decision {
 	skew := r.cfg.MaxClockSkew
+	r.foldExpired(rec, now)
 	base := rec.LastRequestAt
 	if rec.LastInstanceID != r.id {
 		base = base.Add(skew)
@@ -308,19 +338,11 @@ func (r *Runtime) decide(rec *domainRecord, a *engine.SharedAdmit, now time.Time
 	}
 	var foreign time.Time // the latest moment another instance's request may go out
 	for _, f := range rec.InFlightRequests {
-		if f.InstanceID == r.id {
-			if f.ExpiresAt.After(now) { // else its write-back failed: it is over
-				d.pruned = append(d.pruned, f)
-			}
-			continue
-		}
-		if exp := f.ExpiresAt.Add(skew); exp.After(now) {
-			d.pruned = append(d.pruned, f)
-			if exp.After(foreign) {
-				foreign = exp
-			}
+		if exp := f.ExpiresAt.Add(skew); f.InstanceID != r.id && exp.After(foreign) {
+			foreign = exp
 		}
 	}
+	d.pruned = rec.InFlightRequests
 	if !foreign.IsZero() {
 		d.busy = true
 		// Known only as a bound: ask again when the interval allows, or within a second.
@@ -348,7 +370,7 @@ func (r *Runtime) Admit(ctx context.Context, a engine.SharedAdmit) (engine.Share
 	mu := r.lockOf(a.Domain)
 	mu.Lock()
 	defer mu.Unlock()
-	release, err := r.s.acquire(ctx, "admit")
+	ctx, release, err := r.s.acquire(ctx, "admit")
 	if err != nil {
 		return nil, 0, err
 	}
@@ -398,49 +420,21 @@ type ticket struct {
 	done   atomic.Bool
 }
 
-// Done writes back the request's end: last_request_at moves to wireAt if that is later,
-// and the request leaves in_flight. If TiKV cannot be reached the entry stays until it
-// expires, which only delays the domain's next request on other instances.
+// Done writes back the request's end (writeback.go): last_request_at moves to wireAt if
+// that is later, and the request leaves in_flight. While Run runs, the write-back is
+// queued and written with others in one transaction, off the request's path; otherwise
+// (or when the queue is full) it is written before Done returns. If TiKV cannot be reached
+// the entry stays until it expires, which only delays the domain's next request on other
+// instances.
 func (t *ticket) Done(ctx context.Context, wireAt time.Time) {
 	if !t.done.CompareAndSwap(false, true) {
 		return
 	}
-	r := t.r
-	key := domainKey(t.domain)
-	mu := r.lockOf(t.domain)
-	mu.Lock()
-	defer mu.Unlock()
-	release, err := r.s.acquire(ctx, "write back")
-	if err != nil {
-		r.log.Warn("write back a finished request", "domain", t.domain, "error", err)
+	wb := writeBack{domain: t.domain, id: t.id, wireAt: wireAt}
+	if t.r.enqueue(wb) {
 		return
 	}
-	defer release()
-	err = r.s.update(ctx, func(txn *transaction.KVTxn) error {
-		now := r.clk.Now()
-		rec, err := r.loadDomain(ctx, txn, key, now)
-		if err != nil {
-			return err
-		}
-		kept := rec.InFlightRequests[:0]
-		for _, f := range rec.InFlightRequests {
-			if f.InstanceID == r.id && f.AdmissionID == t.id {
-				continue
-			}
-			if exp := f.ExpiresAt; (f.InstanceID == r.id && !exp.After(now)) || !exp.Add(r.cfg.MaxClockSkew).After(now) {
-				continue // expired: it went out or never will, long ago
-			}
-			kept = append(kept, f)
-		}
-		rec.InFlightRequests = kept
-		if wireAt.After(rec.LastRequestAt) {
-			rec.LastRequestAt, rec.LastInstanceID = wireAt.UTC(), r.id
-		}
-		return r.put(txn, key, &rec)
-	})
-	if err != nil {
-		r.log.Warn("write back a finished request: its in-flight entry will expire instead", "domain", t.domain, "error", err)
-	}
+	t.r.flush(ctx, []writeBack{wb})
 }
 
 // MaxConcurrentCount returns the cluster-wide max_concurrent_count in force.
@@ -506,16 +500,19 @@ func (r *Runtime) Start(ctx context.Context) error {
 	return r.Heartbeat(ctx)
 }
 
-// Run sends heartbeats every HeartbeatInterval (and sweeps, see SweepInterval) until ctx
-// ends, then removes this instance's record so that the others take its share at once.
-// It returns nil after ctx ended.
+// Run sends heartbeats every HeartbeatInterval (and sweeps, see SweepInterval) and writes
+// back finished requests until ctx ends, then writes back what is queued and removes this
+// instance's record so that the others take its share at once. It returns nil after ctx
+// ended.
 func (r *Runtime) Run(ctx context.Context) error {
+	stopWriter := r.startWriter()
 	nextSweep := r.clk.Now().Add(r.cfg.SweepInterval)
 	for {
 		t := r.clk.NewTimer(r.cfg.HeartbeatInterval)
 		select {
 		case <-ctx.Done():
 			t.Stop()
+			stopWriter()
 			r.leave()
 			return nil
 		case <-t.C():
@@ -543,7 +540,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 func (r *Runtime) leave() {
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.AdmitTimeout)
 	defer cancel()
-	release, err := r.s.acquire(ctx, "leave")
+	ctx, release, err := r.s.acquire(ctx, "leave")
 	if err != nil {
 		return
 	}
@@ -566,7 +563,7 @@ func (r *Runtime) isOldest() bool {
 func (r *Runtime) Heartbeat(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.AdmitTimeout)
 	defer cancel()
-	release, err := r.s.acquire(ctx, "heartbeat")
+	ctx, release, err := r.s.acquire(ctx, "heartbeat")
 	if err != nil {
 		return err
 	}
@@ -707,7 +704,7 @@ type Instance struct {
 
 // Instances lists the instances that sent a heartbeat in the last minute, live or not.
 func (r *Runtime) Instances(ctx context.Context) ([]Instance, error) {
-	release, err := r.s.acquire(ctx, "instances")
+	ctx, release, err := r.s.acquire(ctx, "instances")
 	if err != nil {
 		return nil, err
 	}
@@ -742,7 +739,7 @@ type DomainRuntime struct {
 
 // Domain returns domain's cluster-wide state.
 func (r *Runtime) Domain(ctx context.Context, domain string) (DomainRuntime, error) {
-	release, err := r.s.acquire(ctx, "domain runtime")
+	ctx, release, err := r.s.acquire(ctx, "domain runtime")
 	if err != nil {
 		return DomainRuntime{}, err
 	}
@@ -800,50 +797,15 @@ const sweepBatch = 256
 // the loss marker's moment, which is earlier still, so deleting one changes no decision.
 // It returns how many it deleted.
 func (r *Runtime) Sweep(ctx context.Context, now time.Time) (int, error) {
-	release, err := r.s.acquire(ctx, "sweep")
-	if err != nil {
-		return 0, err
-	}
-	defer release()
 	horizon := downloader.MaxMinInterval + r.cfg.MaxClockSkew
 	deleted := 0
 	start := []byte(domainRuntimePrefix)
 	end := keys.PrefixEnd(domainRuntimePrefix)
 	for {
 		var last []byte
-		n := 0
-		err := r.s.update(ctx, func(txn *transaction.KVTxn) error {
-			n, last = 0, nil
-			var doomed [][]byte
-			it, err := txn.Iter(start, end)
-			if err != nil {
-				return err
-			}
-			for seen := 0; it.Valid() && seen < sweepBatch; seen++ {
-				k := append([]byte(nil), it.Key()...)
-				last = k
-				if len(k) > len(domainRuntimePrefix) && k[len(domainRuntimePrefix)] != ':' {
-					var rec domainRecord
-					if json.Unmarshal(it.Value(), &rec) == nil && r.sweepable(&rec, now, horizon) {
-						doomed = append(doomed, k)
-					}
-				}
-				if err := it.Next(); err != nil {
-					it.Close()
-					return err
-				}
-			}
-			it.Close()
-			for _, k := range doomed {
-				if err := txn.Delete(k); err != nil {
-					return err
-				}
-			}
-			n = len(doomed)
-			return nil
-		})
+		n, err := r.sweepBatch(ctx, start, end, now, horizon, &last)
 		if err != nil {
-			return deleted, unavailable("sweep", err)
+			return deleted, err
 		}
 		deleted += n
 		if last == nil {
@@ -853,11 +815,52 @@ func (r *Runtime) Sweep(ctx context.Context, now time.Time) (int, error) {
 	}
 }
 
-func (r *Runtime) sweepable(rec *domainRecord, now time.Time, horizon time.Duration) bool {
-	for _, f := range rec.InFlightRequests {
-		if f.ExpiresAt.Add(r.cfg.MaxClockSkew).After(now) {
-			return false
-		}
+// sweepBatch looks at up to sweepBatch records from start, deletes those that can no
+// longer refuse anything, and sets *last to the last key seen (nil at the end).
+func (r *Runtime) sweepBatch(ctx context.Context, start, end []byte, now time.Time, horizon time.Duration, last *[]byte) (int, error) {
+	ctx, release, err := r.s.acquire(ctx, "sweep")
+	if err != nil {
+		return 0, err
 	}
-	return !rec.LastRequestAt.Add(horizon).After(now)
+	defer release()
+	n := 0
+	err = r.s.update(ctx, func(txn *transaction.KVTxn) error {
+		n, *last = 0, nil
+		var doomed [][]byte
+		it, err := txn.Iter(start, end)
+		if err != nil {
+			return err
+		}
+		for seen := 0; it.Valid() && seen < sweepBatch; seen++ {
+			k := append([]byte(nil), it.Key()...)
+			*last = k
+			if len(k) > len(domainRuntimePrefix) && k[len(domainRuntimePrefix)] != ':' {
+				var rec domainRecord
+				if json.Unmarshal(it.Value(), &rec) == nil && r.sweepable(&rec, now, horizon) {
+					doomed = append(doomed, k)
+				}
+			}
+			if err := it.Next(); err != nil {
+				it.Close()
+				return err
+			}
+		}
+		it.Close()
+		for _, k := range doomed {
+			if err := txn.Delete(k); err != nil {
+				return err
+			}
+		}
+		n = len(doomed)
+		return nil
+	})
+	if err != nil {
+		return 0, unavailable("sweep", err)
+	}
+	return n, nil
+}
+
+func (r *Runtime) sweepable(rec *domainRecord, now time.Time, horizon time.Duration) bool {
+	r.foldExpired(rec, now)
+	return len(rec.InFlightRequests) == 0 && !rec.LastRequestAt.Add(horizon).After(now)
 }

@@ -368,3 +368,33 @@ func TestShareOf(t *testing.T) {
 		}
 	}
 }
+
+// TestRuntimeExpiredEntryCountsAsSent: a request whose write-back never came is taken as
+// sent at its expiry, the latest moment it could have gone out: the next request waits
+// one interval from then.
+func TestRuntimeExpiredEntryCountsAsSent(t *testing.T) {
+	rg := newRig(t)
+	x, y := rg.instance("x", 8), rg.instance("y", 8)
+	const d, I = "expired.example", 2 * time.Second
+	rg.clk.Advance(time.Hour)
+	start := rg.clk.Now()
+	if tk, _ := x.admit(t, ask(d, I, start)); tk == nil { // expires at start+10s+2s
+		t.Fatal("x refused")
+	}
+	expiry := start.Add(12 * time.Second)
+	for _, tc := range []struct {
+		at time.Duration // after the expiry
+		ok bool
+	}{
+		{50*time.Millisecond - time.Millisecond, false}, // still in flight, for all y knows
+		{50 * time.Millisecond, false},                  // expired: sent at the latest at its expiry
+		{I + 50*time.Millisecond - time.Millisecond, false},
+		{I + 50*time.Millisecond, true},
+	} {
+		rg.clk.Set(expiry.Add(tc.at))
+		tk, wait := y.admit(t, ask(d, I, rg.clk.Now()))
+		if (tk != nil) != tc.ok {
+			t.Errorf("y at expiry+%v: admitted %v (wait %v); want %v", tc.at, tk != nil, wait, tc.ok)
+		}
+	}
+}

@@ -16,7 +16,7 @@ var settingsKey = []byte(keys.Settings)
 // Settings returns the stored settings; ok is false when none were ever saved. They are
 // the cluster's: every instance reads the same record.
 func (s *Store) Settings(ctx context.Context) (downloader.Settings, bool, error) {
-	release, err := s.acquire(ctx, "settings")
+	ctx, release, err := s.acquire(ctx, "settings")
 	if err != nil {
 		return downloader.Settings{}, false, err
 	}
@@ -44,7 +44,7 @@ func (s *Store) settings(ctx context.Context) (downloader.Settings, bool, error)
 // SaveSettings replaces the stored settings. It returns once they are committed; every
 // instance's Runtime picks them up at its next heartbeat (docs/deploy.md).
 func (s *Store) SaveSettings(ctx context.Context, st downloader.Settings) error {
-	release, err := s.acquire(ctx, "save settings")
+	ctx, release, err := s.acquire(ctx, "save settings")
 	if err != nil {
 		return err
 	}

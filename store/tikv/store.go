@@ -71,8 +71,9 @@ const maxDecodedPageBytes = 1 << 30
 // e.g. the mock cluster of package tikvtest); release it with Close. Methods called after
 // Close return an EUNAVAILABLE error.
 type Store struct {
-	kv  *tikvclient.KVStore
-	log *slog.Logger
+	kv        *tikvclient.KVStore
+	log       *slog.Logger
+	opTimeout time.Duration
 
 	enc *zstd.Encoder // EncodeAll is safe for concurrent use
 	dec *zstd.Decoder // DecodeAll is safe for concurrent use
@@ -82,10 +83,23 @@ type Store struct {
 	closed bool
 }
 
+// Options configure a Store. The zero value takes the defaults.
+type Options struct {
+	Logger *slog.Logger // default: discard
+	// OpTimeout bounds every operation (default DefaultOpTimeout): client-go would
+	// otherwise retry an unreachable cluster for tens of seconds whatever the caller's
+	// deadline, and requests would pile up behind it.
+	OpTimeout time.Duration
+}
+
+// DefaultOpTimeout is the default Options.OpTimeout. Writes of large pages get a second
+// more per MiB.
+const DefaultOpTimeout = 10 * time.Second
+
 // Open connects to the TiKV cluster whose PD endpoints (host:port) are given. client-go
 // logs through a process-wide zap logger: Open turns it down to warnings (the store logs
 // what matters to slog itself).
-func Open(pdEndpoints []string, logger *slog.Logger) (*Store, error) {
+func Open(pdEndpoints []string, o Options) (*Store, error) {
 	if len(pdEndpoints) == 0 {
 		return nil, errors.New("tikv store: no PD endpoint")
 	}
@@ -94,7 +108,7 @@ func Open(pdEndpoints []string, logger *slog.Logger) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tikv store: connect to PD %v: %w", pdEndpoints, err)
 	}
-	s, err := New(c.KVStore, logger)
+	s, err := New(c.KVStore, o)
 	if err != nil {
 		_ = c.Close()
 		return nil, err
@@ -102,10 +116,14 @@ func Open(pdEndpoints []string, logger *slog.Logger) (*Store, error) {
 	return s, nil
 }
 
-// New returns a store over kv, which it then owns: Close closes it. A nil logger discards.
-func New(kv *tikvclient.KVStore, logger *slog.Logger) (*Store, error) {
+// New returns a store over kv, which it then owns: Close closes it.
+func New(kv *tikvclient.KVStore, o Options) (*Store, error) {
+	logger := o.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
+	}
+	if o.OpTimeout <= 0 {
+		o.OpTimeout = DefaultOpTimeout
 	}
 	enc, err := zstd.NewWriter(nil,
 		zstd.WithEncoderLevel(zstd.SpeedDefault),
@@ -120,7 +138,7 @@ func New(kv *tikvclient.KVStore, logger *slog.Logger) (*Store, error) {
 		_ = enc.Close()
 		return nil, fmt.Errorf("tikv store: zstd decoder: %w", err)
 	}
-	return &Store{kv: kv, log: logger.With("component", "tikv_store"), enc: enc, dec: dec}, nil
+	return &Store{kv: kv, log: logger.With("component", "tikv_store"), opTimeout: o.OpTimeout, enc: enc, dec: dec}, nil
 }
 
 // Close waits for operations in progress and closes the client. Calling it again is a
@@ -140,23 +158,31 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// acquire checks ctx and that the store is open, and holds it open until release.
-func (s *Store) acquire(ctx context.Context, op string) (release func(), err error) {
+// acquire checks ctx and that the store is open, holds it open until release, and
+// returns ctx bounded by OpTimeout (cancelled by release).
+func (s *Store) acquire(ctx context.Context, op string) (_ context.Context, release func(), err error) {
+	return s.acquireFor(ctx, op, 0)
+}
+
+// acquireFor is acquire with extra time on top of OpTimeout.
+func (s *Store) acquireFor(ctx context.Context, op string, extra time.Duration) (_ context.Context, release func(), err error) {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("tikv store: %s: %w", op, err)
+		return ctx, nil, fmt.Errorf("tikv store: %s: %w", op, err)
 	}
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
-		return nil, downloader.Errorf(downloader.EUNAVAILABLE, "the store is closed")
+		return ctx, nil, downloader.Errorf(downloader.EUNAVAILABLE, "the store is closed")
 	}
-	return s.mu.RUnlock, nil
+	ctx, cancel := context.WithTimeout(ctx, s.opTimeout+extra)
+	return ctx, func() { cancel(); s.mu.RUnlock() }, nil
 }
 
 // unavailable wraps a TiKV failure of op: the caller sees EUNAVAILABLE with a safe message,
-// the log sees the cause. A context that ended is passed through as is.
+// the log sees the cause. A cancelled context is passed through as is; a deadline is
+// TiKV not answering in time.
 func unavailable(op string, err error) error {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, context.Canceled) {
 		return fmt.Errorf("tikv store: %s: %w", op, err)
 	}
 	return fmt.Errorf("tikv store: %s: %w", op, errors.Join(

@@ -10,6 +10,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if err := tikvtest.Init(); err != nil {
+		panic(err)
+	}
 	goleak.VerifyTestMain(m, tikvtest.IgnoreClosedCluster)
 }
 
@@ -17,7 +20,7 @@ func TestMain(m *testing.M) {
 func openStore(t testing.TB, c *tikvtest.Cluster) (*Store, *tikvtest.Client) {
 	t.Helper()
 	cl := c.NewClient(t)
-	s, err := New(cl.KV, nil)
+	s, err := New(cl.KV, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,20 +2,25 @@
 // BootstrapWithSingleStore, tikv.NewTestTiKVStore) for tests and benchmarks: one cluster
 // that several downloader instances share, each through its own client, and a switch that
 // makes one client's TiKV and PD unreachable (fault injection). No network is used.
+//
+// Call Init once from TestMain before making a cluster.
 package tikvtest
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/pingcap/failpoint"
 	"github.com/pingcap/log"
 	"github.com/tikv/client-go/v2/testutils"
 	tikvclient "github.com/tikv/client-go/v2/tikv"
 	"github.com/tikv/client-go/v2/tikvrpc"
+	"github.com/tikv/client-go/v2/util"
 	pd "github.com/tikv/pd/client"
 	"go.uber.org/goleak"
 	"go.uber.org/zap/zapcore"
@@ -38,12 +43,32 @@ type Cluster struct {
 	clients []*Client
 }
 
+// livenessFailpoint is client-go's test hook for the store liveness check.
+const livenessFailpoint = "tikvclient/injectLiveness"
+
+// Init sets client-go's process-wide test knobs; call it once from TestMain, before any
+// cluster exists (client-go reads them unsynchronised):
+//   - after a failed request client-go checks the store's liveness with a gRPC health
+//     check to the store's address; the mock's stores have made-up addresses ("store1"),
+//     so the check must never dial: it answers "reachable" (the mock store always is);
+//     otherwise the client marks the store unreachable and fails every later request;
+//   - client-go's own logging (a zap logger) goes down to errors.
+func Init() error {
+	log.SetLevel(zapcore.ErrorLevel)
+	util.EnableFailpoints()
+	if err := failpoint.Enable(livenessFailpoint, `return("reachable")`); err != nil {
+		return fmt.Errorf("tikvtest: %w", err)
+	}
+	return nil
+}
+
 // NewCluster starts a mock cluster that is closed when tb ends (after every client made by
-// it). It also turns client-go's own logging (a process-wide zap logger) down to errors,
-// so test output stays readable.
+// it). Init must have been called.
 func NewCluster(tb testing.TB) *Cluster {
 	tb.Helper()
-	log.SetLevel(zapcore.ErrorLevel)
+	if _, err := failpoint.Status(livenessFailpoint); err != nil {
+		tb.Fatal("tikvtest: call tikvtest.Init from TestMain first")
+	}
 	rpc, cluster, pdClient, err := testutils.NewMockTiKV("", nil)
 	if err != nil {
 		tb.Fatalf("mock TiKV: %v", err)

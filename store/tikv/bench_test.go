@@ -1,0 +1,247 @@
+package tikv
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tikv/client-go/v2/kv"
+	"github.com/tikv/client-go/v2/rawkv"
+	tikvclient "github.com/tikv/client-go/v2/tikv"
+	"github.com/tikv/client-go/v2/txnkv/transaction"
+
+	"downloader"
+	"downloader/engine"
+	"downloader/limiter"
+	"downloader/store/tikv/tikvtest"
+)
+
+// benchWorkers is the number of goroutines admitting per instance: a busy instance has
+// about as many requests starting at once as its share of the global cap allows.
+const benchWorkers = 16
+
+// BenchmarkAdmission measures shared admissions per second and per instance on the mock
+// cluster: each operation is one Admit and, when admitted, its write-back (Done), as the
+// engine does per request. Spread: 10^4 domains, so instances rarely meet on a key.
+// Contended: 4 domains for all instances and workers. Interval 0: the rate is the
+// store's, not the politeness rule's; on the contended runs an admission refused because
+// another instance has the domain in flight still counts as a decision.
+//
+//	go test -run '^$' -bench BenchmarkAdmission -benchtime 3s ./store/tikv/
+func BenchmarkAdmission(b *testing.B) {
+	for _, n := range []int{1, 3} {
+		for _, spread := range []bool{true, false} {
+			for _, withDone := range []bool{false, true} {
+				name := fmt.Sprintf("instances=%d/contended", n)
+				domains := 4
+				if spread {
+					name = fmt.Sprintf("instances=%d/spread", n)
+					domains = 10_000
+				}
+				if withDone {
+					name += "/admit+done"
+				} else {
+					name += "/admit"
+				}
+				b.Run(name, func(b *testing.B) { benchAdmission(b, n, domains, withDone) })
+			}
+		}
+	}
+}
+
+func benchAdmission(b *testing.B, instances, domains int, withDone bool) {
+	c := tikvtest.NewCluster(b)
+	rts := make([]*Runtime, instances)
+	for i := range rts {
+		s, _ := openStore(b, c)
+		rt, err := NewRuntime(s, RuntimeConfig{InstanceID: fmt.Sprintf("bench-%d", i), Gate: limiter.NewGate(64, 64)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		rts[i] = rt
+	}
+	names := make([]string, domains)
+	for i := range names {
+		names[i] = fmt.Sprintf("d%05d.example", i)
+	}
+	// The loss marker of the fresh table makes every domain wait one skew allowance.
+	if err := rts[0].Heartbeat(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	time.Sleep(2 * DefaultMaxClockSkew) // a benchmark runs on the real clock
+
+	var next, admitted, refused atomic.Int64
+	ctx := context.Background()
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i, rt := range rts {
+		for w := range benchWorkers {
+			wg.Go(func() {
+				for {
+					k := next.Add(1)
+					if k > int64(b.N) {
+						return
+					}
+					d := names[(int(k)*7+i*31+w)%domains]
+					tk, _, err := rt.Admit(ctx, engine.SharedAdmit{Domain: d, IntervalSource: downloader.IntervalSourceRequest,
+						Entry: downloader.EntryProbe, Now: time.Now(), Timeout: time.Second})
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					if tk == nil {
+						refused.Add(1)
+						continue
+					}
+					admitted.Add(1)
+					if withDone {
+						tk.Done(ctx, time.Now())
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	el := time.Since(start).Seconds()
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/el/float64(instances), "decisions/s/instance")
+	b.ReportMetric(float64(admitted.Load())/el/float64(instances), "admitted/s/instance")
+	b.ReportMetric(float64(refused.Load())/float64(max(1, b.N)), "refused/op")
+}
+
+// BenchmarkReadCheckWrite compares the ways to make one atomic read-check-write of a
+// domain's key on the mock cluster, one instance, 16 workers: the optimistic transaction
+// Runtime uses, a pessimistic transaction (lock, read, write, commit) and raw
+// CompareAndSwap (on keys created beforehand: the mock's CAS cannot create a key).
+//
+//	go test -run '^$' -bench BenchmarkReadCheckWrite -benchtime 3s ./store/tikv/
+func BenchmarkReadCheckWrite(b *testing.B) {
+	for _, domains := range []int{4, 10_000} {
+		for _, mode := range []string{"optimistic", "pessimistic", "raw_cas"} {
+			b.Run(fmt.Sprintf("domains=%d/%s", domains, mode), func(b *testing.B) { benchRCW(b, mode, domains) })
+		}
+	}
+}
+
+func benchRCW(b *testing.B, mode string, domains int) {
+	c := tikvtest.NewCluster(b)
+	cl := c.NewClient(b)
+	s, err := New(cl.KV, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	ctx := context.Background()
+	keyOf := func(i int) []byte { return fmt.Appendf(nil, "bench:rcw:%s:%05d", mode, i%domains) }
+	var raw *rawkv.Client
+	if mode == "raw_cas" {
+		raw = newMockRawClient(cl.KV)
+		b.Cleanup(func() { _ = raw.Close() })
+		for i := range domains {
+			if err := raw.Put(ctx, keyOf(i), []byte("0")); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	var next, retries atomic.Int64
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range benchWorkers {
+		wg.Go(func() {
+			for {
+				k := next.Add(1)
+				if k > int64(b.N) {
+					return
+				}
+				key := keyOf(int(k))
+				val := fmt.Appendf(nil, "%d", k)
+				var err error
+				switch mode {
+				case "optimistic":
+					err = s.update(ctx, func(txn *transaction.KVTxn) error {
+						if _, err := txn.Get(ctx, key); err != nil && !isNotFound(err) {
+							return err
+						}
+						return txn.Set(key, val)
+					})
+				case "pessimistic":
+					err = pessimisticRCW(ctx, s, key, val)
+				case "raw_cas":
+					for {
+						prev, gerr := raw.Get(ctx, key)
+						if gerr != nil {
+							err = gerr
+							break
+						}
+						_, ok, cerr := raw.CompareAndSwap(ctx, key, prev, val)
+						if cerr != nil || ok {
+							err = cerr
+							break
+						}
+						retries.Add(1)
+					}
+				}
+				if err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	el := time.Since(start).Seconds()
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/el, "ops/s")
+}
+
+func pessimisticRCW(ctx context.Context, s *Store, key, val []byte) error {
+	for {
+		txn, err := s.begin(ctx)
+		if err != nil {
+			return err
+		}
+		txn.SetPessimistic(true)
+		forUpdate, err := s.timestamp(ctx)
+		if err != nil {
+			return err
+		}
+		if err := txn.LockKeys(ctx, kv.NewLockCtx(forUpdate, 1000, time.Now()), key); err != nil {
+			_ = txn.Rollback()
+			if isConflict(err) {
+				continue
+			}
+			return err
+		}
+		if _, err := txn.Get(ctx, key); err != nil && !isNotFound(err) {
+			_ = txn.Rollback()
+			return err
+		}
+		if err := txn.Set(key, val); err != nil {
+			_ = txn.Rollback()
+			return err
+		}
+		if err := txn.Commit(ctx); err != nil {
+			if isConflict(err) {
+				continue
+			}
+			return err
+		}
+		return nil
+	}
+}
+
+// newMockRawClient builds a raw client over the mock cluster of kv (client-go's tests do
+// the same through ClientProbe).
+func newMockRawClient(kvs *tikvclient.KVStore) *rawkv.Client {
+	p := rawkv.ClientProbe{Client: &rawkv.Client{}}
+	p.SetPDClient(kvs.GetPDClient())
+	p.SetRegionCache(tikvclient.NewRegionCache(kvs.GetPDClient()))
+	p.SetRPCClient(kvs.GetTiKVClient())
+	p.SetAtomicForCAS(true)
+	return p.Client
+}

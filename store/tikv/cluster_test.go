@@ -1,0 +1,528 @@
+package tikv
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"downloader"
+	"downloader/clock"
+	"downloader/engine"
+	"downloader/fetch"
+	"downloader/limiter"
+	"downloader/netguard"
+	"downloader/origintest"
+	"downloader/server"
+	"downloader/store/tikv/tikvtest"
+)
+
+// The cluster test's timing. Heartbeats are fast so that the test runs in seconds; the
+// rules are the production ones.
+const (
+	clusterHeartbeat   = 100 * time.Millisecond
+	clusterTTL         = time.Second
+	clusterSkew        = 20 * time.Millisecond
+	clusterTimeout     = time.Second // request timeout of every instance
+	clusterSlack       = 300 * time.Millisecond
+	clusterWait        = 20 * time.Second // bound of every condition wait: a broken test fails, never hangs
+	clusterTolerance   = 2 * time.Millisecond
+	heldTimeout        = 4 * time.Second // node 2's held requests
+	clusterDefaultIval = 300 * time.Millisecond
+)
+
+// node is one downloader instance wired as cmd/downloader wires it in cluster mode: its own
+// limiter, gate, fetcher and engine, the shared Runtime and Store on the one mock cluster,
+// and the HTTP server of entries B and C on 127.0.0.1.
+type node struct {
+	id     string
+	client *tikvtest.Client
+	store  *Store
+	rt     *Runtime
+	gate   *limiter.Gate
+	eng    *engine.Engine
+	fetch  *fetch.Fetcher
+	http   *httptest.Server
+	stop   context.CancelFunc
+	done   chan struct{} // Run returned
+}
+
+func startNode(t *testing.T, c *tikvtest.Cluster, id string, guard *netguard.Guard, capacity int) *node {
+	t.Helper()
+	cl := c.NewClient(t)
+	st, err := New(cl.KV, Options{OpTimeout: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	clk := clock.Real{}
+	lim := limiter.New(clk)
+	gate := limiter.NewGate(capacity, 16)
+	logger := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", id)
+	rt, err := NewRuntime(st, RuntimeConfig{InstanceID: id, Clock: clk, Logger: logger, Gate: gate, MaxConcurrentCount: capacity,
+		HeartbeatInterval: clusterHeartbeat, InstanceTTL: clusterTTL, MaxClockSkew: clusterSkew,
+		AdmitTimeout: 3 * time.Second, DefaultTimeout: clusterTimeout, ExpirySlack: clusterSlack})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := fetch.New(fetch.Config{Clock: clk, Guard: guard, Hops: engine.Hops{Limiter: lim,
+		DefaultMinInterval: clusterDefaultIval, Shared: rt, DefaultTimeout: clusterTimeout}})
+	eng := engine.New(engine.Config{Clock: clk, Logger: logger, Limiter: lim, Gate: gate, Fetcher: f, Results: st, Pages: st,
+		Settings: st, Shared: rt, DefaultMinInterval: clusterDefaultIval, DefaultTimeout: clusterTimeout})
+	srv := server.New(server.Config{Engine: eng, Guard: guard, Clock: clk, Results: st, Pages: st})
+	srv.SetReady(true)
+	n := &node{id: id, client: cl, store: st, rt: rt, gate: gate, eng: eng, fetch: f, http: httptest.NewServer(srv),
+		done: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	n.stop = cancel
+	if err := eng.LoadSettings(ctx); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(n.done)
+		if err := rt.Start(ctx); err != nil {
+			t.Errorf("%s: Start: %v", id, err)
+			return
+		}
+		_ = rt.Run(ctx)
+	}()
+	t.Cleanup(func() { n.close() })
+	return n
+}
+
+// close stops the node: the engine, the runtime (which leaves the cluster if it can), the
+// server and the fetcher. Calling it again does nothing.
+func (n *node) close() {
+	n.eng.Stop()
+	n.stop()
+	<-n.done
+	n.http.Close()
+	n.fetch.Close()
+}
+
+// post sends one B or C request to n and returns the HTTP status and the JSON answer.
+func (n *node) post(path, body string) (int, map[string]any, error) {
+	resp, err := http.Post(n.http.URL+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	var m map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+		return resp.StatusCode, nil, fmt.Errorf("%s: not JSON: %w", path, err)
+	}
+	return resp.StatusCode, m, nil
+}
+
+// testWriter sends log lines to the test's log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// loopbackDialer dials only 127.0.0.0/8 and ::1, and fails the test if asked for more.
+// Every third connection takes slowDial to set up: a request admitted on one instance then
+// reaches the origin well after its admission, which another instance's next request must
+// not overtake.
+type loopbackDialer struct {
+	t     *testing.T
+	count *atomic.Int64
+}
+
+// slowDial is longer than the skew allowance and shorter than the intervals.
+const slowDial = 120 * time.Millisecond
+
+func (d loopbackDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return nil, err
+	}
+	if ip, err := netip.ParseAddr(host); err != nil || !ip.IsLoopback() {
+		d.t.Errorf("test dialer asked for non-loopback address %s", address)
+		return nil, errors.New("test dialer: non-loopback address refused")
+	}
+	if d.count.Add(1)%3 == 0 {
+		t := time.NewTimer(slowDial) // a slow network, not a test waiting for something
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+	}
+	var nd net.Dialer
+	return nd.DialContext(ctx, network, address)
+}
+
+// noResolver fails the test if anything is resolved: every host is mapped to the origin.
+type noResolver struct{ t *testing.T }
+
+func (r noResolver) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
+	r.t.Errorf("test resolver asked for %s", host)
+	return nil, errors.New("test resolver: no lookups")
+}
+
+// waitFor polls cond (it reads state other goroutines change; there is nothing to wait
+// on) until it holds, failing the test after clusterWait.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(clusterWait)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		<-tick.C
+	}
+}
+
+// clusterOrigin is the test origin: /page answers at once, /redir redirects to a landing
+// host reached only that way, /hold answers when the test releases it (or the client
+// gives up). It counts the requests it is serving at once.
+type clusterOrigin struct {
+	*origintest.Origin
+	release     chan struct{}
+	mu          sync.Mutex
+	holding     int
+	concurrent  int
+	maxParallel int
+}
+
+func newClusterOrigin() *clusterOrigin {
+	o := &clusterOrigin{release: make(chan struct{})}
+	o.Origin = origintest.New(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		o.mu.Lock()
+		o.concurrent++
+		o.maxParallel = max(o.maxParallel, o.concurrent)
+		o.mu.Unlock()
+		defer func() {
+			o.mu.Lock()
+			o.concurrent--
+			o.mu.Unlock()
+		}()
+		// Every request on a new connection, so that slow dials (loopbackDialer) happen often.
+		w.Header().Set("Connection", "close")
+		switch r.URL.Path {
+		case "/redir":
+			host := strings.Split(r.Host, ":")[0]
+			http.Redirect(w, r, "http://landing-"+host+"/landed", http.StatusFound)
+			return
+		case "/hold":
+			o.mu.Lock()
+			o.holding++
+			o.mu.Unlock()
+			defer func() {
+				o.mu.Lock()
+				o.holding--
+				o.mu.Unlock()
+			}()
+			select {
+			case <-o.releaseCh():
+			case <-r.Context().Done():
+				return
+			}
+		}
+		origintest.Page(w, r)
+	}))
+	return o
+}
+
+func (o *clusterOrigin) releaseCh() chan struct{} {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.release
+}
+
+// releaseAll lets every held request answer, and later ones pass at once.
+func (o *clusterOrigin) releaseAll() {
+	o.mu.Lock()
+	close(o.release)
+	o.mu.Unlock()
+}
+
+func (o *clusterOrigin) state() (holding, concurrent, maxParallel int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.holding, o.concurrent, o.maxParallel
+}
+
+// TestClusterThreeInstances is issue 5's test: three instances on one mock TiKV cluster,
+// mixed A/B/C traffic on 100 domains (some redirecting), zero violations measured at the
+// origin; an instance stopped mid-run, whose in-flight requests expire while the others
+// continue; and the cap changed through one instance, obeyed by the others.
+func TestClusterThreeInstances(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for several seconds")
+	}
+	origin := newClusterOrigin()
+	defer origin.Close()
+	rule, err := netguard.ParseConnectTo(origin.ConnectTo())
+	if err != nil {
+		t.Fatal(err)
+	}
+	guard := netguard.New(netguard.Config{ConnectTo: []netguard.Rule{rule}, Dialer: loopbackDialer{t, &atomic.Int64{}}, Resolver: noResolver{t}})
+	c := tikvtest.NewCluster(t)
+	nodes := []*node{startNode(t, c, "node-0", guard, 24), startNode(t, c, "node-1", guard, 24), startNode(t, c, "node-2", guard, 24)}
+	begin := time.Now()
+	phase := func(name string) { t.Logf("%6.2fs %s", time.Since(begin).Seconds(), name) }
+	waitFor(t, "three instances sharing the cap", func() bool {
+		for _, n := range nodes {
+			if n.gate.Capacity() != 8 {
+				return false
+			}
+		}
+		return true
+	})
+
+	intervals := []time.Duration{200 * time.Millisecond, 300 * time.Millisecond, 400 * time.Millisecond, 500 * time.Millisecond}
+	intervalOf := map[string]time.Duration{}
+	domains := make([]string, 100)
+	for i := range domains {
+		domains[i] = fmt.Sprintf("d%03d.test", i)
+		intervalOf[domains[i]] = intervals[i%len(intervals)]
+		if i%10 == 0 {
+			intervalOf["landing-"+domains[i]] = clusterDefaultIval
+		}
+	}
+	// Node 2 holds requests on these at the origin when it dies.
+	held := []string{"held0.test", "held1.test", "held2.test", "held3.test", "held4.test"}
+	for _, d := range held {
+		intervalOf[d] = 100 * time.Millisecond
+	}
+
+	// Mixed traffic: per instance, workers send A, B and C at random domains until told to
+	// stop. Every tenth domain redirects to a landing host of its own.
+	var sent [3]atomic.Int64         // per entry: requests that reached the origin
+	var refused, failed atomic.Int64 // refused: over the limit, here or elsewhere
+	stopTraffic := []chan struct{}{make(chan struct{}), make(chan struct{}), make(chan struct{})}
+	// A dead instance's goroutines end with it: its tasks run under ctxs[2].
+	ctxs := make([]context.Context, len(nodes))
+	cancels := make([]context.CancelFunc, len(nodes))
+	for i := range nodes {
+		ctxs[i], cancels[i] = context.WithCancel(t.Context())
+		defer cancels[i]()
+	}
+	// Failing closed (runtime_store_unavailable, 503, a task waiting) is right whenever
+	// TiKV does not answer in time: on node 2 once it lost TiKV, on the others for the few
+	// seconds a key node 2 left locked mid-commit stays locked (TiKV's lock TTL), and on a
+	// machine so loaded that a transaction outlasts the timeout. It is counted, not failed.
+	var failedClosed atomic.Int64
+	var traffic sync.WaitGroup
+	for ni, n := range nodes {
+		for w := range 4 {
+			traffic.Go(func() {
+				rng := rand.New(rand.NewPCG(uint64(ni), uint64(w)))
+				for k := 0; ; k++ {
+					select {
+					case <-stopTraffic[ni]:
+						return
+					default:
+					}
+					d := domains[rng.IntN(len(domains))]
+					// The path names the instance and the entry, for the report of a violation.
+					path := fmt.Sprintf("/page/%s/%d", n.id, (k+w)%3)
+					if d[len(d)-6] == '0' { // d000, d010, ...
+						path = "/redir"
+					}
+					iv := intervalOf[d].Milliseconds()
+					switch e := (k + w) % 3; e {
+					case 0: // A: a leased task, run by the engine as the lease loop does
+						out := n.eng.RunTask(ctxs[ni], &downloader.Task{TaskID: fmt.Sprintf("%s-%d-%d", n.id, w, k),
+							URL: "http://" + d + path, MinIntervalMs: &iv, LeaseExpiresAt: time.Now().Add(3 * time.Second)})
+						switch {
+						case out.Release:
+							refused.Add(1)
+						case out.Report != nil && out.Report.HasReachedOrigin:
+							sent[0].Add(1)
+						case out.Report != nil && out.Report.FailReason != nil && *out.Report.FailReason == downloader.FailSelfRateLimited:
+							refused.Add(1) // a redirect hop whose host stayed busy past the request's deadline
+						case out.Report != nil && ctxs[ni].Err() == nil:
+							failed.Add(1)
+							t.Errorf("%s: task failed: %+v (%v)", n.id, out.Report.Summary, *out.Report.FailReason)
+						}
+					case 1, 2:
+						entry := "/v1/render"
+						body := fmt.Sprintf(`{"url":"http://%s%s","min_interval_ms":%d,"should_render":false}`, d, path, iv)
+						if e == 2 {
+							entry = "/v1/probe"
+						}
+						code, m, err := n.post(entry, body)
+						switch {
+						case err != nil:
+							failed.Add(1)
+							t.Errorf("%s %s: %v", n.id, entry, err)
+						case code == http.StatusTooManyRequests:
+							refused.Add(1)
+						case code == http.StatusServiceUnavailable:
+							failedClosed.Add(1)
+						case code != http.StatusOK:
+							failed.Add(1)
+							t.Errorf("%s %s %s: %d %v", n.id, entry, d, code, m)
+						case m["has_reached_origin"] == true:
+							sent[e].Add(1)
+						case m["fail_reason"] == string(downloader.FailSelfRateLimited):
+							refused.Add(1)
+						case m["fail_reason"] == string(downloader.FailRuntimeStoreUnavailable):
+							failedClosed.Add(1)
+						default:
+							failed.Add(1)
+							t.Errorf("%s %s %s: %v", n.id, entry, d, m)
+						}
+					}
+				}
+			})
+		}
+	}
+	waitFor(t, "traffic through every entry", func() bool {
+		return sent[0].Load() >= 30 && sent[1].Load() >= 30 && sent[2].Load() >= 30
+	})
+
+	phase("traffic through every entry")
+	// Node 2 holds requests on five domains of its own at the origin, then dies without a
+	// word: no write-back, no heartbeat, no goodbye.
+	for _, d := range held {
+		traffic.Go(func() {
+			// A longer timeout than the traffic's, so that all five are surely held at once.
+			code, m, err := nodes[2].post("/v1/render", fmt.Sprintf(`{"url":"http://%s/hold","min_interval_ms":100,"should_render":false,"timeout_ms":%d}`,
+				d, heldTimeout.Milliseconds()))
+			if err != nil || code != http.StatusOK {
+				t.Errorf("held render of %s: %d %v %v", d, code, m, err)
+			}
+		})
+	}
+	waitFor(t, "node 2's held requests at the origin", func() bool { h, _, _ := origin.state(); return h == len(held) })
+	waitFor(t, "node 2's held requests counted in flight", func() bool {
+		st, err := nodes[0].rt.Domain(t.Context(), held[0])
+		return err == nil && st.InFlightCount == 1
+	})
+	phase("held")
+	// When each held request's entry expires: until then it may still reach the origin.
+	expiresAt := map[string]time.Time{}
+	for _, d := range held {
+		v, ok, err := nodes[0].store.get(t.Context(), domainKey(d))
+		var rec domainRecord
+		if err != nil || !ok || json.Unmarshal(v, &rec) != nil || len(rec.InFlightRequests) != 1 {
+			t.Fatalf("record of %s: %s, %v, %v", d, v, ok, err)
+		}
+		expiresAt[d] = rec.InFlightRequests[0].ExpiresAt
+	}
+	close(stopTraffic[2])
+	nodes[2].client.SetDown(true)
+	cancels[2]()
+	// Its heartbeat expires: its requests stop counting as in flight...
+	waitFor(t, "node 2's in-flight entries to stop counting", func() bool {
+		st, err := nodes[0].rt.Domain(t.Context(), held[0])
+		return err == nil && st.InFlightCount == 0
+	})
+	phase("node 2 no longer counted")
+	// ...and its share of the cap returns to the others.
+	waitFor(t, "the cap split over the two live instances", func() bool {
+		return nodes[0].gate.Capacity() == 12 && nodes[1].gate.Capacity() == 12
+	})
+	// The held domains stay closed to the others until node 2's requests expire: until
+	// then they may still reach the origin (slot + timeout + slack, + skew).
+	for _, d := range held {
+		var admittedAt time.Time
+		waitFor(t, "a held domain to be admitted elsewhere", func() bool {
+			code, m, err := nodes[0].post("/v1/probe", fmt.Sprintf(`{"url":"http://%s/page","min_interval_ms":100,"should_render":false}`, d))
+			if err != nil || code != http.StatusOK {
+				t.Fatalf("probe of %s: %d %v %v", d, code, m, err)
+			}
+			if m["has_reached_origin"] == true {
+				admittedAt = time.Now()
+				return true
+			}
+			return false
+		})
+		if bound := expiresAt[d].Add(clusterSkew); admittedAt.Before(bound) {
+			t.Errorf("%s admitted %v before node 2's request expired; it could still have been sent", d, bound.Sub(admittedAt))
+		}
+	}
+	phase("held domains admitted elsewhere")
+	// The others continued meanwhile.
+	before := sent[0].Load() + sent[1].Load() + sent[2].Load()
+	waitFor(t, "traffic on the two live instances", func() bool {
+		return sent[0].Load()+sent[1].Load()+sent[2].Load() >= before+30
+	})
+	close(stopTraffic[0])
+	close(stopTraffic[1])
+	traffic.Wait()
+	phase("traffic stopped")
+
+	// The cap changed through node 0: node 1 obeys it too.
+	req, _ := http.NewRequest(http.MethodPut, nodes[0].http.URL+"/v1/settings", strings.NewReader(`{"max_concurrent_count":2}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("PUT /v1/settings: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	waitFor(t, "node 1 to apply the new cap", func() bool {
+		return nodes[1].gate.Capacity() == 1 && nodes[1].eng.Settings().MaxConcurrentCount == 2
+	})
+	if nodes[0].gate.Capacity() != 1 {
+		t.Errorf("node 0's share = %d; want 1", nodes[0].gate.Capacity())
+	}
+	// Six requests per node on domains of their own, each held at the origin: one per node
+	// runs, the rest wait at its gate.
+	_, base, _ := origin.state()
+	var burst sync.WaitGroup
+	for ni, n := range nodes[:2] {
+		for i := range 6 {
+			d := fmt.Sprintf("cap%d-%d.test", ni, i)
+			burst.Go(func() {
+				code, m, err := n.post("/v1/render", fmt.Sprintf(`{"url":"http://%s/hold","min_interval_ms":0,"should_render":false}`, d))
+				if err != nil || code != http.StatusOK || m["has_reached_origin"] != true {
+					t.Errorf("capped render of %s: %d %v %v", d, code, m, err)
+				}
+			})
+		}
+	}
+	waitFor(t, "one request per node at the origin, five at each gate", func() bool {
+		_, conc, _ := origin.state()
+		return conc == base+2 && nodes[0].gate.Waiting() == 5 && nodes[1].gate.Waiting() == 5
+	})
+	phase("cap burst queued")
+	origin.mu.Lock()
+	origin.maxParallel = origin.concurrent
+	origin.mu.Unlock()
+	origin.releaseAll()
+	burst.Wait()
+	if _, _, m := origin.state(); m > base+2 {
+		t.Errorf("%d requests at the origin at once under a cluster cap of 2", m-base)
+	}
+
+	phase("cap burst done")
+	// Zero violations at the origin, over every phase.
+	v := origin.Violations(func(host string) (time.Duration, bool) {
+		iv, ok := intervalOf[host]
+		return iv, ok && iv > 0
+	}, clusterTolerance)
+	for _, x := range v {
+		t.Errorf("violation: %v", x)
+	}
+	if len(v) > 0 {
+		last := map[string]origintest.Arrival{}
+		for _, a := range origin.Arrivals() {
+			if p, ok := last[a.Host]; ok && a.At.Sub(p.At) < intervalOf[a.Host]-clusterTolerance {
+				t.Logf("close pair on %s: %s at %s, then %s at %s", a.Host, p.Path, p.At.Format("15:04:05.000000"), a.Path, a.At.Format("15:04:05.000000"))
+			}
+			last[a.Host] = a
+		}
+	}
+	t.Logf("reached the origin: A %d, B %d, C %d; refused %d; failed closed %d; failed %d; arrivals %d; violations %d",
+		sent[0].Load(), sent[1].Load(), sent[2].Load(), refused.Load(), failedClosed.Load(), failed.Load(), len(origin.Arrivals()), len(v))
+}

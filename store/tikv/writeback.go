@@ -1,0 +1,180 @@
+package tikv
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/tikv/client-go/v2/txnkv/transaction"
+)
+
+// writeBack is one finished request to write back to its domain's record.
+type writeBack struct {
+	domain string
+	id     uint64 // the admission's id in the record's in_flight
+	wireAt time.Time
+}
+
+// Write-back batching: the queue absorbs bursts; a batch is what accumulated while the
+// previous one was being written, up to writeBackBatch domains' worth.
+const (
+	writeBackQueueLength = 4096
+	writeBackBatch       = 64
+)
+
+// enqueue hands wb to the writer; false when it is not running or its queue is full.
+func (r *Runtime) enqueue(wb writeBack) bool {
+	r.wbMu.Lock()
+	defer r.wbMu.Unlock()
+	if !r.wbOn {
+		return false
+	}
+	select {
+	case r.wbQueue <- wb:
+		return true
+	default:
+		return false
+	}
+}
+
+// startWriter starts the writer and returns the function that stops it after it wrote
+// everything queued.
+func (r *Runtime) startWriter() (stop func()) {
+	r.wbMu.Lock()
+	if r.wbQueue == nil {
+		r.wbQueue = make(chan writeBack, writeBackQueueLength)
+	}
+	r.wbOn = true
+	r.wbMu.Unlock()
+	quit := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case wb := <-r.wbQueue:
+				r.flush(context.Background(), r.drain(wb))
+			case <-quit:
+				// No enqueue can happen any more (wbOn is false): write what is left.
+				for {
+					select {
+					case wb := <-r.wbQueue:
+						r.flush(context.Background(), r.drain(wb))
+					default:
+						return
+					}
+				}
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			r.wbMu.Lock()
+			r.wbOn = false
+			r.wbMu.Unlock()
+			close(quit)
+			<-done
+		})
+	}
+}
+
+// drain returns first and what else is queued, up to a batch.
+func (r *Runtime) drain(first writeBack) []writeBack {
+	batch := []writeBack{first}
+	for len(batch) < writeBackBatch {
+		select {
+		case wb := <-r.wbQueue:
+			batch = append(batch, wb)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+// flush writes batch back in one transaction (retried while it conflicts), holding this
+// instance's locks of the domains involved, taken in one order.
+func (r *Runtime) flush(ctx context.Context, batch []writeBack) {
+	byDomain := map[string][]writeBack{}
+	for _, wb := range batch {
+		byDomain[wb.domain] = append(byDomain[wb.domain], wb)
+	}
+	var stripes []int
+	for d := range byDomain {
+		stripes = append(stripes, r.stripeOf(d))
+	}
+	slices.Sort(stripes)
+	stripes = slices.Compact(stripes)
+	for _, i := range stripes {
+		r.locks[i].Lock()
+	}
+	defer func() {
+		for _, i := range stripes {
+			r.locks[i].Unlock()
+		}
+	}()
+	ctx, release, err := r.s.acquire(ctx, "write back")
+	if err != nil {
+		r.log.Warn("write back finished requests: their in-flight entries will expire instead", "request_count", len(batch), "error", err)
+		return
+	}
+	defer release()
+	domains := make([]string, 0, len(byDomain))
+	keys := make([][]byte, 0, len(byDomain))
+	for d := range byDomain {
+		domains = append(domains, d)
+		keys = append(keys, domainKey(d))
+	}
+	err = r.s.update(ctx, func(txn *transaction.KVTxn) error {
+		now := r.clk.Now()
+		got, err := txn.BatchGet(ctx, keys)
+		if err != nil {
+			return err
+		}
+		for i, d := range domains {
+			var rec domainRecord
+			if v, ok := got[string(keys[i])]; ok {
+				if err := json.Unmarshal(v, &rec); err != nil {
+					return err
+				}
+			} else {
+				// Lost since the admission: rebuilt from the loss marker, then this request.
+				lossAt, err := r.lossAt(ctx, txn, now)
+				if err != nil {
+					return err
+				}
+				rec = domainRecord{LastRequestAt: lossAt}
+			}
+			r.applyWriteBacks(&rec, byDomain[d], now)
+			if err := r.put(txn, keys[i], &rec); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		r.log.Warn("write back finished requests: their in-flight entries will expire instead", "request_count", len(batch), "error", err)
+	}
+}
+
+// applyWriteBacks removes the finished requests from rec.InFlightRequests, folds the expired ones
+// (foldExpired), and moves last_request_at to the latest wire moment if that is later.
+func (r *Runtime) applyWriteBacks(rec *domainRecord, wbs []writeBack, now time.Time) {
+	kept := rec.InFlightRequests[:0]
+	for _, f := range rec.InFlightRequests {
+		if f.InstanceID == r.id && slices.ContainsFunc(wbs, func(wb writeBack) bool { return wb.id == f.AdmissionID }) {
+			continue
+		}
+		kept = append(kept, f)
+	}
+	rec.InFlightRequests = kept
+	r.foldExpired(rec, now)
+	for _, wb := range wbs {
+		if wb.wireAt.After(rec.LastRequestAt) {
+			rec.LastRequestAt, rec.LastInstanceID = wb.wireAt.UTC(), r.id
+		}
+	}
+}
