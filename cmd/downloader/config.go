@@ -34,7 +34,8 @@ type config struct {
 	ChromiumPath         string
 	LogLevel             slog.Level
 	ShutdownGraceSeconds int
-	Lease                leaseConfig // entry A (lease.go)
+	Lease                leaseConfig   // entry A (lease.go)
+	Cluster              clusterConfig // --store tikv (cluster.go)
 
 	// Access (issue 7 item 3): bearer tokens, and the switch that allows serving without
 	// them on a non-loopback address.
@@ -107,6 +108,7 @@ func newFlagSet(name string, c *config, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&c.AllowUnauthenticated, "allow-unauthenticated", false, "serve on a non-loopback --listen address without --api-token and --admin-token")
 	fs.StringVar(&c.EgressCanary, "egress-canary", "", "HOST:PORT of a target that should always accept a TCP connection: it confirms or vetoes an egress outage (docs/reliability.md); empty: none")
 	fs.IntVar(&c.EgressWindowSeconds, "egress-window-seconds", int(egress.DefaultWindow/time.Second), "how long an outcome counts for its domain in the egress detector")
+	addClusterFlags(fs, &c.Cluster)
 	fs.IntVar(&c.EgressMinDomainCount, "egress-min-domain-count", egress.DefaultMinDomainCount, "distinct domains failing at network level (and at least 80% of the domains seen) before failures are reported as egress_unavailable")
 	addLeaseFlags(fs, &c.Lease)
 	return fs
@@ -190,6 +192,9 @@ func (c *config) check() error {
 		return errors.New("--egress-window-seconds must be at least 1")
 	case c.EgressMinDomainCount < 1:
 		return errors.New("--egress-min-domain-count must be at least 1")
+	}
+	if err := c.Cluster.check(); err != nil {
+		return err
 	}
 	if c.EgressCanary != "" {
 		if _, _, err := net.SplitHostPort(c.EgressCanary); err != nil {

@@ -12,10 +12,15 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"downloader/store/tikv/tikvtest"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
+	if err := tikvtest.Init(); err != nil { // cluster mode's tests run the mock TiKV cluster
+		panic(err)
+	}
+	goleak.VerifyTestMain(m, tikvtest.IgnoreClosedCluster,
 		// Pebble's and chromedp's background workers end asynchronously after Close.
 		goleak.IgnoreTopFunction("github.com/cockroachdb/pebble/v2.(*DB).maybeScheduleCompaction"),
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"downloader"
 	"downloader/clock"
 	"downloader/egress"
 	"downloader/engine"
@@ -61,7 +62,8 @@ type service struct {
 	fetcher *fetch.Fetcher
 	render  *render.Pool
 	server  *server.Server
-	entryA  *entryA // the lease loop (lease.go)
+	entryA  *entryA  // the lease loop (lease.go)
+	cluster *cluster // --store tikv (cluster.go); nil on one machine
 	http    *http.Server
 	errc    chan error // the first error of a long-running part
 	cancel  context.CancelFunc
@@ -80,65 +82,89 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 	clk := clock.Real{}
 	lim := limiter.New(clk)
 	gate := limiter.NewGate(c.MaxConcurrentCount, c.LocalQueueLength)
+	// Cluster mode (cluster.go): results, pages, settings and the limiter state in TiKV.
+	results, pages, settings := downloader.ResultStore(st), downloader.PageStore(st), downloader.SettingsStore(st)
+	var cl *cluster
+	var shared engine.SharedRuntime
+	if c.Cluster.Store == storeTiKV {
+		if cl, err = openCluster(c, logger, clk, gate); err != nil {
+			st.Close()
+			return nil, err
+		}
+		results, pages, settings, shared = cl.store, cl.store, cl.store, cl.runtime
+	}
+	closeStores := func() {
+		if cl != nil {
+			_ = cl.close()
+		}
+		st.Close()
+	}
 	guard := netguard.New(netguard.Config{ConnectTo: c.ConnectTo, AllowPrivateNetworks: c.AllowPrivateNetworks,
 		Dialer: c.Lease.dialer()})
 	defaultInterval := time.Duration(c.DefaultMinIntervalMs) * time.Millisecond
 	fetcher := fetch.New(fetch.Config{
 		Clock: clk, Guard: guard, Logger: logger, UserAgent: c.UserAgent,
-		Hops: engine.Hops{Limiter: lim, DefaultMinInterval: defaultInterval},
+		Hops: engine.Hops{Limiter: lim, DefaultMinInterval: defaultInterval, Shared: shared, DefaultTimeout: c.requestTimeout()},
 	})
 	pool, err := render.New(render.Config{
 		Clock: clk, Logger: logger, BinaryPath: c.ChromiumPath, Endpoint: c.RendererEndpoint,
 		Concurrency: c.RenderConcurrency, QueueLength: c.LocalQueueLength, UserAgent: c.UserAgent,
-		Guard: guard, DefaultTimeout: c.requestTimeout(), Hops: engine.Hops{Limiter: lim, DefaultMinInterval: defaultInterval},
+		Guard: guard, DefaultTimeout: c.requestTimeout(), Hops: engine.Hops{Limiter: lim, DefaultMinInterval: defaultInterval, Shared: shared, DefaultTimeout: c.requestTimeout()},
 	})
 	if err != nil {
-		st.Close()
+		closeStores()
 		return nil, fmt.Errorf("renderer: %w", err)
 	}
 	obs, err := newObservability(clk, logger, lim, gate, pool)
 	if err != nil {
 		pool.Close()
-		st.Close()
+		closeStores()
 		return nil, err
 	}
 	det := egress.New(egress.Config{Clock: clk, Logger: logger, Canary: c.egressCanary(),
 		Window: time.Duration(c.EgressWindowSeconds) * time.Second, MinDomainCount: c.EgressMinDomainCount})
 	eng := engine.New(engine.Config{
 		Clock: clk, Logger: logger, Limiter: lim, Gate: gate, Fetcher: fetcher, Renderer: pool,
-		Results: st, Pages: st, Settings: st, Observer: obs.observer, Egress: det, DefaultMinInterval: defaultInterval,
-		DefaultTimeout: c.requestTimeout(),
+		Results: results, Pages: pages, Settings: settings, Observer: obs.observer, Egress: det, DefaultMinInterval: defaultInterval,
+		DefaultTimeout: c.requestTimeout(), Shared: shared,
 	})
 	if err := eng.LoadSettings(ctx); err != nil {
 		pool.Close()
-		st.Close()
+		closeStores()
 		return nil, err
+	}
+	if cl != nil {
+		if err := cl.start(ctx); err != nil {
+			pool.Close()
+			closeStores()
+			return nil, err
+		}
 	}
 	a, err := newEntryA(ctx, c, logger, clk, st, eng, gate)
 	if err != nil {
 		pool.Close()
-		st.Close()
+		closeStores()
 		return nil, err
 	}
 	extra, err := obs.routes(eng) // the console and /metrics
 	if err != nil {
 		a.close()
 		pool.Close()
-		st.Close()
+		closeStores()
 		return nil, err
 	}
 	srv := server.New(server.Config{Engine: eng, Guard: guard, Logger: logger, Clock: clk, Extra: extra,
-		Tasks: a.taskQueue(), Results: st, Pages: st, APIToken: c.APIToken, AdminToken: c.AdminToken})
+		Tasks: a.taskQueue(), Results: results, Pages: pages, APIToken: c.APIToken, AdminToken: c.AdminToken})
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
 		a.close()
 		pool.Close()
-		st.Close()
+		closeStores()
 		return nil, fmt.Errorf("listen on %s: %w", c.Listen, err)
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	s := &service{cfg: c, log: logger, addr: ln.Addr(), store: st, limiter: lim, engine: eng, fetcher: fetcher,
-		render: pool, server: srv, entryA: a, errc: make(chan error, 2), cancel: cancel,
+		render: pool, server: srv, entryA: a, cluster: cl, errc: make(chan error, 2), cancel: cancel,
 		http: &http.Server{
 			Handler:           srv,
 			ReadHeaderTimeout: c.readHeaderTimeout,
@@ -149,6 +175,9 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 		}}
 	go func() { s.errc <- lim.Run(runCtx) }()
+	if cl != nil {
+		cl.run(runCtx) // heartbeats and write-backs; wait ends it after the engine
+	}
 	go func() { _ = det.Run(runCtx) }() // the canary, if any; it ends with runCtx
 	go func() {
 		if err := s.http.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
@@ -157,7 +186,7 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 	}()
 	a.start()
 	srv.SetReady(true)
-	logger.Info("service started", "listen", ln.Addr().String(), "data_dir", c.DataDir,
+	logger.Info("service started", "listen", ln.Addr().String(), "data_dir", c.DataDir, "store_backend", c.Cluster.Store,
 		"max_concurrent_count", eng.Settings().MaxConcurrentCount,
 		"has_api_token", c.APIToken != "", "has_admin_token", c.AdminToken != "")
 	if c.AllowUnauthenticated && !isLoopbackListen(c.Listen) && (c.APIToken == "" || c.AdminToken == "") {
@@ -199,6 +228,12 @@ func (s *service) wait(ctx context.Context) error {
 	s.entryA.close()
 	s.engine.Stop()
 	s.cancel()
+	if s.cluster != nil {
+		// After the engine: the runtime writes back the last requests, then leaves.
+		if err := s.cluster.close(); err != nil && runErr == nil {
+			runErr = err
+		}
+	}
 	s.render.Close()
 	s.fetcher.Close()
 	if err := s.store.Close(); err != nil && runErr == nil {
