@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"sort"
 	"strconv"
@@ -94,7 +95,7 @@ func runSoak(ctx context.Context, args []string, getenv func(string) string, std
 	fs.IntVar(&sc.DrainSeconds, "drain-seconds", 120, "how long the queue may take to drain after the load")
 	fs.IntVar(&sc.DomainCount, "domain-count", 100, "virtual hosts of the origin")
 	fs.Float64Var(&sc.TasksPerSecond, "tasks-per-second", 20, "entry A: tasks submitted to the local queue")
-	fs.Float64Var(&sc.RendersPerSecond, "renders-per-second", 2, "entry B: POST /v1/render calls (half with should_render)")
+	fs.Float64Var(&sc.RendersPerSecond, "renders-per-second", 1, "entry B: POST /v1/render calls (half with should_render)")
 	fs.Float64Var(&sc.ProbesPerSecond, "probes-per-second", 10, "entry C: POST /v1/probe calls")
 	fs.IntVar(&sc.KillEvery, "kill-after-render-count", 100, "kill the browser once every this many renders (0: never)")
 	fs.IntVar(&sc.TaskRenderPercent, "task-render-percent", 2, "entry A's tasks with should_render")
@@ -140,7 +141,8 @@ type soak struct {
 	reasonMu                                             sync.Mutex
 	reasons                                              map[string]int // entry/fail_reason → count
 
-	samples []soakSample
+	samples         []soakSample
+	goroutinesAtEnd []goroutineGroup
 }
 
 type lockedRand struct {
@@ -163,6 +165,7 @@ type soakSample struct {
 	FDCount          int
 	BrowserProcCount int
 	DoneCount        int
+	BacklogCount     int // entry A tasks pending or leased
 	RenderedCount    int64
 	KilledCount      int64
 }
@@ -224,6 +227,7 @@ func (s *soak) run(ctx context.Context, stderr io.Writer) error {
 	wg.Go(func() { s.loadBC(loadCtx, base, "/v1/probe", s.sc.ProbesPerSecond, sem, &wg) })
 	wg.Go(func() { s.killer(loadCtx) })
 	s.sampleLoop(loadCtx, start)
+	s.goroutinesAtEnd = goroutineGroups(8)
 	wg.Wait()
 	interrupted := ctx.Err() != nil
 
@@ -534,7 +538,7 @@ func fdCount() int {
 
 // sampleLoop samples every SampleSeconds until ctx ends.
 func (s *soak) sampleLoop(ctx context.Context, start time.Time) {
-	fmt.Fprintf(s.out, "%8s %9s %12s %11s %5s %14s %6s %9s %6s\n", "elapsed", "rss_mib", "browser_mib", "goroutines", "fds", "browser_procs", "done", "rendered", "kills")
+	fmt.Fprintf(s.out, "%8s %9s %12s %11s %5s %14s %6s %8s %9s %6s\n", "elapsed", "rss_mib", "browser_mib", "goroutines", "fds", "browser_procs", "done", "backlog", "rendered", "kills")
 	s.sample(start)
 	tick := time.NewTicker(time.Duration(s.sc.SampleSeconds) * time.Second)
 	defer tick.Stop()
@@ -550,14 +554,16 @@ func (s *soak) sampleLoop(ctx context.Context, start time.Time) {
 
 func (s *soak) sample(start time.Time) {
 	n, brss := browserUsage()
+	qc := s.svc.entryA.queue.Counts()
 	smp := soakSample{
 		At: time.Since(start), RSSBytes: rssOf("self"), BrowserRSSBytes: brss, GoroutineCount: runtime.NumGoroutine(),
-		FDCount: fdCount(), BrowserProcCount: n, DoneCount: s.svc.entryA.queue.Counts().DoneCount,
+		FDCount: fdCount(), BrowserProcCount: n, DoneCount: qc.DoneCount, BacklogCount: qc.PendingCount + qc.LeasedCount,
 		RenderedCount: s.svc.render.Stats().RenderedCount, KilledCount: s.killedCount.Load(),
 	}
 	s.samples = append(s.samples, smp)
-	fmt.Fprintf(s.out, "%7.0fs %9.1f %12.1f %11d %5d %14d %6d %9d %6d\n", smp.At.Seconds(), mib(smp.RSSBytes),
-		mib(smp.BrowserRSSBytes), smp.GoroutineCount, smp.FDCount, smp.BrowserProcCount, smp.DoneCount, smp.RenderedCount, smp.KilledCount)
+	fmt.Fprintf(s.out, "%7.0fs %9.1f %12.1f %11d %5d %14d %6d %8d %9d %6d\n", smp.At.Seconds(), mib(smp.RSSBytes),
+		mib(smp.BrowserRSSBytes), smp.GoroutineCount, smp.FDCount, smp.BrowserProcCount, smp.DoneCount, smp.BacklogCount,
+		smp.RenderedCount, smp.KilledCount)
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
@@ -603,6 +609,10 @@ func (s *soak) flatness() []flatness {
 		metric("goroutines", func(x soakSample) float64 { return float64(x.GoroutineCount) }, func(a float64) float64 { return a*1.25 + 20 }),
 		metric("fds", func(x soakSample) float64 { return float64(x.FDCount) }, func(a float64) float64 { return a*1.25 + 20 }),
 		metric("browser_procs", func(x soakSample) float64 { return float64(x.BrowserProcCount) }, func(a float64) float64 { return a + 4 }),
+		// Not a resource: a growing backlog means the load is more than the service
+		// sustains, and the resources holding it (goroutines, connections) grow with it.
+		metric("backlog", func(x soakSample) float64 { return float64(x.BacklogCount) },
+			func(a float64) float64 { return a*1.5 + s.sc.TasksPerSecond*float64(s.sc.SampleSeconds) }),
 	}
 }
 
@@ -669,10 +679,62 @@ func (s *soak) report(counts embedded.QueueCounts, doneIDs int, interrupted bool
 	if interrupted {
 		problems = append(problems, "interrupted")
 	}
+	fmt.Fprintln(s.out, "  goroutines at the end of the load, by function (top 8):")
+	for _, g := range s.goroutinesAtEnd {
+		fmt.Fprintf(s.out, "    %5d  %s\n", g.count, g.where)
+	}
 	if len(problems) > 0 {
 		fmt.Fprintf(s.out, "soak: FAIL: %s\n", strings.Join(problems, ", "))
 		return fmt.Errorf("soak failed: %s", strings.Join(problems, ", "))
 	}
 	fmt.Fprintln(s.out, "soak: PASS: violations 0, lost tasks 0, resources flat")
 	return nil
+}
+
+// goroutineGroup is a number of goroutines with the same stack.
+type goroutineGroup struct {
+	count int
+	where string // the function on top of the stack ← the goroutine's own function
+}
+
+// goroutineGroups groups the live goroutines by stack (runtime/pprof's debug=1 format) and
+// returns the n largest groups.
+func goroutineGroups(n int) []goroutineGroup {
+	var b bytes.Buffer
+	if err := pprof.Lookup("goroutine").WriteTo(&b, 1); err != nil {
+		return nil
+	}
+	byWhere := map[string]int{}
+	for block := range strings.SplitSeq(b.String(), "\n\n") {
+		lines := strings.Split(strings.TrimSpace(block), "\n")
+		if len(lines) < 2 {
+			continue
+		}
+		count, err := strconv.Atoi(strings.Fields(lines[0])[0])
+		if err != nil {
+			continue
+		}
+		var frames []string
+		for _, l := range lines[1:] {
+			if f := strings.Fields(l); len(f) >= 3 && f[0] == "#" {
+				fn := f[2]
+				if i := strings.LastIndex(fn, "+0x"); i > 0 {
+					fn = fn[:i]
+				}
+				frames = append(frames, fn)
+			}
+		}
+		if len(frames) == 0 {
+			continue
+		}
+		byWhere[frames[0]+" ← "+frames[len(frames)-1]] += count
+	}
+	out := make([]goroutineGroup, 0, len(byWhere))
+	for w, c := range byWhere {
+		out = append(out, goroutineGroup{count: c, where: w})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].count > out[j].count || out[i].count == out[j].count && out[i].where < out[j].where
+	})
+	return out[:min(n, len(out))]
 }
