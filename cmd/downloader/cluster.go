@@ -29,6 +29,8 @@ type clusterConfig struct {
 	PDEndpoints    []string
 	InstanceID     string
 	MaxClockSkewMs int64
+	// GCLifeTimeSeconds: see tikvstore.RuntimeConfig.GCLifeTime; 0 turns the runtime's GC off.
+	GCLifeTimeSeconds int64
 
 	// openTiKV opens the TiKV store; tests put the mock cluster here. nil: tikvstore.Open.
 	openTiKV func(pdEndpoints []string, o tikvstore.Options) (*tikvstore.Store, error)
@@ -60,6 +62,7 @@ func addClusterFlags(fs *flag.FlagSet, c *clusterConfig) {
 	fs.StringVar(&c.Store, "store", storeEmbedded, "where fetch_result, pages, settings and the limiter state live: embedded (one machine, in --data-dir) or tikv (cluster mode, shared by every instance; see --pd-endpoints)")
 	fs.Var(endpointsFlag{&c.PDEndpoints}, "pd-endpoints", "with --store tikv: the TiKV cluster's PD endpoints, host:port[,host:port...]")
 	fs.StringVar(&c.InstanceID, "instance-id", "", "with --store tikv: this instance's name in the cluster (default: random at each start)")
+	fs.Int64Var(&c.GCLifeTimeSeconds, "tikv-gc-life-time-seconds", 600, "with --store tikv: the oldest instance advances TiKV's GC safe point to now minus this every 10 minutes; 0 when the cluster has its own GC worker (TiDB)")
 	fs.Int64Var(&c.MaxClockSkewMs, "max-clock-skew-ms", tikvstore.DefaultMaxClockSkew.Milliseconds(), "with --store tikv: the most the instances' clocks may differ (NTP); added to a domain's interval when its last request came from another instance")
 }
 
@@ -76,6 +79,8 @@ func (c *clusterConfig) check() error {
 		return errors.New("--store tikv needs --pd-endpoints host:port[,host:port...]")
 	case c.MaxClockSkewMs < 0 || c.MaxClockSkewMs > 10_000:
 		return errors.New("--max-clock-skew-ms must be between 0 and 10000")
+	case c.GCLifeTimeSeconds != 0 && c.GCLifeTimeSeconds < 60:
+		return errors.New("--tikv-gc-life-time-seconds must be 0 (off) or at least 60")
 	}
 	for _, ep := range c.PDEndpoints {
 		if i := strings.LastIndexByte(ep, ':'); i <= 0 || i == len(ep)-1 {
@@ -111,6 +116,7 @@ func openCluster(c *config, logger *slog.Logger, clk clock.Clock, gate *limiter.
 		rc.MaxClockSkew = time.Nanosecond // 0 would mean the default: the flag says none
 	}
 	rc.DefaultTimeout = c.requestTimeout()
+	rc.GCLifeTime = time.Duration(c.Cluster.GCLifeTimeSeconds) * time.Second
 	rt, err := tikvstore.NewRuntime(st, rc)
 	if err != nil {
 		_ = st.Close()

@@ -130,8 +130,13 @@ type RuntimeConfig struct {
 	// own timeout.
 	ExpirySlack time.Duration
 	// SweepInterval is how often the oldest live instance deletes domain records that can no
-	// longer refuse anything (default 10 min).
+	// longer refuse anything (default 10 min), and runs TiKV's garbage collection.
 	SweepInterval time.Duration
+	// GCLifeTime is how long TiKV keeps old versions of a key: the oldest live instance
+	// advances the cluster's GC safe point to now - GCLifeTime at every sweep. A domain's
+	// record is written twice per request; without GC its versions pile up and reads slow
+	// down. 0: the runtime runs no GC (the cluster has its own GC worker, e.g. TiDB's).
+	GCLifeTime time.Duration
 }
 
 // Defaults of RuntimeConfig.
@@ -531,6 +536,9 @@ func (r *Runtime) Run(ctx context.Context) error {
 				} else if n > 0 {
 					r.log.Info("swept downloader:domain_runtime", "deleted_count", n)
 				}
+				if err := r.collectGarbage(ctx, now); err != nil {
+					r.log.Warn("TiKV garbage collection failed", "error", err)
+				}
 			}
 		}
 	}
@@ -549,6 +557,24 @@ func (r *Runtime) leave() {
 	if err != nil {
 		r.log.Warn("remove the instance record: it expires instead", "error", err)
 	}
+}
+
+// collectGarbage advances TiKV's GC safe point to now - GCLifeTime (see RuntimeConfig);
+// every transaction of the downloader is far shorter than that.
+func (r *Runtime) collectGarbage(ctx context.Context, now time.Time) error {
+	if r.cfg.GCLifeTime <= 0 {
+		return nil
+	}
+	// The whole cluster's locks are resolved: this one gets more than an operation's time.
+	ctx, release, err := r.s.acquireFor(ctx, "gc", time.Minute)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if _, err := r.s.kv.GC(ctx, oracle.GoTimeToTS(now.Add(-r.cfg.GCLifeTime))); err != nil {
+		return unavailable("gc", err)
+	}
+	return nil
 }
 
 func (r *Runtime) isOldest() bool {

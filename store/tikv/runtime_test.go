@@ -398,3 +398,23 @@ func TestRuntimeExpiredEntryCountsAsSent(t *testing.T) {
 		}
 	}
 }
+
+func TestRuntimeGarbageCollection(t *testing.T) {
+	rg := newRig(t)
+	x := rg.instance("x", 8)
+	x.rt.cfg.GCLifeTime = time.Minute
+	rg.clk.Advance(time.Hour)
+	for range 3 {
+		tk, _ := x.admit(t, ask("gc.example", 0, rg.clk.Now()))
+		if tk == nil {
+			t.Fatal("refused")
+		}
+		tk.Done(t.Context(), rg.clk.Now())
+	}
+	if err := x.rt.collectGarbage(t.Context(), time.Now()); err != nil {
+		t.Fatalf("collectGarbage: %v", err)
+	}
+	if tk, _ := x.admit(t, ask("gc.example", 0, rg.clk.Now())); tk == nil {
+		t.Error("refused after GC")
+	}
+}
