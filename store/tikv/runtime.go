@@ -90,9 +90,12 @@ type Runtime struct {
 	log *slog.Logger
 	id  string
 
-	seq   atomic.Uint64 // admission ids
-	seed  maphash.Seed
-	locks [256]sync.Mutex // this instance's admissions and write-backs, by domain hash
+	seq  atomic.Uint64 // admission ids
+	seed maphash.Seed
+	// stripes serialise this instance's admissions and write-backs of one domain (by hash),
+	// so that its own transactions do not conflict: a channel of one token each, so that
+	// waiting for one honours the admission's deadline.
+	stripes [256]chan struct{}
 
 	// The write-back queue (writeback.go): wbOn while Run's writer takes from wbQueue.
 	wbMu    sync.Mutex
@@ -198,6 +201,9 @@ func NewRuntime(s *Store, cfg RuntimeConfig) (*Runtime, error) {
 	r := &Runtime{s: s, cfg: cfg, clk: cfg.Clock, id: cfg.InstanceID, seed: maphash.MakeSeed(),
 		log:        cfg.Logger.With("component", "tikv_runtime", "instance_id", cfg.InstanceID),
 		clusterCap: cfg.MaxConcurrentCount}
+	for i := range r.stripes {
+		r.stripes[i] = make(chan struct{}, 1)
+	}
 	return r, nil
 }
 
@@ -240,10 +246,20 @@ type instanceRecord struct {
 }
 
 func (r *Runtime) stripeOf(domain string) int {
-	return int(maphash.String(r.seed, domain) % uint64(len(r.locks)))
+	return int(maphash.String(r.seed, domain) % uint64(len(r.stripes)))
 }
 
-func (r *Runtime) lockOf(domain string) *sync.Mutex { return &r.locks[r.stripeOf(domain)] }
+// lockStripe takes stripe i, or gives up when ctx ends.
+func (r *Runtime) lockStripe(ctx context.Context, i int) error {
+	select {
+	case r.stripes[i] <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (r *Runtime) unlockStripe(i int) { <-r.stripes[i] }
 
 // now is the time of a decision: never before the caller's own decision time.
 func (r *Runtime) now(at time.Time) time.Time {
@@ -372,9 +388,11 @@ func (r *Runtime) Admit(ctx context.Context, a engine.SharedAdmit) (engine.Share
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.AdmitTimeout)
 	defer cancel()
 	key := domainKey(a.Domain)
-	mu := r.lockOf(a.Domain)
-	mu.Lock()
-	defer mu.Unlock()
+	stripe := r.stripeOf(a.Domain)
+	if err := r.lockStripe(ctx, stripe); err != nil {
+		return nil, 0, unavailable("admit "+a.Domain, err)
+	}
+	defer r.unlockStripe(stripe)
 	ctx, release, err := r.s.acquire(ctx, "admit")
 	if err != nil {
 		return nil, 0, err

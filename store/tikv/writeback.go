@@ -109,11 +109,11 @@ func (r *Runtime) flush(ctx context.Context, batch []writeBack) {
 	slices.Sort(stripes)
 	stripes = slices.Compact(stripes)
 	for _, i := range stripes {
-		r.locks[i].Lock()
+		_ = r.lockStripe(context.Background(), i) // no deadline: cannot fail
 	}
 	defer func() {
 		for _, i := range stripes {
-			r.locks[i].Unlock()
+			r.unlockStripe(i)
 		}
 	}()
 	ctx, release, err := r.s.acquire(ctx, "write back")
