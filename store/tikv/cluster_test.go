@@ -423,6 +423,31 @@ func TestClusterThreeInstances(t *testing.T) {
 	close(stopTraffic[2])
 	nodes[2].client.SetDown(true)
 	cancels[2]()
+	// Node 2 without TiKV fails closed through every entry (SPEC §2 / issue 5 item 4): B
+	// answers 503, C runtime_store_unavailable, A waits and hands its task back when the
+	// lease allows no more.
+	var closed sync.WaitGroup
+	closed.Go(func() {
+		code, m, err := nodes[2].post("/v1/render", `{"url":"http://closed-b.test/","min_interval_ms":0,"should_render":false}`)
+		if err != nil || code != http.StatusServiceUnavailable || !strings.Contains(fmt.Sprint(m["error"]), "shared limiter state") {
+			t.Errorf("B without TiKV: %d %v %v; want 503 naming the shared limiter state", code, m, err)
+		}
+	})
+	closed.Go(func() {
+		code, m, err := nodes[2].post("/v1/probe", `{"url":"http://closed-c.test/","min_interval_ms":0,"should_render":false}`)
+		if err != nil || code != http.StatusOK || m["fail_reason"] != string(downloader.FailRuntimeStoreUnavailable) ||
+			m["has_reached_origin"] != false || m["http_status"] != nil {
+			t.Errorf("C without TiKV: %d %v %v; want runtime_store_unavailable, not reached", code, m, err)
+		}
+	})
+	closed.Go(func() {
+		iv := int64(0)
+		out := nodes[2].eng.RunTask(t.Context(), &downloader.Task{TaskID: "closed-a", URL: "http://closed-a.test/",
+			MinIntervalMs: &iv, LeaseExpiresAt: time.Now().Add(clusterTimeout + time.Second)})
+		if !out.Release {
+			t.Errorf("A without TiKV: %+v; want the task handed back", out)
+		}
+	})
 	// Its heartbeat expires: its requests stop counting as in flight...
 	waitFor(t, "node 2's in-flight entries to stop counting", func() bool {
 		st, err := nodes[0].rt.Domain(t.Context(), held[0])
@@ -451,6 +476,10 @@ func TestClusterThreeInstances(t *testing.T) {
 		if bound := expiresAt[d].Add(clusterSkew); admittedAt.Before(bound) {
 			t.Errorf("%s admitted %v before node 2's request expired; it could still have been sent", d, bound.Sub(admittedAt))
 		}
+	}
+	closed.Wait()
+	if n := origin.CountByHost(); n["closed-a.test"]+n["closed-b.test"]+n["closed-c.test"] != 0 {
+		t.Errorf("node 2 sent requests without TiKV: %v", n)
 	}
 	phase("held domains admitted elsewhere")
 	// The others continued meanwhile.
