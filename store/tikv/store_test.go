@@ -1,6 +1,7 @@
 package tikv
 
 import (
+	"flag"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -10,7 +11,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if err := tikvtest.Init(); err != nil {
+	flag.Parse()
+	if tikvtest.IsBenchmarkRun() {
+		tikvtest.InitBenchmark()
+	} else if err := tikvtest.Init(); err != nil {
 		panic(err)
 	}
 	goleak.VerifyTestMain(m, tikvtest.IgnoreClosedCluster)

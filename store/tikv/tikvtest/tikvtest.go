@@ -3,12 +3,13 @@
 // that several downloader instances share, each through its own client, and a switch that
 // makes one client's TiKV and PD unreachable (fault injection). No network is used.
 //
-// Call Init once from TestMain before making a cluster.
+// Call Init (InitBenchmark in a benchmark run) once from TestMain before making a cluster.
 package tikvtest
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -62,11 +63,27 @@ func Init() error {
 	return nil
 }
 
+// InitBenchmark is Init for a benchmark run: client-go's logging only. Enabled failpoints
+// put a global lock on client-go's hot paths (they cost 3x the CPU of an admission), so
+// benchmarks run without the liveness hook: they inject no faults, but a request that
+// outlasts its deadline can then leave its client unusable (the benchmark counts what
+// fails).
+func InitBenchmark() {
+	log.SetLevel(zapcore.ErrorLevel)
+}
+
+// IsBenchmarkRun reports whether the test binary runs benchmarks (-test.bench given); call
+// it from TestMain after flag.Parse.
+func IsBenchmarkRun() bool {
+	f := flag.Lookup("test.bench")
+	return f != nil && f.Value.String() != ""
+}
+
 // NewCluster starts a mock cluster that is closed when tb ends (after every client made by
-// it). Init must have been called.
+// it). Init (or, in a benchmark run, InitBenchmark) must have been called.
 func NewCluster(tb testing.TB) *Cluster {
 	tb.Helper()
-	if _, err := failpoint.Status(livenessFailpoint); err != nil {
+	if _, err := failpoint.Status(livenessFailpoint); err != nil && !IsBenchmarkRun() {
 		tb.Fatal("tikvtest: call tikvtest.Init from TestMain first")
 	}
 	rpc, cluster, pdClient, err := testutils.NewMockTiKV("", nil)
