@@ -1,14 +1,12 @@
-//go:build faults
-
 package faults
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -45,7 +43,7 @@ var keptDirs = map[string]bool{}
 // goroutine is left.
 func checkNoLeftovers() int {
 	code := 0
-	if procs := browserProcesses(syscall.Getpgrp()); len(procs) > 0 {
+	if procs := ownBrowsers(); len(procs) > 0 {
 		fmt.Fprintf(os.Stderr, "FAIL: browser processes left: %v\n", procs)
 		code = 1
 	}
@@ -80,7 +78,7 @@ func noLeaks(t *testing.T) {
 		}
 		// Closed sockets leave the table as their last goroutines end; goleak has waited
 		// for those, so a short settle is enough.
-		if !eventually(2*time.Second, func() bool { return fdCount() <= before }) {
+		if !eventually(5*time.Second, func() bool { return fdCount() <= before }) {
 			t.Errorf("file descriptors leaked: %d before, %d after: %v", before, fdCount(), fdList())
 		}
 	})
@@ -120,14 +118,29 @@ func fdList() []string {
 	return out
 }
 
-// browserProcesses lists the Chromium processes in process group pgrp. The test binary's
-// own browsers share its process group; a downloader started by the restart tests gets a
-// process group of its own, which its browsers inherit.
-func browserProcesses(pgrp int) []int {
-	return processesInGroup(pgrp, func(exe string) bool { return strings.Contains(filepath.Base(exe), "chrom") })
+// ownBrowsers lists the Chromium processes this test binary started: those whose TMPDIR
+// is tmpRoot, which every helper process inherits. (The test binaries of other packages
+// share our process group when the whole suite runs, and run browsers of their own.)
+func ownBrowsers() []int {
+	want := []byte("TMPDIR=" + tmpRoot + "\x00")
+	var pids []int
+	for _, pid := range processesInGroup(-1, isBrowser) {
+		env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+		if err == nil && bytes.Contains(append([]byte{0}, env...), append([]byte{0}, want...)) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
-// processesInGroup lists the processes of process group pgrp whose executable matches.
+// browserProcesses lists the Chromium processes in process group pgrp (a downloader started
+// by the restart tests gets a process group of its own, which its browser inherits).
+func browserProcesses(pgrp int) []int { return processesInGroup(pgrp, isBrowser) }
+
+func isBrowser(exe string) bool { return strings.Contains(filepath.Base(exe), "chrom") }
+
+// processesInGroup lists the processes of process group pgrp (-1: any) whose executable
+// matches.
 func processesInGroup(pgrp int, match func(exe string) bool) []int {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
@@ -140,7 +153,7 @@ func processesInGroup(pgrp int, match func(exe string) bool) []int {
 			continue
 		}
 		st := procStat(e.Name())
-		if st == nil || st[2] != strconv.Itoa(pgrp) || st[0] == "Z" {
+		if st == nil || (pgrp >= 0 && st[2] != strconv.Itoa(pgrp)) || st[0] == "Z" {
 			continue
 		}
 		exe, err := os.Readlink("/proc/" + e.Name() + "/exe")

@@ -1,5 +1,3 @@
-//go:build faults
-
 package faults
 
 import (
@@ -412,7 +410,9 @@ const (
 	testResponseTimeout = 500 * time.Millisecond
 	testMaxBodyBytes    = 256 << 10
 	testMaxRedirects    = 5
-	testTimeout         = 2 * time.Second
+	testTimeout         = 5 * time.Second
+	// maxTimerLag bounds how late a timeout may end a request on a loaded machine.
+	maxTimerLag = 3 * time.Second
 )
 
 func newNetwork(t *testing.T, o *origin) *network {
@@ -484,6 +484,7 @@ func request(rawURL string) (*url.URL, downloader.Request) {
 // bystander sends a calm request every few ms to calm*.test domains until stopped, and
 // checks that each one succeeds and is quick: the hostile cases must not harm others.
 type bystander struct {
+	maxTime time.Duration
 	stop    chan struct{}
 	done    chan struct{}
 	mu      sync.Mutex
@@ -492,12 +493,13 @@ type bystander struct {
 	errs    []string
 }
 
-// maxBystanderTime bounds one calm request while hostile ones run beside it (generous:
-// two cores under -race).
-const maxBystanderTime = time.Second
+// maxBystanderTime bounds one calm request while hostile ones run beside it: well below
+// the hostile requests' limits (a bystander stuck behind one would take that long), and
+// generous for two loaded cores under -race.
+const maxBystanderTime = testTimeout / 2
 
-func startBystander(r *rig) *bystander {
-	b := &bystander{stop: make(chan struct{}), done: make(chan struct{})}
+func startBystander(r *rig, maxTime time.Duration) *bystander {
+	b := &bystander{maxTime: maxTime, stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(b.done)
 		tick := time.NewTicker(20 * time.Millisecond)
@@ -536,8 +538,8 @@ func (b *bystander) check(t *testing.T) {
 	if b.count < 5 {
 		t.Errorf("the bystander made only %d requests", b.count)
 	}
-	if b.slowest > maxBystanderTime {
-		t.Errorf("the bystander's slowest request took %v (> %v): the hostile ones slowed others down", b.slowest, maxBystanderTime)
+	if b.slowest > b.maxTime {
+		t.Errorf("the bystander's slowest request took %v (> %v): the hostile ones slowed others down", b.slowest, b.maxTime)
 	}
 	t.Logf("bystander: %d calm requests, slowest %v", b.count, b.slowest)
 }
