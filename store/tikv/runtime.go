@@ -338,7 +338,6 @@ func (r *Runtime) foldExpired(rec *domainRecord, now time.Time) {
 type decision struct {
 	slot    time.Time     // the admitted slot
 	wait    time.Duration // refused: ask again after wait
-	busy    bool          // another instance has a request of the domain in flight
 	admit   bool
 	pruned  []inFlight // rec.InFlightRequests without the expired entries
 	timeout time.Duration
@@ -365,8 +364,8 @@ func (r *Runtime) decide(rec *domainRecord, a *engine.SharedAdmit, now time.Time
 	}
 	d.pruned = rec.InFlightRequests
 	if !foreign.IsZero() {
-		d.busy = true
-		// Known only as a bound: ask again when the interval allows, or within a second.
+		// Another instance has a request of the domain in flight. Its wire moment is
+		// known only as a bound: ask again when the interval allows, or within a second.
 		d.wait = max(d.slot.Sub(now), min(foreign.Add(a.MinInterval).Sub(now), max(a.MinInterval, foreignWaitHint)))
 		return d
 	}
