@@ -517,6 +517,9 @@ func TestRenderHopsHTTPS(t *testing.T) {
 			http.Redirect(w, r, "/final", http.StatusFound)
 		case "secure.test/final":
 			http.Redirect(w, r, "https://secure-b.test/", http.StatusFound)
+		case "hsts.dev/":
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			fmt.Fprint(w, "<!doctype html><html><body><p>Upgraded by the browser.</p></body></html>")
 		default:
 			mu.Lock()
 			tls12 = r.TLS != nil && r.TLS.Version == tls.VersionTLS12
@@ -546,8 +549,9 @@ func TestRenderHopsHTTPS(t *testing.T) {
 	t.Cleanup(srv.Close)
 	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
 	guard := netguard.New(netguard.Config{
-		ConnectTo: []netguard.Rule{mustRule("secure.test:443:127.0.0.1:" + port), mustRule("secure-b.test:443:127.0.0.1:" + port)},
-		Resolver:  fakeResolver{}, Dialer: loopbackOnly{f},
+		ConnectTo: []netguard.Rule{mustRule("secure.test:443:127.0.0.1:" + port), mustRule("secure-b.test:443:127.0.0.1:" + port),
+			mustRule("hsts.dev:443:127.0.0.1:" + port)},
+		Resolver: fakeResolver{}, Dialer: loopbackOnly{f},
 	})
 	l := limiter.New(clock.Real{})
 	rec := &hopRecorder{hops: limiterHops{l: l}}
@@ -585,6 +589,22 @@ func TestRenderHopsHTTPS(t *testing.T) {
 	if took := time.Since(start); took < interval {
 		t.Errorf("the render took %v, less than the same-host hop's interval %v", took, interval)
 	}
+	// The whole .dev zone is HSTS-preloaded: the browser turns http:// into https:// by
+	// itself, an internal redirect before anything went out, which the caller's admission
+	// covers (asking for another would wait a second interval).
+	hsts, err := l.Wait(ctx, "hsts.dev", 0, downloader.IntervalSourceRequest, downloader.EntryRender)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out = p.Render(context.Background(), f.url("http://hsts.dev/"), &hsts, 20*time.Second)
+	hsts.Done()
+	if out.FailReason != "" || out.FinalURL != "https://hsts.dev/" {
+		t.Errorf("hsts.dev: fail_reason=%s final_url=%q", failReason(out), out.FinalURL)
+	}
+	if got := rec.take(); len(got) != 0 {
+		t.Errorf("hsts.dev: hops admitted %v, want none: the upgrade is the caller's request", got)
+	}
+
 	mu.Lock()
 	defer mu.Unlock()
 	if !tls12 {

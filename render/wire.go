@@ -119,22 +119,23 @@ func (s *recordScanner) scan(b []byte) int {
 }
 
 // wireFor is called right before request bytes are written to a connection to domain.
-// It waits, on the pool's clock, until the admissions those bytes may belong to let them
-// out (WireAndHold: until wrote, the domain's other requests wait for this write, so a
-// write descheduled after the decision cannot let the next request follow it early): the caller's admission if they are the first to the page's host, and the oldest
-// admitted hop to domain not yet on the wire. It reports which it wired, for wrote. The
+// It waits, on the pool's clock, until the admission those bytes belong to lets them out:
+// the caller's, if they are the first to the page's host, else the oldest admitted hop to
+// domain not yet on the wire, if any. It uses WireAndHold: until wrote, the domain's other
+// requests wait for this write, so a write descheduled after the decision cannot let the
+// next request follow it early. It reports which admission it wired, for wrote. The
 // render's end or stop ends a wait with an error.
 func (st *renderState) wireFor(stop <-chan struct{}, domain string) (first bool, h *hopAdmission, err error) {
 	if domain == st.domain {
-		if first, err = st.wireFirst(stop); err != nil {
-			return false, nil, err
+		if first, err = st.wireFirst(stop); err != nil || first {
+			return first, nil, err // these bytes are one request: the first
 		}
 	}
 	if st.unwiredHops.Load() == 0 {
-		return first, nil, nil
+		return false, nil, nil
 	}
 	h, err = st.wireHop(stop, domain)
-	return first, h, err
+	return false, h, err
 }
 
 // wireFirst lets the first request to the page's host out once the caller's admission
