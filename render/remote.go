@@ -126,6 +126,7 @@ func websocketURL(ctx context.Context, endpoint string) (string, error) {
 	}
 	defer resp.Body.Close()
 	var v struct {
+		// Chrome's field, not ours. naming:external (Chrome's /json/version)
 		WebSocketDebuggerURL string `json:"webSocketDebuggerUrl"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil || !strings.HasPrefix(v.WebSocketDebuggerURL, "ws") {
