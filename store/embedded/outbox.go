@@ -17,7 +17,7 @@ import (
 // not acknowledged yet, so that none is lost when the scheduler is down or the process
 // stops. Its keys:
 //
-//	downloader:report_outbox:{task_id}
+//	lease:report_outbox:{task_id}
 //	    One Report, JSON. {task_id} is the task's id as given (any bytes: the outbox is
 //	    one prefix scan and needs no separator after the id).
 //
@@ -25,7 +25,7 @@ import (
 // entry, the latest: the scheduler needs one report per task, and the latest is the truth.
 // DeleteReport removes an entry only if it is still the report that was sent, so a newer
 // report of the same task put meanwhile survives and is sent too.
-const outboxPrefix = "downloader:report_outbox:"
+const outboxPrefix = "lease:report_outbox:"
 
 // maxOutboxList bounds one PendingReports call.
 const maxOutboxList = 1000

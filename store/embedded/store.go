@@ -7,29 +7,33 @@
 //
 // # Key layout
 //
-// Keys follow SPEC §7, {service}:{table}:{key}. Every prefix in the database:
+// Keys follow SPEC §7, {service}:{table}:{key}, and SPEC §5: the downloader: namespace
+// holds only its two tables (store/keys). Every prefix in the database:
 //
-//	downloader:settings:global
-//	    The service-wide Settings, JSON. Written with a synchronous commit.
-//	downloader:fetch_result:{id}
+//	downloader:fetch_result:id:{id}
 //	    One FetchResult, JSON. {id} is 32 lower-case hex digits: 16 of the bitwise
 //	    complement of fetched_at in Unix nanoseconds, then 16 of the complement of a
 //	    per-process insertion sequence. Ascending key order is therefore newest first
 //	    (ties on fetched_at: the later insertion first), and {id} is also the cursor.
-//	downloader:fetch_result_by_domain:{domain}:{id}
-//	    Secondary index of fetch_result by domain; empty value, same {id}. It is written in
-//	    the same atomic batch as the record. {domain} is the record's domain with '%' and ':'
+//	downloader:fetch_result:domain:{domain}:{id}
+//	    The same table's index by domain; empty value, same {id}. It is written in the
+//	    same atomic batch as the record. {domain} is the record's domain with '%' and ':'
 //	    percent-encoded (IPv6 literals contain ':'), so a domain's entries are one
 //	    contiguous key range. Records with an empty domain are not indexed.
+//	config:downloader:global
+//	    The service-wide Settings, JSON. Written with a synchronous commit.
 //	page:content:{sha256}
 //	    One page of the page store: {sha256} is the lower-case hex SHA-256 of the body, which
 //	    is also the page key callers see. The value is a format byte, the metadata as JSON
 //	    (length-prefixed) and the body compressed with zstd.
+//	local_queue:*
+//	    The embedded task queue (queue.go): it stands in for the scheduler, another
+//	    service, hence its own service name.
+//	lease:report_outbox:{task_id}
+//	    Reports of entry A's lease loop not yet acknowledged (outbox.go).
 //
-// Reserved for the lease issue (not written yet; pick the names there and update this
-// list): local_queue:* for the embedded task queue (it stands in for the scheduler, another
-// service, hence its own service name) and downloader:report_outbox:* for reports not yet
-// acknowledged by the scheduler.
+// Data directories written before these names are moved to them once at Open
+// (migrate.go).
 //
 // downloader:domain_runtime is not stored here: on one machine the limiter lives in memory
 // (package limiter), and the table may be lost by design (SPEC §2: a lost entry is rebuilt
@@ -171,6 +175,10 @@ func open(dir string, logger *slog.Logger, o options) (*Store, error) {
 	}
 	s := &Store{logger: logger, db: db, fsCloser: fsCloser, opts: o, enc: enc, dec: dec}
 	s.seq.Store(uint64(time.Now().UnixNano()))
+	if err := s.migrate(); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
 	return s, nil
 }
 

@@ -180,9 +180,9 @@ func TestKeyLayout(t *testing.T) {
 	}
 	id := `[0-9a-f]{32}`
 	patterns := []string{
-		`downloader:fetch_result:` + id,
-		`downloader:fetch_result_by_domain:(a\.example|%3A%3A1|100%25%3Ax):` + id,
-		`downloader:settings:global`,
+		`downloader:fetch_result:id:` + id,
+		`downloader:fetch_result:domain:(a\.example|%3A%3A1|100%25%3Ax):` + id,
+		`config:downloader:global`,
 		`page:content:[0-9a-f]{64}`,
 	}
 	counts := make([]int, len(patterns))

@@ -2,12 +2,19 @@
 // store/tikv on TiKV), so that both order, page and escape alike and pass one test suite
 // (store/storetest). It does no I/O and holds no state.
 //
-// Keys follow SPEC §7, {service}:{table}:{key}:
+// Keys follow SPEC §7, {service}:{table}:{key}. The downloader: namespace holds exactly
+// two tables (SPEC §5), downloader:fetch_result and downloader:domain_runtime; everything
+// else lives under another service's name:
 //
-//	downloader:settings:global                       Settings, JSON
-//	downloader:fetch_result:{id}                     one FetchResult, JSON
-//	downloader:fetch_result_by_domain:{domain}:{id}  index entry, empty value
+//	downloader:fetch_result:id:{id}                  one FetchResult, JSON
+//	downloader:fetch_result:domain:{domain}:{id}     the table's index by domain, empty value
+//	config:downloader:global                         the service-wide Settings, JSON
 //	page:content:{sha256}                            one page of the page store
+//
+// The index is part of the fetch_result table (a second key form of the same rows, written
+// in the same atomic batch or transaction), not a table of its own. The settings are
+// configuration, not downloader data, hence the config service. The two key forms of
+// fetch_result start with "id:" and "domain:", so a scan of one never meets the other.
 //
 // {id} is 32 lower-case hex digits: 16 of the bitwise complement of fetched_at in Unix
 // nanoseconds, then 16 of the complement of an insertion sequence, so ascending key order
@@ -25,9 +32,9 @@ import (
 
 // Key prefixes and fixed keys common to both backends.
 const (
-	Settings            = "downloader:settings:global"
-	FetchResult         = "downloader:fetch_result:"
-	FetchResultByDomain = "downloader:fetch_result_by_domain:"
+	Settings            = "config:downloader:global"
+	FetchResult         = "downloader:fetch_result:id:"
+	FetchResultByDomain = "downloader:fetch_result:domain:"
 	PageContent         = "page:content:"
 )
 

@@ -70,7 +70,28 @@ func TestResultIDOrder(t *testing.T) {
 			t.Errorf("id %d %s does not sort after %s", i, id, ids[i-1])
 		}
 	}
-	if got := string(ByDomainKey("::1", ids[0])); got != "downloader:fetch_result_by_domain:%3A%3A1:"+ids[0] {
+	if got := string(ByDomainKey("::1", ids[0])); got != "downloader:fetch_result:domain:%3A%3A1:"+ids[0] {
 		t.Errorf("ByDomainKey = %q", got)
+	}
+}
+
+// TestNamespace checks SPEC §5: the downloader: namespace holds exactly two tables, and the
+// two key forms of fetch_result never share a prefix (a scan of one must not meet the other).
+func TestNamespace(t *testing.T) {
+	tables := []string{"downloader:fetch_result:", "downloader:domain_runtime:"}
+	for _, k := range []string{Settings, FetchResult, FetchResultByDomain, PageContent} {
+		inTable := false
+		for _, table := range tables {
+			inTable = inTable || strings.HasPrefix(k, table)
+		}
+		if strings.HasPrefix(k, "downloader:") && !inTable {
+			t.Errorf("key %q is in the downloader: namespace but not in one of its two tables", k)
+		}
+		if strings.Count(k, ":") < 2 { // a prefix ends in the colon before its {key}
+			t.Errorf("key %q is not {service}:{table}:{key}", k)
+		}
+	}
+	if strings.HasPrefix(FetchResult, FetchResultByDomain) || strings.HasPrefix(FetchResultByDomain, FetchResult) {
+		t.Errorf("fetch_result key forms overlap: %q and %q", FetchResult, FetchResultByDomain)
 	}
 }
