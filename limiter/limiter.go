@@ -132,7 +132,18 @@ type Admission struct {
 	seq        uint32
 	wired      bool
 	done       bool
+	// onWire, when set (OnWire), is told the request's wire moment once; wirePending: the
+	// request went out through WireAndHold and the moment is told at Wrote (or Done).
+	onWire      func(at time.Time)
+	wirePending bool
 }
+
+// OnWire sets f to be called once with the request's wire moment on the limiter's clock:
+// at Wire, or for WireAndHold at Wrote (or at Done if Wrote never came), so the moment is
+// no earlier than the write. f runs on the caller's goroutine, outside the limiter's
+// locks, and must not block (cluster mode queues it for TiKV). A request that never goes
+// on the wire never calls f.
+func (a *Admission) OnWire(f func(at time.Time)) { a.onWire = f }
 
 // Admitted reports whether a is a live admission.
 func (a *Admission) Admitted() bool { return a.l != nil }
@@ -280,6 +291,19 @@ func (a *Admission) wire(now time.Time, hold bool) time.Duration {
 	if t < a.slotNs {
 		return time.Duration(a.slotNs - t)
 	}
+	d := a.wireLocked(t, hold)
+	if d == 0 && a.onWire != nil {
+		if hold {
+			a.wirePending = true
+		} else {
+			a.onWire(now)
+		}
+	}
+	return d
+}
+
+// wireLocked is wire's decision under the shard's lock.
+func (a *Admission) wireLocked(t int64, hold bool) time.Duration {
 	s, en := a.s, a.en
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -312,7 +336,8 @@ func (a *Admission) Wrote() {
 	if a.l == nil || !a.wired || a.done {
 		return
 	}
-	t := a.l.ns(a.l.clk.Now())
+	now := a.l.clk.Now()
+	t := a.l.ns(now)
 	s, en := a.s, a.en
 	s.mu.Lock()
 	if en.outSeq == a.seq {
@@ -323,6 +348,15 @@ func (a *Admission) Wrote() {
 		}
 	}
 	s.mu.Unlock()
+	a.tellWire(now)
+}
+
+// tellWire calls the OnWire callback of a request that went out through WireAndHold.
+func (a *Admission) tellWire(now time.Time) {
+	if a.wirePending {
+		a.wirePending = false
+		a.onWire(now)
+	}
 }
 
 // WaitWire calls Wire until it lets the request out, waiting on the limiter's clock, or
@@ -369,6 +403,9 @@ func (a *Admission) Done() {
 		s.inFlight--
 	}
 	s.mu.Unlock()
+	if a.wirePending {
+		a.tellWire(a.l.clk.Now())
+	}
 }
 
 // Cancel gives back an admission whose request never went on the wire: if no request to

@@ -1,0 +1,95 @@
+package limiter
+
+import (
+	"testing"
+	"time"
+
+	"downloader"
+	"downloader/clock"
+)
+
+// TestOnWireTellsTheWireMomentOnce: the callback set with OnWire hears the wire moment
+// once: at Wire, or for WireAndHold at Wrote (or Done when Wrote never came); never for a
+// request that did not go out, nor for a call that had to wait.
+func TestOnWireTellsTheWireMomentOnce(t *testing.T) {
+	const iv = 100 * time.Millisecond
+	cases := []struct {
+		name string
+		run  func(clk *clock.Fake, a *Admission)
+		want time.Duration // after the admission; -1: never told
+	}{
+		{"Wire", func(clk *clock.Fake, a *Admission) {
+			clk.Advance(3 * time.Millisecond)
+			a.Wire(clk.Now())
+			clk.Advance(time.Millisecond)
+			a.Wrote()
+			a.Done()
+		}, 3 * time.Millisecond},
+		{"WireAndHold then Wrote", func(clk *clock.Fake, a *Admission) {
+			a.WireAndHold(clk.Now())
+			clk.Advance(7 * time.Millisecond) // the write came late
+			a.Wrote()
+			clk.Advance(time.Second)
+			a.Done()
+		}, 7 * time.Millisecond},
+		{"WireAndHold then Done", func(clk *clock.Fake, a *Admission) {
+			a.WireAndHold(clk.Now())
+			clk.Advance(20 * time.Millisecond)
+			a.Cancel() // degrades to Done: the write, if any, is over by now
+		}, 20 * time.Millisecond},
+		{"never on the wire", func(clk *clock.Fake, a *Admission) {
+			clk.Advance(time.Second)
+			a.Cancel()
+		}, -1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+			l := New(clk)
+			clk.Advance(time.Hour)
+			a, wait := l.Allow(clk.Now(), "o.test", iv, downloader.IntervalSourceRequest, downloader.EntryProbe)
+			if wait != 0 {
+				t.Fatalf("not admitted: %v", wait)
+			}
+			start := clk.Now()
+			var told []time.Time
+			a.OnWire(func(at time.Time) { told = append(told, at) })
+			tc.run(clk, &a)
+			switch {
+			case tc.want < 0 && len(told) != 0:
+				t.Errorf("told %v; want nothing", told)
+			case tc.want >= 0 && (len(told) != 1 || !told[0].Equal(start.Add(tc.want))):
+				t.Errorf("told %v; want once at +%v", told, tc.want)
+			}
+		})
+	}
+}
+
+// TestOnWireNotToldWhileWaiting: a Wire that must wait for another request's interval
+// tells nothing until it lets the request out.
+func TestOnWireNotToldWhileWaiting(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	l := New(clk)
+	clk.Advance(time.Hour)
+	const iv = 100 * time.Millisecond
+	a, _ := l.Allow(clk.Now(), "p.test", iv, downloader.IntervalSourceRequest, downloader.EntryProbe)
+	b, _, _ := l.Reserve(clk.Now(), "p.test", iv, downloader.IntervalSourceRequest, downloader.EntryLease, time.Time{})
+	var told []time.Time
+	b.OnWire(func(at time.Time) { told = append(told, at) })
+	if d := b.Wire(clk.Now()); d == 0 {
+		t.Fatal("b went out before its slot")
+	}
+	if len(told) != 0 {
+		t.Fatalf("told %v before b went out", told)
+	}
+	a.Wire(clk.Now())
+	clk.Advance(iv)
+	if d := b.Wire(clk.Now()); d != 0 {
+		t.Fatalf("b at its slot: wait %v", d)
+	}
+	if len(told) != 1 || !told[0].Equal(clk.Now()) {
+		t.Errorf("told %v; want once, now", told)
+	}
+	a.Done()
+	b.Done()
+}
