@@ -223,6 +223,7 @@ func (e *Engine) do(ctx context.Context, req downloader.Request, u *url.URL) (*R
 			return nil, e.overLimit(req, now, downloader.FailSelfRateLimited, wait)
 		}
 		ticket = t
+		tellWire(&adm, ticket)
 	}
 	start := e.cfg.Clock.Now()
 	out := e.run(ctx, req, u, &adm)
@@ -253,8 +254,9 @@ func (e *Engine) run(ctx context.Context, req downloader.Request, u *url.URL, ad
 	}
 	ctx, cancel := context.WithTimeout(withEntry(ctx, req.Entry), timeout)
 	defer cancel()
+	var hops *hopTickets
 	if e.cfg.Shared != nil {
-		hops := &hopTickets{}
+		hops = &hopTickets{}
 		ctx = withHopTickets(ctx, hops)
 		defer e.endHops(ctx, hops)
 	}
@@ -273,6 +275,11 @@ func (e *Engine) run(ctx context.Context, req downloader.Request, u *url.URL, ad
 	// A request cut short by our own stop did not fail on the origin's side.
 	if e.isStopping() && out.HTTPStatus == 0 && out.FailReason != "" {
 		out.FailReason = downloader.FailShuttingDown
+	}
+	// A hop refused because the shared state could not be reached (cluster mode) was not
+	// our limit's refusal: the renderer reports any refused hop as self_rate_limited.
+	if out.FailReason == downloader.FailSelfRateLimited && hops.wasUnavailable() {
+		out.FailReason = downloader.FailRuntimeStoreUnavailable
 	}
 	if e.cfg.Egress != nil {
 		out.FailReason = e.cfg.Egress.Judge(e.cfg.Clock.Now(), req.Domain, req.Entry, out.FailReason, out.HTTPStatus != 0)
@@ -380,7 +387,7 @@ func (h Hops) AdmitHop(ctx context.Context, domain string) (limiter.Admission, e
 	if err != nil || h.Shared == nil {
 		return a, err
 	}
-	if err := h.admitHopShared(ctx, a, domain, interval, source); err != nil {
+	if err := h.admitHopShared(ctx, &a, domain, interval, source); err != nil {
 		a.Cancel()
 		return limiter.Admission{}, fmt.Errorf("shared admission of %s: %w", domain, err)
 	}

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -45,11 +47,22 @@ type SharedAdmit struct {
 	Timeout time.Duration
 }
 
-// SharedTicket is one admitted request. Done is called exactly once, when the request
-// ended (sent or not), with wireAt: no earlier than the moment the request went on the
-// wire, if it did, and no later than now.
+// SharedTicket is one admitted request. Wired is called at most once, when the request's
+// first bytes went on the wire (the local limiter's OnWire), with that moment; it must not
+// block (the write-back is queued: the other instances may space their requests from it
+// rather than waiting for the request to end; if it is lost they wait as before). Done is
+// called exactly once, when the request ended (sent or not), with wireAt: no earlier than
+// the moment the request went on the wire, if it did, and no later than now.
 type SharedTicket interface {
+	Wired(at time.Time)
 	Done(ctx context.Context, wireAt time.Time)
+}
+
+// tellWire makes adm tell ticket its wire moment (see SharedTicket.Wired).
+func tellWire(adm *limiter.Admission, ticket SharedTicket) {
+	if ticket != nil {
+		adm.OnWire(ticket.Wired)
+	}
 }
 
 // sharedRetryMin and sharedRetryMax bound the pause of entry A between attempts to reach an
@@ -171,6 +184,18 @@ func (e *Engine) wireBound(slot time.Time, admitted bool, domain string) time.Ti
 type hopTickets struct {
 	mu    sync.Mutex
 	items []hopTicket
+	// unavailable: a hop was not sent because the shared state could not be reached.
+	unavailable bool
+}
+
+// wasUnavailable reports whether a hop of h failed on the shared state (h may be nil).
+func (h *hopTickets) wasUnavailable() bool {
+	if h == nil {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.unavailable
 }
 
 type hopTicket struct {
@@ -211,10 +236,22 @@ func (e *Engine) endHops(ctx context.Context, h *hopTickets) {
 
 // admitHopShared takes a redirect hop's shared admission after its local one (a), waiting
 // for a reserved slot within ctx's deadline. The ticket joins the request's hop tickets;
-// without them (a hop outside run) it is left to expire, which is safe.
-func (h Hops) admitHopShared(ctx context.Context, a limiter.Admission, domain string, interval time.Duration, source downloader.IntervalSource) error {
+// without them (a hop outside run) it is left to expire, which is safe. When the deadline
+// comes while the shared state cannot be reached, the error wraps errSharedUnavailable
+// (EUNAVAILABLE: fetch answers runtime_store_unavailable) and the request's hop tickets
+// remember it (run maps a render's refusal the same way).
+func (h Hops) admitHopShared(ctx context.Context, a *limiter.Admission, domain string, interval time.Duration, source downloader.IntervalSource) error {
 	clk := h.Limiter.Clock()
 	pause := sharedRetryMin
+	var lastErr error // the latest attempt's failure to reach the shared state
+	unavailable := func() error {
+		if ts := hopTicketsFrom(ctx); ts != nil {
+			ts.mu.Lock()
+			ts.unavailable = true
+			ts.mu.Unlock()
+		}
+		return fmt.Errorf("%w: %w", errSharedUnavailable, lastErr)
+	}
 	for {
 		now := clk.Now()
 		deadline, _ := ctx.Deadline()
@@ -224,6 +261,7 @@ func (h Hops) admitHopShared(ctx context.Context, a limiter.Admission, domain st
 		}
 		tk, wait, err := h.Shared.Admit(ctx, SharedAdmit{Domain: domain, MinInterval: interval, IntervalSource: source,
 			Entry: entryFrom(ctx), Now: now, Reserve: true, Deadline: deadline, Timeout: timeout})
+		lastErr = err
 		if err != nil {
 			wait, pause = pause, min(2*pause, sharedRetryMax)
 		}
@@ -233,15 +271,19 @@ func (h Hops) admitHopShared(ctx context.Context, a limiter.Admission, domain st
 				ts.items = append(ts.items, hopTicket{ticket: tk, slot: a.Slot(), domain: domain})
 				ts.mu.Unlock()
 			}
+			tellWire(a, tk)
 			return sleepCtx(ctx, clk, wait)
 		}
 		if !deadline.IsZero() && now.Add(wait).After(deadline) {
 			if err != nil {
-				return err
+				return unavailable()
 			}
 			return context.DeadlineExceeded
 		}
 		if err := sleepCtx(ctx, clk, wait); err != nil {
+			if lastErr != nil && !errors.Is(err, context.Canceled) {
+				return unavailable()
+			}
 			return err
 		}
 	}

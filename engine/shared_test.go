@@ -19,6 +19,7 @@ type fakeShared struct {
 	mu      sync.Mutex
 	asks    []SharedAdmit
 	done    []time.Time // wireAt of every ended ticket
+	wired   []time.Time // every Wired moment
 	cap     int
 	applied []int
 }
@@ -57,6 +58,12 @@ func (f *fakeShared) ended() []time.Time {
 }
 
 type fakeTicket struct{ f *fakeShared }
+
+func (t fakeTicket) Wired(at time.Time) {
+	t.f.mu.Lock()
+	t.f.wired = append(t.f.wired, at)
+	t.f.mu.Unlock()
+}
 
 func (t fakeTicket) Done(ctx context.Context, wireAt time.Time) {
 	t.f.mu.Lock()
@@ -113,6 +120,12 @@ func TestSharedAdmissionPerEntry(t *testing.T) {
 				ended := sh.ended()
 				if len(ended) != 1 || !ended[0].Equal(f.at[0]) {
 					t.Errorf("ticket ended with %v; want the wire moment %v", ended, f.at[0])
+				}
+				sh.mu.Lock()
+				wired := sh.wired
+				sh.mu.Unlock()
+				if len(wired) != 1 || !wired[0].Equal(f.at[0]) {
+					t.Errorf("ticket told Wired %v; want once, the wire moment %v", wired, f.at[0])
 				}
 				return
 			case tt.b503:
@@ -270,5 +283,77 @@ func TestSharedHopsEndWithTheRequest(t *testing.T) {
 	ended := sh.ended()
 	if len(ended) != 2 || ended[0].Before(hopWire) {
 		t.Errorf("ended = %v; want both tickets, the hop's no earlier than its wire moment %v", ended, hopWire)
+	}
+}
+
+// fakeDeadline is ctx with a deadline on the test's fake clock (a real context deadline
+// would be on the real one).
+type fakeDeadline struct {
+	context.Context
+	at time.Time
+}
+
+func (c fakeDeadline) Deadline() (time.Time, bool) { return c.at, true }
+
+// TestSharedHopUnavailable: a redirect hop whose shared admission cannot reach the store
+// before its deadline fails with an EUNAVAILABLE error (fetch: runtime_store_unavailable),
+// and a request whose hop was refused so reports runtime_store_unavailable, not reached,
+// whatever the fetcher or renderer made of the refusal (the renderer says
+// self_rate_limited for any refused hop).
+func TestSharedHopUnavailable(t *testing.T) {
+	e, clk, _, _ := newTestEngine(t)
+	sh := &fakeShared{}
+	sh.AdmitFunc = func(r SharedAdmit) (SharedTicket, time.Duration, error) {
+		if r.Domain == "b.test" {
+			return nil, 0, errStoreDown
+		}
+		return sh.ticket(), 0, nil
+	}
+	e.cfg.Shared = sh
+	hops := Hops{Limiter: e.Limiter(), DefaultMinInterval: time.Second, Shared: sh, DefaultTimeout: time.Second}
+	var hopErr error
+	e.cfg.Fetcher = fetcherFunc(func(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome {
+		if err := adm.WaitWire(ctx); err != nil {
+			t.Error(err)
+		}
+		// The store stays down: a first pause (100 ms), then the next would pass the
+		// hop's deadline (150 ms).
+		go func() {
+			clk.WaitTimers(1)
+			clk.Advance(sharedRetryMin)
+		}()
+		_, hopErr = hops.AdmitHop(fakeDeadline{ctx, clk.Now().Add(150 * time.Millisecond)}, "b.test")
+		return downloader.Failed(downloader.FailSelfRateLimited) // as render reports a refused hop
+	})
+	u, _ := url.Parse("http://a.test/")
+	s := e.Probe(context.Background(), downloader.Request{URL: u.String(), Domain: "a.test", MinInterval: time.Second}, u)
+	if downloader.ErrorCode(hopErr) != downloader.EUNAVAILABLE || !errors.Is(hopErr, errStoreDown) {
+		t.Errorf("hop error = %v; want EUNAVAILABLE wrapping the store's error", hopErr)
+	}
+	if s.FailReason == nil || *s.FailReason != downloader.FailRuntimeStoreUnavailable || s.HasReachedOrigin {
+		t.Errorf("summary = %+v; want runtime_store_unavailable, not reached", s)
+	}
+	if n := len(sh.asks); n != 3 {
+		t.Errorf("asked %d times; want a.test, then b.test twice", n)
+	}
+	// A hop refused by the limit itself (busy elsewhere past the deadline) stays ours.
+	sh.AdmitFunc = func(r SharedAdmit) (SharedTicket, time.Duration, error) {
+		if r.Domain == "b.test" {
+			return nil, time.Minute, nil
+		}
+		return sh.ticket(), 0, nil
+	}
+	clk.Advance(time.Hour)
+	e.cfg.Fetcher = fetcherFunc(func(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome {
+		_ = adm.WaitWire(ctx)
+		_, hopErr = hops.AdmitHop(fakeDeadline{ctx, clk.Now().Add(150 * time.Millisecond)}, "b.test")
+		return downloader.Failed(downloader.FailSelfRateLimited)
+	})
+	s = e.Probe(context.Background(), downloader.Request{URL: u.String(), Domain: "a.test", MinInterval: time.Second}, u)
+	if !errors.Is(hopErr, context.DeadlineExceeded) || downloader.ErrorCode(hopErr) == downloader.EUNAVAILABLE {
+		t.Errorf("hop error = %v; want the deadline", hopErr)
+	}
+	if s.FailReason == nil || *s.FailReason != downloader.FailSelfRateLimited {
+		t.Errorf("summary = %+v; want self_rate_limited", s)
 	}
 }

@@ -105,6 +105,7 @@ func (e *Engine) RunTask(ctx context.Context, t *downloader.Task) TaskOutcome {
 			return outcome
 		}
 		ticket = tk
+		tellWire(&adm, ticket)
 	}
 	start := e.cfg.Clock.Now()
 	// The request is in flight while it runs, not while its result is stored: the global

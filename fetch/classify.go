@@ -71,6 +71,21 @@ func Classify(err error) downloader.FailReason {
 	return downloader.FailConnectionReset
 }
 
+// hopRefusalReason is the fail reason of a redirect hop that was not admitted (err from
+// HopAdmitter.AdmitHop): shutting_down when the caller gave up; runtime_store_unavailable
+// when the shared limiter state could not be reached (an EUNAVAILABLE *downloader.Error:
+// cluster mode fails closed); otherwise our own limiter's refusal, self_rate_limited.
+// None of them reached the origin with this hop.
+func hopRefusalReason(err error) downloader.FailReason {
+	switch {
+	case errors.Is(err, context.Canceled):
+		return downloader.FailShuttingDown
+	case downloader.ErrorCode(err) == downloader.EUNAVAILABLE:
+		return downloader.FailRuntimeStoreUnavailable
+	}
+	return downloader.FailSelfRateLimited
+}
+
 // classifyHop is Classify with what the trace saw of this hop.
 func (f *Fetcher) classifyHop(ctx, hopCtx context.Context, st *hopState, err error) downloader.FailReason {
 	if st.wireErr != nil {

@@ -218,10 +218,7 @@ func (f *Fetcher) Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission)
 			a, aerr := f.admitHop(ctx, &cur)
 			if aerr != nil {
 				err = aerr
-				out.FailReason = downloader.FailSelfRateLimited
-				if errors.Is(aerr, context.Canceled) {
-					out.FailReason = downloader.FailShuttingDown
-				}
+				out.FailReason = hopRefusalReason(aerr)
 				return out
 			}
 			hopAdm = &a

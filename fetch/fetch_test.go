@@ -527,6 +527,33 @@ func TestRedirects(t *testing.T) {
 	if out.HTTPStatus != 0 || out.FinalURL != "http://a.test/r2" {
 		t.Errorf("hop not admitted: status %d final %s", out.HTTPStatus, out.FinalURL)
 	}
+	// A hop whose shared admission failed (cluster mode, TiKV unreachable) was not sent
+	// for a reason of the store's, not the limit's.
+	refusing.hops.err = fmt.Errorf("admit redirect hop: %w", errors.Join(
+		downloader.Errorf(downloader.EUNAVAILABLE, "the shared limiter state is unavailable"), errors.New("tikv down (test)")))
+	out = refusing.fetch(context.Background(), "http://a.test/r1")
+	if out.FailReason != downloader.FailRuntimeStoreUnavailable || out.FailReason.HasReachedOrigin() || out.HTTPStatus != 0 {
+		t.Errorf("hop's shared admission failed: %q (status %d), want runtime_store_unavailable", out.FailReason, out.HTTPStatus)
+	}
+}
+
+func TestHopRefusalReason(t *testing.T) {
+	unavailable := downloader.Errorf(downloader.EUNAVAILABLE, "store down")
+	tests := []struct {
+		err  error
+		want downloader.FailReason
+	}{
+		{fmt.Errorf("wait: %w", context.DeadlineExceeded), downloader.FailSelfRateLimited},
+		{fmt.Errorf("wait: %w", context.Canceled), downloader.FailShuttingDown},
+		{fmt.Errorf("shared: %w", unavailable), downloader.FailRuntimeStoreUnavailable},
+		{fmt.Errorf("shared: %w", errors.Join(unavailable, context.DeadlineExceeded)), downloader.FailRuntimeStoreUnavailable},
+		{downloader.Errorf(downloader.EINTERNAL, "bug"), downloader.FailSelfRateLimited},
+	}
+	for _, tt := range tests {
+		if got := hopRefusalReason(tt.err); got != tt.want {
+			t.Errorf("hopRefusalReason(%v) = %q, want %q", tt.err, got, tt.want)
+		}
+	}
 }
 
 // TestRedirectForbidden: a redirect to a loopback address, named in any form, is refused

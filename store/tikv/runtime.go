@@ -53,11 +53,12 @@ import (
 //
 //   - t >= last_request_at + I, plus MaxClockSkew when another instance set
 //     last_request_at (their clock, not ours: see below); and
-//   - no request admitted by another instance is still in flight. Such a request may go
-//     on the wire at any moment until its own write-back says when it did (the engine
-//     learns the wire moment only when the request ends, see engine.SharedTicket), or
-//     until it expires (slot + timeout: by then it went out or never will). Requests of
-//     this instance do not count: its local limiter already spaces their wire moments.
+//   - no request admitted by another instance is in flight and not yet on the wire. Such
+//     a request may go on the wire at any moment until its instance writes back when it
+//     did (SharedTicket.Wired, queued the moment its first bytes were written: then
+//     wire_at is set in its entry and last_request_at moves to it), or until it expires
+//     (slot + timeout: by then it went out or never will). Requests of this instance do
+//     not count: its local limiter already spaces their wire moments.
 //
 // Entry A (Reserve) takes a future slot when the domain is only waiting for its interval,
 // and asks again later while another instance has a request in flight. When the request
@@ -115,8 +116,10 @@ type RuntimeConfig struct {
 	// InstanceID names this instance; default a random 16-hex-digit id (a restarted process
 	// is a new instance: the requests of its previous life expire on their own).
 	InstanceID string
-	Clock      clock.Clock  // default clock.Real{}
-	Logger     *slog.Logger // default: discard
+	// Address is where this instance serves HTTP, shown in the instance list ("": unknown).
+	Address string
+	Clock   clock.Clock  // default clock.Real{}
+	Logger  *slog.Logger // default: discard
 	// Gate is this instance's global cap: the runtime sets its capacity to the instance's
 	// share of the cluster-wide max_concurrent_count. Required.
 	Gate *limiter.Gate
@@ -225,6 +228,10 @@ type inFlight struct {
 	InstanceID  string    `json:"instance_id"`
 	AdmissionID uint64    `json:"admission_id"`
 	SlotAt      time.Time `json:"slot_at"`
+	// WireAt is when the request went on the wire, once its instance wrote it back
+	// (SharedTicket.Wired); zero until then. A wired entry no longer blocks the domain:
+	// its moment is in last_request_at.
+	WireAt time.Time `json:"wire_at,omitzero"`
 	// ExpiresAt is when the request has gone on the wire or never will (its slot plus its
 	// timeout plus slack, on its instance's clock).
 	ExpiresAt time.Time `json:"expires_at"`
@@ -237,6 +244,7 @@ type lossRecord struct {
 // instanceRecord is the value of downloader:domain_runtime::instance:{id}.
 type instanceRecord struct {
 	InstanceID         string    `json:"instance_id"`
+	Address            string    `json:"address,omitempty"`
 	StartedAt          time.Time `json:"started_at"`
 	HeartbeatAt        time.Time `json:"heartbeat_at"`
 	ExpiresAt          time.Time `json:"expires_at"`
@@ -327,8 +335,13 @@ func (r *Runtime) foldExpired(rec *domainRecord, now time.Time) {
 			kept = append(kept, f)
 			continue
 		}
-		if f.ExpiresAt.After(rec.LastRequestAt) {
-			rec.LastRequestAt, rec.LastInstanceID = f.ExpiresAt, f.InstanceID
+		// A wired entry's moment is known (and already in last_request_at).
+		sent := f.ExpiresAt
+		if !f.WireAt.IsZero() {
+			sent = f.WireAt
+		}
+		if sent.After(rec.LastRequestAt) {
+			rec.LastRequestAt, rec.LastInstanceID = sent, f.InstanceID
 		}
 	}
 	rec.InFlightRequests = kept
@@ -358,14 +371,15 @@ func (r *Runtime) decide(rec *domainRecord, a *engine.SharedAdmit, now time.Time
 	}
 	var foreign time.Time // the latest moment another instance's request may go out
 	for _, f := range rec.InFlightRequests {
-		if exp := f.ExpiresAt.Add(skew); f.InstanceID != r.id && exp.After(foreign) {
+		if exp := f.ExpiresAt.Add(skew); f.InstanceID != r.id && f.WireAt.IsZero() && exp.After(foreign) {
 			foreign = exp
 		}
 	}
 	d.pruned = rec.InFlightRequests
 	if !foreign.IsZero() {
-		// Another instance has a request of the domain in flight. Its wire moment is
-		// known only as a bound: ask again when the interval allows, or within a second.
+		// Another instance has a request of the domain in flight and not yet on the wire
+		// as far as we know: its wire moment is known only as a bound. Ask again when the
+		// interval allows, or within a second (its Wired write-back usually comes sooner).
 		d.wait = max(d.slot.Sub(now), min(foreign.Add(a.MinInterval).Sub(now), max(a.MinInterval, foreignWaitHint)))
 		return d
 	}
@@ -439,7 +453,20 @@ type ticket struct {
 	r      *Runtime
 	domain string
 	id     uint64
+	wired  atomic.Bool
 	done   atomic.Bool
+}
+
+// Wired queues the write-back of the request's wire moment (writeback.go): wire_at in its
+// in-flight entry, and last_request_at moves to it, so the other instances space their
+// next request from it instead of waiting for this one to end. It never blocks: when the
+// writer is not running or its queue is full it does nothing, and the others wait for Done
+// or the entry's expiry as before.
+func (t *ticket) Wired(at time.Time) {
+	if t.done.Load() || !t.wired.CompareAndSwap(false, true) {
+		return
+	}
+	t.r.enqueue(writeBack{domain: t.domain, id: t.id, wireAt: at, isWired: true})
 }
 
 // Done writes back the request's end (writeback.go): last_request_at moves to wireAt if
@@ -614,7 +641,7 @@ func (r *Runtime) Heartbeat(ctx context.Context) error {
 
 	offset := r.clockOffset(ctx)
 	r.mu.Lock()
-	rec := instanceRecord{InstanceID: r.id, StartedAt: r.startedAt.UTC(), InFlightCount: r.cfg.Gate.InFlight(),
+	rec := instanceRecord{InstanceID: r.id, Address: r.cfg.Address, StartedAt: r.startedAt.UTC(), InFlightCount: r.cfg.Gate.InFlight(),
 		CapacityShareCount: r.cfg.Gate.Capacity(), ClockOffsetMs: offset}
 	r.mu.Unlock()
 	var now time.Time
@@ -734,16 +761,7 @@ func (r *Runtime) instances(ctx context.Context) ([]instanceRecord, error) {
 }
 
 // Instance is one downloader instance as the cluster sees it.
-type Instance struct {
-	InstanceID         string    `json:"instance_id"`
-	StartedAt          time.Time `json:"started_at"`
-	HeartbeatAt        time.Time `json:"heartbeat_at"`
-	ExpiresAt          time.Time `json:"expires_at"`
-	IsLive             bool      `json:"is_live"`
-	InFlightCount      int       `json:"in_flight_count"`
-	CapacityShareCount int       `json:"capacity_share_count"`
-	ClockOffsetMs      *int64    `json:"clock_offset_ms"`
-}
+type Instance = engine.ClusterInstance
 
 // Instances lists the instances that sent a heartbeat in the last minute, live or not.
 func (r *Runtime) Instances(ctx context.Context) ([]Instance, error) {
@@ -759,7 +777,7 @@ func (r *Runtime) Instances(ctx context.Context) ([]Instance, error) {
 	now := r.clk.Now()
 	out := make([]Instance, len(recs))
 	for i, in := range recs {
-		out[i] = Instance{InstanceID: in.InstanceID, StartedAt: in.StartedAt, HeartbeatAt: in.HeartbeatAt,
+		out[i] = Instance{InstanceID: in.InstanceID, Address: in.Address, StartedAt: in.StartedAt, LastHeartbeatAt: in.HeartbeatAt,
 			ExpiresAt: in.ExpiresAt, IsLive: in.ExpiresAt.Add(r.cfg.MaxClockSkew).After(now),
 			InFlightCount: in.InFlightCount, CapacityShareCount: in.CapacityShareCount, ClockOffsetMs: in.ClockOffsetMs}
 	}
@@ -767,18 +785,10 @@ func (r *Runtime) Instances(ctx context.Context) ([]Instance, error) {
 }
 
 // DomainRuntime is one domain's cluster-wide state in downloader:domain_runtime.
-type DomainRuntime struct {
-	Domain         string                    `json:"domain"`
-	MinIntervalMs  int64                     `json:"min_interval_ms"`
-	IntervalSource downloader.IntervalSource `json:"interval_source"`
-	LastRequestAt  time.Time                 `json:"last_request_at"`
-	// InFlightCount counts the requests admitted on live instances and not finished; a
-	// dead instance's requests no longer count (their entries expire on their own).
-	InFlightCount int `json:"in_flight_count"`
-	// IsStored is false when the domain has no record (never requested, swept or lost):
-	// LastRequestAt is then the loss marker's moment.
-	IsStored bool `json:"is_stored"`
-}
+type DomainRuntime = engine.ClusterDomain
+
+// InFlightRequest is one admitted request not yet written back, as the cluster sees it.
+type InFlightRequest = engine.ClusterInFlight
 
 // Domain returns domain's cluster-wide state.
 func (r *Runtime) Domain(ctx context.Context, domain string) (DomainRuntime, error) {
@@ -822,9 +832,20 @@ func (r *Runtime) Domain(ctx context.Context, domain string) (DomainRuntime, err
 		return out, fmt.Errorf("tikv runtime: decode %s: %w", domain, err)
 	}
 	out.IsStored = true
-	out.MinIntervalMs, out.IntervalSource, out.LastRequestAt = rec.MinIntervalMs, downloader.IntervalSource(rec.IntervalSource), rec.LastRequestAt
+	out.MinIntervalMs, out.IntervalSource, out.LastRequestAt = rec.MinIntervalMs, rec.IntervalSource, rec.LastRequestAt
+	out.LastInstanceID = rec.LastInstanceID
+	out.InFlightRequests = []InFlightRequest{}
 	for _, f := range rec.InFlightRequests {
-		if live[f.InstanceID] && f.ExpiresAt.Add(r.cfg.MaxClockSkew).After(now) {
+		if !f.ExpiresAt.Add(r.cfg.MaxClockSkew).After(now) {
+			continue
+		}
+		e := InFlightRequest{InstanceID: f.InstanceID, SlotAt: f.SlotAt, ExpiresAt: f.ExpiresAt, IsInstanceLive: live[f.InstanceID]}
+		if !f.WireAt.IsZero() {
+			w := f.WireAt
+			e.WireAt = &w
+		}
+		out.InFlightRequests = append(out.InFlightRequests, e)
+		if live[f.InstanceID] {
 			out.InFlightCount++
 		}
 	}

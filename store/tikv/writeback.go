@@ -15,6 +15,9 @@ type writeBack struct {
 	domain string
 	id     uint64 // the admission's id in the record's in_flight
 	wireAt time.Time
+	// isWired: the request went on the wire at wireAt and goes on (Ticket.Wired): its
+	// entry stays, with wire_at; otherwise the request ended (Done) and its entry leaves.
+	isWired bool
 }
 
 // Write-back batching: the queue absorbs bursts; a batch is what accumulated while the
@@ -160,13 +163,21 @@ func (r *Runtime) flush(ctx context.Context, batch []writeBack) {
 	}
 }
 
-// applyWriteBacks removes the finished requests from rec.InFlightRequests, folds the expired ones
-// (foldExpired), and moves last_request_at to the latest wire moment if that is later.
+// applyWriteBacks removes the finished requests from rec.InFlightRequests, sets wire_at on
+// the ones that went on the wire, folds the expired ones (foldExpired), and moves
+// last_request_at to the latest wire moment if that is later.
 func (r *Runtime) applyWriteBacks(rec *domainRecord, wbs []writeBack, now time.Time) {
 	kept := rec.InFlightRequests[:0]
 	for _, f := range rec.InFlightRequests {
-		if f.InstanceID == r.id && slices.ContainsFunc(wbs, func(wb writeBack) bool { return wb.id == f.AdmissionID }) {
-			continue
+		if f.InstanceID == r.id {
+			if slices.ContainsFunc(wbs, func(wb writeBack) bool { return wb.id == f.AdmissionID && !wb.isWired }) {
+				continue
+			}
+			for _, wb := range wbs {
+				if wb.id == f.AdmissionID && wb.isWired && wb.wireAt.After(f.WireAt) {
+					f.WireAt = wb.wireAt.UTC()
+				}
+			}
 		}
 		kept = append(kept, f)
 	}

@@ -1,0 +1,102 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"downloader/egress"
+)
+
+// ClusterView is the cluster-wide view of a SharedRuntime that has one (store/tikv's
+// Runtime): the instances and a domain's shared record. Engine.Cluster finds it.
+type ClusterView interface {
+	InstanceID() string
+	Instances(ctx context.Context) ([]ClusterInstance, error)
+	Domain(ctx context.Context, domain string) (ClusterDomain, error)
+}
+
+// ClusterInstance is one downloader instance as the cluster sees it (its heartbeat).
+type ClusterInstance struct {
+	InstanceID string `json:"instance_id"`
+	// Address is where the instance serves HTTP, as it announced it ("" if unknown).
+	Address         string    `json:"address"`
+	StartedAt       time.Time `json:"started_at"`
+	LastHeartbeatAt time.Time `json:"last_heartbeat_at"`
+	ExpiresAt       time.Time `json:"expires_at"`
+	IsLive          bool      `json:"is_live"`
+	InFlightCount   int       `json:"in_flight_count"`
+	// CapacityShareCount is the instance's share of the cluster-wide max_concurrent_count.
+	CapacityShareCount int    `json:"capacity_share_count"`
+	ClockOffsetMs      *int64 `json:"clock_offset_ms"` // the local clock minus PD's TSO, if measured
+}
+
+// ClusterDomain is one domain's cluster-wide record in downloader:domain_runtime.
+type ClusterDomain struct {
+	Domain         string    `json:"domain"`
+	MinIntervalMs  int64     `json:"min_interval_ms"`
+	IntervalSource string    `json:"interval_source"`
+	LastRequestAt  time.Time `json:"last_request_at"`
+	// LastInstanceID set LastRequestAt ("" for the loss marker).
+	LastInstanceID string `json:"last_instance_id"`
+	// InFlightCount counts the requests admitted on live instances and not finished; a
+	// dead instance's requests no longer count (their entries expire on their own).
+	InFlightCount int `json:"in_flight_count"`
+	// IsStored is false when the domain has no record (never requested, swept or lost):
+	// LastRequestAt is then the loss marker's moment.
+	IsStored bool `json:"is_stored"`
+	// InFlightRequests are the record's entries not yet expired, of every instance.
+	InFlightRequests []ClusterInFlight `json:"in_flight_requests"`
+}
+
+// ClusterInFlight is one admitted request not yet written back.
+type ClusterInFlight struct {
+	InstanceID string    `json:"instance_id"`
+	SlotAt     time.Time `json:"slot_at"`
+	// WireAt is when it went on the wire, once its instance wrote that back; nil before.
+	WireAt    *time.Time `json:"wire_at"`
+	ExpiresAt time.Time  `json:"expires_at"`
+	// IsInstanceLive is false when its instance's heartbeat expired: the entry holds the
+	// domain until it expires, but no longer counts in in_flight_count.
+	IsInstanceLive bool `json:"is_instance_live"`
+}
+
+// Cluster returns the cluster view of the shared runtime, or nil on one machine.
+func (e *Engine) Cluster() ClusterView {
+	cv, _ := e.cfg.Shared.(ClusterView)
+	return cv
+}
+
+// EgressState is our own network's state as the egress detector sees it (package egress):
+// IsUnavailable while it classifies failures as egress_unavailable.
+type EgressState struct {
+	IsUnavailable bool `json:"is_unavailable"`
+	// UnavailableSinceAt is when the outage began; nil while the egress works.
+	UnavailableSinceAt *time.Time `json:"unavailable_since_at"`
+	// FailingDomainCount counts the distinct domains that failed at the network level in
+	// the detector's window (entries A and B); SeenDomainCount those seen either way.
+	FailingDomainCount int  `json:"failing_domain_count"`
+	SeenDomainCount    int  `json:"seen_domain_count"`
+	HasCanary          bool `json:"has_canary"`
+	IsCanaryOK         bool `json:"is_canary_ok"`
+}
+
+// egressStatuser is the egress detector's snapshot (egress.Detector).
+type egressStatuser interface {
+	Status(now time.Time) egress.Status
+}
+
+// Egress returns the egress detector's state at now; ok is false without a detector.
+func (e *Engine) Egress(now time.Time) (st EgressState, ok bool) {
+	d, ok := e.cfg.Egress.(egressStatuser)
+	if !ok {
+		return EgressState{}, false
+	}
+	s := d.Status(now)
+	st = EgressState{IsUnavailable: s.IsDown, FailingDomainCount: s.FailingDomainCount, SeenDomainCount: s.SeenDomainCount,
+		HasCanary: s.HasCanary, IsCanaryOK: s.IsCanaryOK}
+	if s.IsDown && !s.DownSinceAt.IsZero() {
+		at := s.DownSinceAt.UTC()
+		st.UnavailableSinceAt = &at
+	}
+	return st, true
+}
