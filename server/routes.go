@@ -11,7 +11,8 @@ func (s *Server) routes(mux *http.ServeMux) {
 	mux.Handle("GET /v1/fetch_results", s.handleFetchResults()) // downloader:fetch_result
 	mux.Handle("GET /v1/pages/{key}", s.handlePage())           // the page store (网页库)
 
-	mux.Handle("GET /v1/domains/{domain}", s.handleDomain())
+	mux.Handle("GET /v1/domains/{domain}", s.handleDomain()) // local and cluster-wide (cluster.go)
+	mux.Handle("GET /v1/cluster", s.handleCluster())         // the instances sharing the store
 	mux.Handle("GET /v1/settings", s.handleGetSettings())
 	mux.Handle("PUT /v1/settings", s.handlePutSettings())
 

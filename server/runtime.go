@@ -6,23 +6,6 @@ import (
 	"downloader"
 )
 
-// handleDomain answers one domain's downloader:domain_runtime entry.
-func (s *Server) handleDomain() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		d, err := downloader.NormalizeDomain(r.PathValue("domain"))
-		if err != nil {
-			s.writeError(w, r, err)
-			return
-		}
-		st, ok := s.cfg.Engine.Limiter().Domain(s.cfg.Clock.Now(), d)
-		if !ok {
-			s.writeError(w, r, downloader.Errorf(downloader.ENOTFOUND, "domain %q has no runtime state", d))
-			return
-		}
-		writeJSON(w, http.StatusOK, st)
-	})
-}
-
 func (s *Server) handleGetSettings() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.cfg.Engine.Settings())
