@@ -37,6 +37,11 @@ type Sources struct {
 	Gate     *limiter.Gate                // in flight, cap, queue depth
 	Domains  *observe.DomainTable         // domains in the table, active domains
 	Renderer func() observe.RendererStats // the renderer pool
+	// MaxConcurrentCount is the cluster-wide max_concurrent_count (cluster mode: the
+	// shared runtime's); nil: the gate's capacity, which is the setting on one machine.
+	MaxConcurrentCount func() int
+	// Egress is the egress detector's state; nil: no egress metrics.
+	Egress func() engine.EgressState
 }
 
 // Metrics counts engine events into Prometheus metrics. It implements engine.Observer
@@ -169,10 +174,11 @@ func Handler(g prometheus.Gatherer) http.Handler {
 type live struct {
 	src Sources
 
-	inFlight, maxConcurrent, queued       *prometheus.Desc
-	domains, activeDomains                *prometheus.Desc
-	rendererRestarts, rendererBusy        *prometheus.Desc
-	rendererQueued, rendererSlots, rendUp *prometheus.Desc
+	inFlight, maxConcurrent, queued        *prometheus.Desc
+	instanceMax, egressDown, egressFailing *prometheus.Desc
+	domains, activeDomains                 *prometheus.Desc
+	rendererRestarts, rendererBusy         *prometheus.Desc
+	rendererQueued, rendererSlots, rendUp  *prometheus.Desc
 }
 
 // newLive spells every name out in full, so that it can be grepped for and the
@@ -181,7 +187,10 @@ func newLive(src Sources) *live {
 	return &live{
 		src:              src,
 		inFlight:         prometheus.NewDesc("downloader_in_flight_count", "Requests holding a global slot now.", nil, nil),
-		maxConcurrent:    prometheus.NewDesc("downloader_max_concurrent_count", "The global cap on requests in flight (changeable online).", nil, nil),
+		maxConcurrent:    prometheus.NewDesc("downloader_max_concurrent_count", "The global cap on requests in flight (changeable online); in cluster mode the cluster-wide setting.", nil, nil),
+		instanceMax:      prometheus.NewDesc("downloader_instance_max_concurrent_count", "This instance's share of max_concurrent_count (its gate's capacity); the setting itself on one machine.", nil, nil),
+		egressDown:       prometheus.NewDesc("downloader_egress_is_unavailable", "1 while the egress detector holds our own network to be down (failures are reported as egress_unavailable), else 0.", nil, nil),
+		egressFailing:    prometheus.NewDesc("downloader_egress_failing_domain_count", "Distinct domains failing at network level within the egress detector's window.", nil, nil),
 		queued:           prometheus.NewDesc("downloader_queued_count", "Requests waiting in the local queue for a global slot.", nil, nil),
 		domains:          prometheus.NewDesc("downloader_domain_count", "Domains in downloader:domain_runtime (kept while they hold a 24 h statistic).", nil, nil),
 		activeDomains:    prometheus.NewDesc("downloader_active_domain_count", "Domains in flight or requested within the last 5 minutes.", nil, nil),
@@ -197,7 +206,12 @@ func (l *live) Describe(ch chan<- *prometheus.Desc) {
 	if l.src.Gate != nil {
 		ch <- l.inFlight
 		ch <- l.maxConcurrent
+		ch <- l.instanceMax
 		ch <- l.queued
+	}
+	if l.src.Egress != nil {
+		ch <- l.egressDown
+		ch <- l.egressFailing
 	}
 	if l.src.Domains != nil {
 		ch <- l.domains
@@ -216,8 +230,22 @@ func (l *live) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
 	if g := l.src.Gate; g != nil {
 		gauge(l.inFlight, float64(g.InFlight()))
-		gauge(l.maxConcurrent, float64(g.Capacity()))
+		setting := g.Capacity()
+		if f := l.src.MaxConcurrentCount; f != nil {
+			setting = f()
+		}
+		gauge(l.maxConcurrent, float64(setting))
+		gauge(l.instanceMax, float64(g.Capacity()))
 		gauge(l.queued, float64(g.Waiting()))
+	}
+	if f := l.src.Egress; f != nil {
+		st := f()
+		down := 0.0
+		if st.IsUnavailable {
+			down = 1
+		}
+		gauge(l.egressDown, down)
+		gauge(l.egressFailing, float64(st.FailingDomainCount))
 	}
 	if t := l.src.Domains; t != nil {
 		s := t.Summary(l.src.Clock.Now())

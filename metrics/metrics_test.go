@@ -150,7 +150,8 @@ func TestLiveValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]float64{
-		"downloader_in_flight_count": 2, "downloader_max_concurrent_count": 8, "downloader_queued_count": 0,
+		"downloader_in_flight_count": 2, "downloader_max_concurrent_count": 8, "downloader_instance_max_concurrent_count": 8,
+		"downloader_queued_count": 0,
 		"downloader_domain_count": 3, "downloader_active_domain_count": 3,
 		"downloader_renderer_restarts_total": 3, "downloader_renderer_busy_count": 1, "downloader_renderer_queued_count": 5,
 		"downloader_renderer_slot_count": 2, "downloader_renderer_is_up": 1,
@@ -168,11 +169,43 @@ func TestLiveValues(t *testing.T) {
 	if got := value(t, reg, "downloader_renderer_restarts_total", nil); got != 4 {
 		t.Errorf("restarts: %v", got)
 	}
+	if got := value(t, reg, "downloader_instance_max_concurrent_count", nil); got != 16 {
+		t.Errorf("instance cap after a change: %v", got)
+	}
 	// Ten minutes later nothing is active any more; the domains are still in the table.
 	clk.Set(now.Add(10 * time.Minute))
 	if got := value(t, reg, "downloader_active_domain_count", nil); got != 0 {
 		t.Errorf("active domains after 10 minutes: %v", got)
 	}
+}
+
+// TestClusterAndEgressValues: in cluster mode downloader_max_concurrent_count is the
+// cluster-wide setting and downloader_instance_max_concurrent_count this instance's share
+// (its gate); the egress detector's state is a 0/1 gauge and a count.
+func TestClusterAndEgressValues(t *testing.T) {
+	gate := limiter.NewGate(4, 4) // this instance's share of 12 over three instances
+	cluster := 12
+	eg := engine.EgressState{}
+	reg := prometheus.NewRegistry()
+	_, err := New(reg, Sources{Gate: gate, MaxConcurrentCount: func() int { return cluster },
+		Egress: func() engine.EgressState { return eg }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(want map[string]float64) {
+		t.Helper()
+		for name, w := range want {
+			if got := value(t, reg, name, nil); got != w {
+				t.Errorf("%s = %v, want %v", name, got, w)
+			}
+		}
+	}
+	check(map[string]float64{"downloader_max_concurrent_count": 12, "downloader_instance_max_concurrent_count": 4,
+		"downloader_egress_is_unavailable": 0, "downloader_egress_failing_domain_count": 0})
+	cluster, eg = 30, engine.EgressState{IsUnavailable: true, FailingDomainCount: 7}
+	gate.SetCapacity(10)
+	check(map[string]float64{"downloader_max_concurrent_count": 30, "downloader_instance_max_concurrent_count": 10,
+		"downloader_egress_is_unavailable": 1, "downloader_egress_failing_domain_count": 7})
 }
 
 // TestHandlerAndLint scrapes /metrics on a fresh registry and runs promlint over it.
@@ -197,6 +230,7 @@ func TestHandlerAndLint(t *testing.T) {
 		"# TYPE downloader_fetch_duration_seconds histogram",
 		"# TYPE downloader_renderer_restarts_total counter",
 		"downloader_max_concurrent_count 4",
+		"downloader_instance_max_concurrent_count 4",
 	} {
 		if !strings.Contains(text, s) {
 			t.Errorf("scrape lacks %q", s)
