@@ -2,9 +2,10 @@
 // server-rendered pages (html/template, assets embedded, nothing fetched from any other
 // host) and the JSON API behind each of them.
 //
-//	GET /             domain runtime (downloader:domain_runtime): status, the over-limit
-//	                  table per entry, the per-domain table (sort, search, paging), the
-//	                  max_concurrent_count control, fetch and probe actions
+//	GET /             domain runtime (downloader:domain_runtime): status, the egress state,
+//	                  the instance list (cluster mode), the over-limit table per entry, the
+//	                  per-domain table (sort, search, paging), the max_concurrent_count
+//	                  control, fetch and probe actions
 //	GET /probes       probe records: 24 h overview, causes, recent samples
 //	GET /stats        fetch statistics: the politeness and capacity ceilings, the achieved
 //	                  rate, the global cap, the renderer pool
@@ -89,7 +90,7 @@ func (c *Console) Register(mux *http.ServeMux) {
 	mux.Handle("GET /stats", c.page("stats", c.statsPage))
 	assets, _ := fs.Sub(assetFS, "assets")
 	mux.Handle("GET /assets/", c.assets(http.StripPrefix("/assets/", http.FileServerFS(assets))))
-	mux.Handle("GET /v1/console/runtime", c.api(func(r *http.Request) (any, error) { return c.Runtime(), nil }))
+	mux.Handle("GET /v1/console/runtime", c.api(func(r *http.Request) (any, error) { return c.RuntimeOf(r.Context()), nil }))
 	mux.Handle("GET /v1/console/probes", c.api(func(r *http.Request) (any, error) {
 		n, err := intParam(r.URL.Query(), "limit", DefaultSampleLimit, 1, observe.DefaultSampleCount)
 		if err != nil {

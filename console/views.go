@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"math"
 	"net/http"
 	"net/url"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"downloader"
+	"downloader/engine"
 	"downloader/limiter"
 	"downloader/observe"
 )
@@ -30,20 +32,63 @@ type Runtime struct {
 	// OverLimitRatio is OverLimitCount24h ÷ RequestCount24h (the page shows a percentage).
 	OverLimitRatio float64               `json:"over_limit_ratio"`
 	Entries        []observe.EntryCounts `json:"entries"`
+	// Egress is this instance's egress detector (nil without one).
+	Egress *engine.EgressState `json:"egress"`
+	// Cluster lists the instances sharing the TiKV store (cluster mode); nil on the
+	// embedded store (one machine).
+	Cluster *ClusterStatus `json:"cluster"`
 }
 
-// Runtime returns the domain runtime page's numbers now.
+// ClusterStatus is the instance list of the runtime page (cluster mode).
+type ClusterStatus struct {
+	InstanceID        string                   `json:"instance_id"` // the instance serving the page
+	LiveInstanceCount int                      `json:"live_instance_count"`
+	Instances         []engine.ClusterInstance `json:"instances"`
+	// Error says why the list could not be read (TiKV unreachable); "" when it was.
+	Error string `json:"error,omitempty"`
+}
+
+// Runtime returns the domain runtime page's numbers now, without the instance list (see
+// RuntimeOf).
 func (c *Console) Runtime() Runtime {
 	now := c.cfg.Clock.Now()
 	st := c.cfg.Engine.Limiter().Stats(now)
 	counts := c.cfg.Observer.Counts(now)
-	return Runtime{
+	rt := Runtime{
 		GeneratedAt: now.UTC(), DomainCount: st.DomainCount, InFlightCount: st.InFlightCount,
 		MaxConcurrentCount:   c.cfg.Engine.Settings().MaxConcurrentCount,
 		DefaultMinIntervalMs: c.cfg.Engine.DefaultMinInterval().Milliseconds(),
 		RequestCount24h:      counts.RequestCount24h, OverLimitCount24h: counts.OverLimitCount24h,
 		OverLimitRatio: counts.OverLimitRatio, Entries: counts.Entries,
 	}
+	if eg, ok := c.cfg.Engine.Egress(now); ok {
+		rt.Egress = &eg
+	}
+	return rt
+}
+
+// RuntimeOf is Runtime with the cluster's instance list, read from TiKV within ctx (cluster
+// mode); a failed read is shown, not fatal: the page is most needed when TiKV is down.
+func (c *Console) RuntimeOf(ctx context.Context) Runtime {
+	rt := c.Runtime()
+	cv := c.cfg.Engine.Cluster()
+	if cv == nil {
+		return rt
+	}
+	cs := &ClusterStatus{InstanceID: cv.InstanceID(), Instances: []engine.ClusterInstance{}}
+	list, err := cv.Instances(ctx)
+	if err != nil {
+		c.log.Warn("console: instance list", "error", err)
+		cs.Error = downloader.ErrorMessage(err)
+	}
+	for _, in := range list {
+		cs.Instances = append(cs.Instances, in)
+		if in.IsLive {
+			cs.LiveInstanceCount++
+		}
+	}
+	rt.Cluster = cs
+	return rt
 }
 
 // Probes is the probe records page's numbers (GET /v1/console/probes).
@@ -170,7 +215,7 @@ func (c *Console) runtimePage(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	rt := c.Runtime()
+	rt := c.RuntimeOf(r.Context())
 	v := runtimeView{Base: Base{Page: "runtime"}, Runtime: rt,
 		EntryRows: entryRows(rt.Entries), Domains: page, Query: q}
 	labels := map[string]string{
@@ -361,6 +406,11 @@ func num(v any) string {
 		s = strconv.FormatUint(uint64(n), 10)
 	case uint64:
 		s = strconv.FormatUint(n, 10)
+	case *int64: // an optional number: empty when absent
+		if n == nil {
+			return ""
+		}
+		s = strconv.FormatInt(*n, 10)
 	default:
 		return "?"
 	}

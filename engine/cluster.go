@@ -91,12 +91,17 @@ func (e *Engine) Egress(now time.Time) (st EgressState, ok bool) {
 	if !ok {
 		return EgressState{}, false
 	}
-	s := d.Status(now)
-	st = EgressState{IsUnavailable: s.IsDown, FailingDomainCount: s.FailingDomainCount, SeenDomainCount: s.SeenDomainCount,
+	return EgressStateOf(d.Status(now)), true
+}
+
+// EgressStateOf is the egress detector's status as the API, the console and the metrics
+// show it.
+func EgressStateOf(s egress.Status) EgressState {
+	st := EgressState{IsUnavailable: s.IsDown, FailingDomainCount: s.FailingDomainCount, SeenDomainCount: s.SeenDomainCount,
 		HasCanary: s.HasCanary, IsCanaryOK: s.IsCanaryOK}
 	if s.IsDown && !s.DownSinceAt.IsZero() {
 		at := s.DownSinceAt.UTC()
 		st.UnavailableSinceAt = &at
 	}
-	return st, true
+	return st
 }

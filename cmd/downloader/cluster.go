@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
+	"os"
 	"strings"
 	"time"
 
@@ -116,6 +118,7 @@ func openCluster(c *config, logger *slog.Logger, clk clock.Clock, gate *limiter.
 		rc.MaxClockSkew = time.Nanosecond // 0 would mean the default: the flag says none
 	}
 	rc.DefaultTimeout = c.requestTimeout()
+	rc.Address = announcedAddress(c.Listen)
 	rc.GCLifeTime = time.Duration(c.Cluster.GCLifeTimeSeconds) * time.Second
 	rt, err := tikvstore.NewRuntime(st, rc)
 	if err != nil {
@@ -152,4 +155,21 @@ func (cl *cluster) close() error {
 		return fmt.Errorf("close the TiKV store: %w", err)
 	}
 	return nil
+}
+
+// announcedAddress is the address the instance list shows for --listen: the listen address
+// itself, or the host name with its port when it listens on every interface.
+func announcedAddress(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return listen
+	}
+	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
+		return listen
+	}
+	name, err := os.Hostname()
+	if err != nil {
+		return listen
+	}
+	return net.JoinHostPort(name, port)
 }

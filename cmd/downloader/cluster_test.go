@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -130,5 +132,45 @@ func TestClusterServicesShareOneState(t *testing.T) {
 			t.Fatalf("b still answers %v", m)
 		}
 		<-tick.C
+	}
+	// The cluster view: both instances through either, with their addresses; the domain's
+	// shared record beside b's own (b never admitted shared.test: only the cluster's).
+	for {
+		code, m := b.get(t, "/v1/cluster")
+		if code != 200 {
+			t.Fatalf("GET /v1/cluster through b: %d %v", code, m)
+		}
+		list, _ := m["instances"].([]any)
+		shares := 0.0
+		for _, in := range list {
+			shares += in.(map[string]any)["capacity_share_count"].(float64)
+		}
+		if m["store_backend"] == "tikv" && m["instance_id"] == "instance-b" && m["live_instance_count"] == float64(2) && shares == 5 {
+			first := list[0].(map[string]any)
+			if first["instance_id"] != "instance-a" || first["address"] != strings.TrimPrefix(a.base, "http://") {
+				t.Errorf("instance a listed as %v; want its address %s", first, a.base)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET /v1/cluster through b: %v; want both live, shares summing to 5", m)
+		}
+		<-tick.C
+	}
+	code, m = b.get(t, "/v1/domains/shared.test")
+	if cl, _ := m["cluster"].(map[string]any); code != 200 || cl["last_instance_id"] != "instance-a" || cl["is_stored"] != true {
+		t.Errorf("GET /v1/domains/shared.test through b: %d %v; want the cluster's record, set by a", code, m)
+	}
+	// /metrics: the cluster-wide setting, and b's share beside it.
+	resp, err := http.Get(b.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "\ndownloader_max_concurrent_count 5\n") ||
+		!regexp.MustCompile(`\ndownloader_instance_max_concurrent_count [23]\n`).Match(body) ||
+		!strings.Contains(string(body), "\ndownloader_egress_is_unavailable 0\n") {
+		t.Errorf("/metrics of b lacks the cluster cap 5, b's share (2 or 3) or the egress state:\n%s", body)
 	}
 }

@@ -29,7 +29,9 @@ type observability struct {
 	renderer func() observe.RendererStats
 }
 
-func newObservability(clk clock.Clock, logger *slog.Logger, lim *limiter.Limiter, gate *limiter.Gate, pool *render.Pool) (*observability, error) {
+// live adds what metrics.Sources cannot take from the other arguments: the cluster-wide cap
+// (cluster mode) and the egress detector's state.
+func newObservability(clk clock.Clock, logger *slog.Logger, lim *limiter.Limiter, gate *limiter.Gate, pool *render.Pool, live metrics.Sources) (*observability, error) {
 	o := &observability{clk: clk, log: logger, registry: prometheus.NewRegistry(),
 		domains: observe.NewDomainTable(lim, observe.DefaultSnapshotTTL)}
 	if pool != nil {
@@ -41,7 +43,8 @@ func newObservability(clk clock.Clock, logger *slog.Logger, lim *limiter.Limiter
 	if err := o.registry.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
 		return nil, fmt.Errorf("register process metrics: %w", err)
 	}
-	m, err := metrics.New(o.registry, metrics.Sources{Clock: clk, Gate: gate, Domains: o.domains, Renderer: o.renderer})
+	m, err := metrics.New(o.registry, metrics.Sources{Clock: clk, Gate: gate, Domains: o.domains, Renderer: o.renderer,
+		MaxConcurrentCount: live.MaxConcurrentCount, Egress: live.Egress})
 	if err != nil {
 		return nil, err
 	}

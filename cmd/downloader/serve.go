@@ -19,6 +19,7 @@ import (
 	"downloader/engine"
 	"downloader/fetch"
 	"downloader/limiter"
+	"downloader/metrics"
 	"downloader/netguard"
 	"downloader/render"
 	"downloader/server"
@@ -115,14 +116,18 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 		closeStores()
 		return nil, fmt.Errorf("renderer: %w", err)
 	}
-	obs, err := newObservability(clk, logger, lim, gate, pool)
+	det := egress.New(egress.Config{Clock: clk, Logger: logger, Canary: c.egressCanary(),
+		Window: time.Duration(c.EgressWindowSeconds) * time.Second, MinDomainCount: c.EgressMinDomainCount})
+	live := metrics.Sources{Egress: func() engine.EgressState { return engine.EgressStateOf(det.Status(clk.Now())) }}
+	if shared != nil {
+		live.MaxConcurrentCount = shared.MaxConcurrentCount // the cluster's; the gate holds this instance's share
+	}
+	obs, err := newObservability(clk, logger, lim, gate, pool, live)
 	if err != nil {
 		pool.Close()
 		closeStores()
 		return nil, err
 	}
-	det := egress.New(egress.Config{Clock: clk, Logger: logger, Canary: c.egressCanary(),
-		Window: time.Duration(c.EgressWindowSeconds) * time.Second, MinDomainCount: c.EgressMinDomainCount})
 	eng := engine.New(engine.Config{
 		Clock: clk, Logger: logger, Limiter: lim, Gate: gate, Fetcher: fetcher, Renderer: pool,
 		Results: results, Pages: pages, Settings: settings, Observer: obs.observer, Egress: det, DefaultMinInterval: defaultInterval,
@@ -161,6 +166,9 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 		pool.Close()
 		closeStores()
 		return nil, fmt.Errorf("listen on %s: %w", c.Listen, err)
+	}
+	if cl != nil {
+		cl.runtime.SetAddress(announcedAddress(ln.Addr().String())) // the port --listen :0 got
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	s := &service{cfg: c, log: logger, addr: ln.Addr(), store: st, limiter: lim, engine: eng, fetcher: fetcher,

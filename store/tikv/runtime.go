@@ -109,6 +109,7 @@ type Runtime struct {
 	joinedAt   time.Time // first successful heartbeat; zero before
 	skewWarned time.Time
 	startedAt  time.Time
+	address    string // shown in the instance list (SetAddress)
 }
 
 // RuntimeConfig configures a Runtime. Zero values take the defaults.
@@ -168,7 +169,10 @@ const foreignWaitHint = time.Second
 
 func domainKey(domain string) []byte { return []byte(domainRuntimePrefix + keys.EscapeDomain(domain)) }
 
-var _ engine.SharedRuntime = (*Runtime)(nil)
+var (
+	_ engine.SharedRuntime = (*Runtime)(nil)
+	_ engine.ClusterView   = (*Runtime)(nil)
+)
 
 // NewRuntime returns the runtime of this instance over s. It does no I/O.
 func NewRuntime(s *Store, cfg RuntimeConfig) (*Runtime, error) {
@@ -203,11 +207,19 @@ func NewRuntime(s *Store, cfg RuntimeConfig) (*Runtime, error) {
 	}
 	r := &Runtime{s: s, cfg: cfg, clk: cfg.Clock, id: cfg.InstanceID, seed: maphash.MakeSeed(),
 		log:        cfg.Logger.With("component", "tikv_runtime", "instance_id", cfg.InstanceID),
-		clusterCap: cfg.MaxConcurrentCount}
+		clusterCap: cfg.MaxConcurrentCount, address: cfg.Address}
 	for i := range r.stripes {
 		r.stripes[i] = make(chan struct{}, 1)
 	}
 	return r, nil
+}
+
+// SetAddress changes the address this instance announces from its next heartbeat on (the
+// listener's, once it is known).
+func (r *Runtime) SetAddress(addr string) {
+	r.mu.Lock()
+	r.address = addr
+	r.mu.Unlock()
 }
 
 // InstanceID returns this instance's id.
@@ -641,7 +653,7 @@ func (r *Runtime) Heartbeat(ctx context.Context) error {
 
 	offset := r.clockOffset(ctx)
 	r.mu.Lock()
-	rec := instanceRecord{InstanceID: r.id, Address: r.cfg.Address, StartedAt: r.startedAt.UTC(), InFlightCount: r.cfg.Gate.InFlight(),
+	rec := instanceRecord{InstanceID: r.id, Address: r.address, StartedAt: r.startedAt.UTC(), InFlightCount: r.cfg.Gate.InFlight(),
 		CapacityShareCount: r.cfg.Gate.Capacity(), ClockOffsetMs: offset}
 	r.mu.Unlock()
 	var now time.Time
