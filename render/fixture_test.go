@@ -40,6 +40,9 @@ const testUserAgent = "downloader-render-test/1.0"
 var tmpRoot string
 
 func TestMain(m *testing.M) {
+	if parent := os.Getenv(profileChildEnv); parent != "" {
+		os.Exit(profileDirChild(parent)) // a child of TestProfileDir*
+	}
 	var err error
 	tmpRoot, err = os.MkdirTemp("", "render-test-")
 	if err != nil {
@@ -157,7 +160,7 @@ var (
 )
 
 // virtualHosts are the origin's names, each mapped to the listener by --connect-to.
-var virtualHosts = []string{"js.test", "frames.test", "widget.test", "empty.test", "hang.test", "slowxhr.test", "status.test", "blocked.test", "redirect.test", "cookie.test", "dialog.test", "busy.test"}
+var virtualHosts = []string{"js.test", "frames.test", "widget.test", "empty.test", "hang.test", "slowxhr.test", "status.test", "blocked.test", "redirect.test", "cookie.test", "dialog.test", "busy.test", "huge.test"}
 
 func getFixture(t testing.TB) *fixture {
 	fxOnce.Do(func() { fx = newFixture() })
@@ -367,6 +370,8 @@ func (f *fixture) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "http://js.test/", http.StatusFound)
 	case "busy.test/":
 		html("busy.html")
+	case "huge.test/":
+		html("huge.html")
 	case "busy.test/tick":
 		w.Header().Set("Content-Type", "text/plain")
 		fmt.Fprint(w, "tick")
