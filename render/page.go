@@ -20,16 +20,103 @@ import (
 
 	"downloader"
 	"downloader/clock"
+	"downloader/fetch"
 	"downloader/htmltext"
+	"downloader/retryafter"
 )
 
 // maxReadReserve is the most of a render's timeout kept for reading the page.
 const maxReadReserve = time.Second
 
-// outerHTMLExpr reads the rendered document.
-const outerHTMLExpr = `(() => { const d = document.documentElement; if (!d) return ""; ` +
-	`const t = document.doctype ? new XMLSerializer().serializeToString(document.doctype) : ""; ` +
-	`return t + d.outerHTML; })()`
+// maxRenderedHTMLBytes caps the rendered HTML read from the DOM: the cap of a plain
+// fetch's body, so that a page that builds hundreds of megabytes of DOM costs us no more
+// than one that serves them.
+const maxRenderedHTMLBytes = fetch.DefaultMaxBodyBytes
+
+// renderedHTMLExpr reads the rendered document, its doctype and its root element, at most
+// capUnits+1 UTF-16 code units of it (one more than the cap says "there was more"; the
+// caller cuts to bytes). outerHTML is the fast path; a document too large for one string
+// (V8 throws RangeError past ~2^29 characters), or any document when walk is set (tests),
+// is serialised node by node and stops at the cap, so the browser never builds more.
+func renderedHTMLExpr(capUnits int64, walk bool) string {
+	return `((cap, walk) => {
+  const d = document.documentElement;
+  if (!d) return "";
+  const doctype = document.doctype ? new XMLSerializer().serializeToString(document.doctype) : "";
+  if (!walk) {
+    try {
+      const s = doctype + d.outerHTML;
+      return s.length > cap ? s.slice(0, cap + 1) : s;
+    } catch (e) { /* too large for one string: walk it */ }
+  }
+  const parts = [];
+  let n = 0;
+  const put = (s) => {
+    if (n + s.length > cap + 1) s = s.slice(0, cap + 1 - n);
+    parts.push(s);
+    n += s.length;
+  };
+  const left = () => cap + 1 - n;
+  const rawText = new Set(["style", "script", "xmp", "iframe", "noembed", "noframes", "plaintext", "noscript"]);
+  const escText = (s) => s.replace(/&/g, "&amp;").replace(/\u00a0/g, "&nbsp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+  const tag = (el) => {
+    try {
+      const h = el.cloneNode(false).outerHTML;
+      const close = "</" + el.localName + ">";
+      return h.endsWith(close) ? [h.slice(0, h.length - close.length), close] : [h, ""];
+    } catch (e) { // an attribute too large to serialise
+      return ["<" + el.localName + ">", "</" + el.localName + ">"];
+    }
+  };
+  put(doctype);
+  const open = []; // the elements entered and not yet closed, with their end tags
+  let node = d;
+  while (n <= cap) {
+    if (node) {
+      if (node.nodeType === 1) {
+        const [o, c] = tag(node);
+        put(o);
+        open.push([node, c]);
+        node = node.localName === "template" && node.content ? node.content.firstChild : node.firstChild;
+        continue;
+      }
+      const parent = open.length ? open[open.length - 1][0] : null;
+      switch (node.nodeType) {
+      case 3:
+        const t = node.data.slice(0, left());
+        put(parent && parent.namespaceURI === "http://www.w3.org/1999/xhtml" && rawText.has(parent.localName) ? t : escText(t));
+        break;
+      case 8:
+        put("<!--" + node.data.slice(0, left()) + "-->");
+        break;
+      case 7:
+        put("<?" + node.target + " " + node.data.slice(0, left()) + ">");
+        break;
+      }
+      node = node.nextSibling;
+      continue;
+    }
+    const top = open.pop();
+    if (!top) break;
+    put(top[1]);
+    if (top[0] === d) break;
+    node = top[0].nextSibling;
+  }
+  return parts.join("");
+})(` + strconv.FormatInt(capUnits, 10) + `, ` + strconv.FormatBool(walk) + `)`
+}
+
+// capHTML cuts s to at most maxBytes, at a character boundary, and reports whether it cut.
+func capHTML(s string, maxBytes int) (string, bool) {
+	if len(s) <= maxBytes {
+		return s, false
+	}
+	i := maxBytes
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i], true
+}
 
 // renderJob is one render in its own goroutine, so that Render can return at its timeout
 // while the job cleans up behind it.
@@ -223,7 +310,7 @@ func (j *renderJob) wait(ctx context.Context, t *tab) error {
 // read reads the rendered DOM and the main document as served, and builds the outcome.
 func (j *renderJob) read(ctx context.Context, t *tab) *downloader.Outcome {
 	res, err := chromedp.Call(ctx, runtime.Evaluate, runtime.EvaluateParams{
-		Expression:    outerHTMLExpr,
+		Expression:    renderedHTMLExpr(maxRenderedHTMLBytes, false),
 		ReturnByValue: new(true),
 	})
 	if err == nil && res.ExceptionDetails != nil {
@@ -235,6 +322,11 @@ func (j *renderJob) read(ctx context.Context, t *tab) *downloader.Outcome {
 	}
 	if err != nil {
 		return downloader.Failed(j.stopped(ctx, t, err))
+	}
+	rendered, truncated := capHTML(rendered, maxRenderedHTMLBytes)
+	if truncated {
+		// As a plain fetch says of a body over the cap.
+		j.p.log.Info("render: rendered HTML over the cap, truncated", "url", j.u.Redacted(), "max_body_bytes", maxRenderedHTMLBytes, "is_body_truncated", true)
 	}
 	md := t.tr.main()
 	out := j.base(md, t)
@@ -274,7 +366,7 @@ func (j *renderJob) base(md mainDocument, t *tab) *downloader.Outcome {
 	}
 	hs.RedirectCount = md.redirects
 	if md.status == http.StatusTooManyRequests || md.status == http.StatusServiceUnavailable {
-		hs.RetryAfterSeconds = retryAfter(header(md.headers, "Retry-After"), j.p.clk.Now())
+		hs.RetryAfterSeconds = retryafter.Seconds(header(md.headers, "Retry-After"), j.p.clk.Now())
 	}
 	c := t.tr.counts()
 	_, blocked := j.st.snapshot()
@@ -360,20 +452,4 @@ func hostPort(rawURL string) string {
 		}
 	}
 	return net.JoinHostPort(u.Hostname(), port)
-}
-
-// retryAfter parses Retry-After (seconds or an HTTP date) into seconds from now.
-func retryAfter(v string, now time.Time) *int64 {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return nil
-	}
-	if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
-		return &n
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		n := max(int64(t.Sub(now)/time.Second), 0)
-		return &n
-	}
-	return nil
 }
