@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // Browser user data directories.
@@ -27,13 +28,18 @@ import (
 //	    profile/              the browser's --user-data-dir
 //
 // A directory is made under a hidden name (.new-*), locked, and only then renamed to its
-// final name, so that a sweep never sees a live directory before its lock is held.
+// final name, so that a sweep never sees a live directory before its lock is held. A
+// hidden one is swept only once it is older than newDirGrace: between its lock file's
+// creation and its flock the lock can be taken by anyone, and a sweep removing it then
+// would follow it through the rename (os.RemoveAll works from an open directory) and empty
+// a live directory. Making one takes microseconds; a minute-old one was abandoned.
 
 const (
 	profileLockName   = "lock"
 	profileDataName   = "profile"
 	profileNewPrefix  = ".new-"
 	profileParentMode = 0o700
+	newDirGrace       = time.Minute
 )
 
 // profileDir is one launch's user data directory. Release it once the browser has exited.
@@ -52,8 +58,9 @@ func defaultProfileParent() string {
 }
 
 // newProfileDir sweeps parent ("" for the default) of dead launches' directories and
-// makes a locked directory for one launch.
-func newProfileDir(parent string) (*profileDir, error) {
+// makes a locked directory for one launch. Now is the time of the call (the age of
+// abandoned hidden directories is judged by it).
+func newProfileDir(parent string, now time.Time) (*profileDir, error) {
 	if parent == "" {
 		parent = defaultProfileParent()
 	}
@@ -62,7 +69,7 @@ func newProfileDir(parent string) (*profileDir, error) {
 	var err error
 	for range 5 {
 		var d *profileDir
-		d, err = makeProfileDir(parent)
+		d, err = makeProfileDir(parent, now)
 		if err == nil {
 			return d, nil
 		}
@@ -73,11 +80,11 @@ func newProfileDir(parent string) (*profileDir, error) {
 	return nil, fmt.Errorf("browser profile directory under %s: %w", parent, err)
 }
 
-func makeProfileDir(parent string) (*profileDir, error) {
+func makeProfileDir(parent string, now time.Time) (*profileDir, error) {
 	if err := ownParent(parent); err != nil {
 		return nil, err
 	}
-	swept, err := sweepProfileDirs(parent)
+	swept, err := sweepProfileDirs(parent, now)
 	if err != nil {
 		return nil, err
 	}
@@ -142,8 +149,9 @@ func ownParent(parent string) error {
 }
 
 // sweepProfileDirs removes the directories under parent whose owner is dead (their lock
-// can be taken) and returns how many. Live ones, and names it does not know, are left.
-func sweepProfileDirs(parent string) (int, error) {
+// can be taken; hidden ones also older than newDirGrace at now) and returns how many.
+// Live ones, and names it does not know, are left.
+func sweepProfileDirs(parent string, now time.Time) (int, error) {
 	entries, err := os.ReadDir(parent)
 	if err != nil {
 		return 0, err
@@ -155,9 +163,12 @@ func sweepProfileDirs(parent string) (int, error) {
 		}
 		dir := filepath.Join(parent, e.Name())
 		if strings.HasPrefix(e.Name(), profileNewPrefix) {
-			// Being made, or left by a process that died between mkdir and rename:
-			// only the lock can tell, and a missing lock file means "being made".
-			if isDead(dir, false) {
+			// Being made, or left by a process that died between mkdir and rename.
+			fi, err := e.Info()
+			if err != nil || now.Sub(fi.ModTime()) < newDirGrace {
+				continue
+			}
+			if isDead(dir, true) {
 				if os.RemoveAll(dir) == nil {
 					removed++
 				}

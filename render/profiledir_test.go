@@ -11,6 +11,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // profileChildEnv makes the test binary a child that holds one profile directory under
@@ -19,7 +20,7 @@ const profileChildEnv = "RENDER_PROFILEDIR_CHILD"
 
 // profileDirChild is the child's whole life.
 func profileDirChild(parent string) int {
-	d, err := newProfileDir(parent)
+	d, err := newProfileDir(parent, time.Now())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -69,7 +70,7 @@ func exists(path string) bool {
 func TestProfileDirLiveKept(t *testing.T) {
 	parent := filepath.Join(t.TempDir(), "renderer")
 	_, other := startProfileChild(t, parent)
-	mine, err := newProfileDir(parent)
+	mine, err := newProfileDir(parent, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +85,7 @@ func TestProfileDirLiveKept(t *testing.T) {
 		t.Errorf("swept %d directories, want 0: the other process's owner lives", mine.swept)
 	}
 	for range 3 {
-		n, err := sweepProfileDirs(parent)
+		n, err := sweepProfileDirs(parent, time.Now())
 		if err != nil || n != 0 {
 			t.Fatalf("sweep removed %d (%v), want none", n, err)
 		}
@@ -105,32 +106,42 @@ func TestProfileDirDeadRemoved(t *testing.T) {
 	}
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
-	// A hidden directory left between its lock and its rename, and a stranger.
-	abandoned, err := os.MkdirTemp(parent, profileNewPrefix)
-	if err != nil {
-		t.Fatal(err)
+	// A hidden directory left between its lock and its rename two minutes ago, one being
+	// made just now (its lock not yet taken), and a stranger.
+	hidden := func(age time.Duration) string {
+		dir, err := os.MkdirTemp(parent, profileNewPrefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := lockDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close() // not held
+		at := time.Now().Add(-age)
+		if err := os.Chtimes(dir, at, at); err != nil {
+			t.Fatal(err)
+		}
+		return dir
 	}
-	f, err := lockDir(abandoned)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Close() // its owner died
+	abandoned, fresh := hidden(2*newDirGrace), hidden(0)
 	stranger := filepath.Join(parent, "notes")
 	if err := os.Mkdir(stranger, 0o700); err != nil {
 		t.Fatal(err)
 	}
 
-	d, err := newProfileDir(parent)
+	d, err := newProfileDir(parent, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d.swept != 2 || exists(dead) || exists(abandoned) {
 		t.Errorf("swept %d; dead %s there: %v, abandoned there: %v; want both removed", d.swept, dead, exists(dead), exists(abandoned))
 	}
-	if !exists(stranger) {
-		t.Error("a directory of a name we do not make was removed")
+	if !exists(stranger) || !exists(fresh) {
+		t.Errorf("removed a directory of a name we do not make (%v) or one being made (%v)", !exists(stranger), !exists(fresh))
 	}
 	os.Remove(stranger)
+	os.RemoveAll(fresh)
 	if err := d.release(); err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +167,7 @@ func TestProfileDirConcurrentPools(t *testing.T) {
 		wg.Go(func() {
 			<-start
 			for i := range launches {
-				d, err := newProfileDir(parent)
+				d, err := newProfileDir(parent, time.Now())
 				if err != nil {
 					errs <- err
 					return
@@ -166,7 +177,7 @@ func TestProfileDirConcurrentPools(t *testing.T) {
 					errs <- fmt.Errorf("pool %d: write into its own profile: %w", p, err)
 				}
 				// Others sweep meanwhile; our directory must still be whole.
-				if _, err := sweepProfileDirs(parent); err != nil && !os.IsNotExist(err) {
+				if _, err := sweepProfileDirs(parent, time.Now()); err != nil && !os.IsNotExist(err) {
 					errs <- err
 				}
 				if b, err := os.ReadFile(file); err != nil || string(b) != fmt.Sprint(p, i) {
@@ -207,7 +218,7 @@ func TestProfileDirParentChecks(t *testing.T) {
 	link := filepath.Join(base, "link")
 	os.Symlink(t.TempDir(), link)
 	for _, parent := range []string{open, file, link} {
-		if d, err := newProfileDir(parent); err == nil {
+		if d, err := newProfileDir(parent, time.Now()); err == nil {
 			d.release()
 			t.Errorf("newProfileDir(%s) accepted it", parent)
 		}
