@@ -25,8 +25,9 @@ const benchWorkers = 16
 
 // BenchmarkAdmission measures shared admissions per second and per instance on the mock
 // cluster. admit: each operation is one Admit. admit+done: one Admit and, when admitted,
-// its write-back (Done), as the engine does per request, with each runtime's Run going so
-// that write-backs are batched off the request's path as in production. Spread: 10^4
+// its two write-backs (Wired, then Done), as the engine does per request, with each
+// runtime's Run going so that write-backs are batched off the request's path as in
+// production. Spread: 10^4
 // domains, so instances rarely meet on a key.
 // Contended: 4 domains for all instances and workers. Interval 0: the rate is the
 // store's, not the politeness rule's; on the contended runs an admission refused because
@@ -48,18 +49,43 @@ func BenchmarkAdmission(b *testing.B) {
 				} else {
 					name += "/admit"
 				}
-				b.Run(name, func(b *testing.B) { benchAdmission(b, n, domains, withDone) })
+				b.Run(name, func(b *testing.B) { benchAdmission(b, n, domains, withDone, 0) })
 			}
 		}
 	}
 }
 
-func benchAdmission(b *testing.B, instances, domains int, withDone bool) {
+// mix scrambles an operation's number into a domain's (splitmix64's finaliser), so that
+// operations pick domains independently. (An earlier arithmetic choice, 7k + 31i + w,
+// made different instances pick the same domain a few operations apart: the spread runs
+// were contended across instances and the rule refused a third of them.)
+func mix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+// BenchmarkAdmissionStripes compares the number of per-domain stripes (Runtime.stripes)
+// side by side: spread, admit+done, 1 and 3 instances.
+//
+//	go test -run '^$' -bench BenchmarkAdmissionStripes -benchtime 3s ./store/tikv/
+func BenchmarkAdmissionStripes(b *testing.B) {
+	for _, n := range []int{1, 3} {
+		for _, stripes := range []int{256, defaultStripeCount} {
+			b.Run(fmt.Sprintf("instances=%d/stripes=%d", n, stripes), func(b *testing.B) { benchAdmission(b, n, 10_000, true, stripes) })
+		}
+	}
+}
+
+func benchAdmission(b *testing.B, instances, domains int, withDone bool, stripes int) {
 	c := tikvtest.NewCluster(b)
 	rts := make([]*Runtime, instances)
+	stores := make([]*Store, instances)
 	for i := range rts {
 		s, _ := openStore(b, c)
-		rt, err := NewRuntime(s, RuntimeConfig{InstanceID: fmt.Sprintf("bench-%d", i), Gate: limiter.NewGate(64, 64)})
+		stores[i] = s
+		rt, err := NewRuntime(s, RuntimeConfig{InstanceID: fmt.Sprintf("bench-%d", i), Gate: limiter.NewGate(64, 64), stripeCount: stripes})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -88,15 +114,15 @@ func benchAdmission(b *testing.B, instances, domains int, withDone bool) {
 	b.ResetTimer()
 	start, cpu := time.Now(), processCPU()
 	var wg sync.WaitGroup
-	for i, rt := range rts {
-		for w := range benchWorkers {
+	for _, rt := range rts {
+		for range benchWorkers {
 			wg.Go(func() {
 				for {
 					k := next.Add(1)
 					if k > int64(b.N) {
 						return
 					}
-					d := names[(int(k)*7+i*31+w)%domains]
+					d := names[mix(uint64(k))%uint64(domains)]
 					tk, _, err := rt.Admit(ctx, engine.SharedAdmit{Domain: d, IntervalSource: downloader.IntervalSourceRequest,
 						Entry: downloader.EntryProbe, Now: time.Now(), Timeout: time.Second})
 					if err != nil {
@@ -109,6 +135,7 @@ func benchAdmission(b *testing.B, instances, domains int, withDone bool) {
 					}
 					admitted.Add(1)
 					if withDone {
+						tk.Wired(time.Now())
 						tk.Done(ctx, time.Now())
 					}
 				}
@@ -128,6 +155,11 @@ func benchAdmission(b *testing.B, instances, domains int, withDone bool) {
 	b.ReportMetric(float64(admitted.Load())/el/float64(instances), "admitted/s/instance")
 	b.ReportMetric(float64(refused.Load())/float64(max(1, b.N)), "refused/op")
 	b.ReportMetric(float64(failed.Load())/float64(max(1, b.N)), "failed/op")
+	conflicts := int64(0)
+	for _, s := range stores {
+		conflicts += s.conflicts.Load()
+	}
+	b.ReportMetric(float64(conflicts)/float64(max(1, b.N)), "conflicts/op")
 }
 
 // BenchmarkReadCheckWrite compares the ways to make one atomic read-check-write of a

@@ -95,8 +95,10 @@ type Runtime struct {
 	seed maphash.Seed
 	// stripes serialise this instance's admissions and write-backs of one domain (by hash),
 	// so that its own transactions do not conflict: a channel of one token each, so that
-	// waiting for one honours the admission's deadline.
-	stripes [256]chan struct{}
+	// waiting for one honours the admission's deadline. A write-back batch holds the
+	// stripes of its domains while it commits: there are many, so that an admission rarely
+	// waits for a batch it has no domain in (docs/benchmarks-tikv.md).
+	stripes []chan struct{}
 
 	// The write-back queue (writeback.go): wbOn while Run's writer takes from wbQueue.
 	wbMu    sync.Mutex
@@ -144,7 +146,14 @@ type RuntimeConfig struct {
 	// record is written twice per request; without GC its versions pile up and reads slow
 	// down. 0: the runtime runs no GC (the cluster has its own GC worker, e.g. TiDB's).
 	GCLifeTime time.Duration
+
+	stripeCount int // default defaultStripeCount; benchmarks compare
 }
+
+// defaultStripeCount is the number of per-domain stripes (Runtime.stripes). With 256, a
+// write-back batch of 64 domains held a quarter of them while it committed, and admissions
+// spent most of their waiting there (block profile of BenchmarkAdmission).
+const defaultStripeCount = 4096
 
 // Defaults of RuntimeConfig.
 const (
@@ -208,6 +217,10 @@ func NewRuntime(s *Store, cfg RuntimeConfig) (*Runtime, error) {
 	r := &Runtime{s: s, cfg: cfg, clk: cfg.Clock, id: cfg.InstanceID, seed: maphash.MakeSeed(),
 		log:        cfg.Logger.With("component", "tikv_runtime", "instance_id", cfg.InstanceID),
 		clusterCap: cfg.MaxConcurrentCount, address: cfg.Address}
+	if cfg.stripeCount <= 0 {
+		cfg.stripeCount = defaultStripeCount
+	}
+	r.stripes = make([]chan struct{}, cfg.stripeCount)
 	for i := range r.stripes {
 		r.stripes[i] = make(chan struct{}, 1)
 	}

@@ -39,6 +39,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -81,6 +82,8 @@ type Store struct {
 	// mu guards closed: operations hold it for reading so that Close waits for them.
 	mu     sync.RWMutex
 	closed bool
+
+	conflicts atomic.Int64 // transactions retried after a write conflict (benchmarks report it)
 }
 
 // Options configure a Store. The zero value takes the defaults.
@@ -262,6 +265,7 @@ func (s *Store) update(ctx context.Context, f func(txn *transaction.KVTxn) error
 		if err == nil || !isConflict(err) || attempt == maxAttempts {
 			return err
 		}
+		s.conflicts.Add(1)
 		t := time.NewTimer(rand.N(pause) + pause/2)
 		select {
 		case <-t.C:

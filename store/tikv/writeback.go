@@ -84,13 +84,16 @@ func (r *Runtime) startWriter() (stop func()) {
 	}
 }
 
-// drain returns first and what else is queued, up to a batch.
+// drain returns first and what else is queued, up to a batch of writeBackBatch domains (a
+// request's Wired and Done count once: they update one record).
 func (r *Runtime) drain(first writeBack) []writeBack {
 	batch := []writeBack{first}
-	for len(batch) < writeBackBatch {
+	domains := map[string]struct{}{first.domain: {}}
+	for len(domains) < writeBackBatch && len(batch) < 4*writeBackBatch {
 		select {
 		case wb := <-r.wbQueue:
 			batch = append(batch, wb)
+			domains[wb.domain] = struct{}{}
 		default:
 			return batch
 		}
