@@ -331,6 +331,7 @@ func TestRenderFlood(t *testing.T) {
 	if res, err := r.render("http://render-warmup.test/", renderTimeout); err != nil || reasonOf(res.Summary) != "" {
 		t.Fatalf("warm-up render: %v %v", err, res)
 	}
+	renderersBefore := idleRenderers(t, r.pool)
 	held := make(chan int, 2)
 	for i := range 2 {
 		go func() {
@@ -372,4 +373,5 @@ func TestRenderFlood(t *testing.T) {
 	if n := r.origin.maxSlowInFlight(); n > 1 {
 		t.Errorf("the origin saw %d slow documents at once, over the pool's 1", n)
 	}
+	checkNoTabLeft(t, r.pool, renderersBefore)
 }

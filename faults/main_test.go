@@ -133,6 +133,38 @@ func ownBrowsers() []int {
 	return pids
 }
 
+// ownRenderers counts our browsers' renderer processes. Every render has a browser
+// context of its own, and so a renderer process of its own: a tab or context left open
+// behind a render stays as one. Chromium's helpers do not inherit TMPDIR (ownBrowsers'
+// mark): they are found as descendants of our main browser processes.
+func ownRenderers() int {
+	ours := map[string]bool{}
+	for _, pid := range ownBrowsers() {
+		ours[strconv.Itoa(pid)] = true
+	}
+	parent := map[string]string{}
+	var renderers []string
+	for _, pid := range processesInGroup(-1, isBrowser) {
+		id := strconv.Itoa(pid)
+		if st := procStat(id); len(st) > 1 {
+			parent[id] = st[1]
+		}
+		if cmdline, err := os.ReadFile("/proc/" + id + "/cmdline"); err == nil && bytes.Contains(cmdline, []byte("--type=renderer")) {
+			renderers = append(renderers, id)
+		}
+	}
+	n := 0
+	for _, id := range renderers {
+		for up, depth := parent[id], 0; up != "" && depth < 8; up, depth = parent[up], depth+1 {
+			if ours[up] {
+				n++
+				break
+			}
+		}
+	}
+	return n
+}
+
 // browserProcesses lists the Chromium processes in process group pgrp (a downloader started
 // by the restart tests gets a process group of its own, which its browser inherits).
 func browserProcesses(pgrp int) []int { return processesInGroup(pgrp, isBrowser) }

@@ -2,9 +2,12 @@ package faults
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -115,6 +118,7 @@ func TestHostileRenders(t *testing.T) {
 	if len(ownBrowsers()) == 0 {
 		t.Fatal("no browser process of ours found while the pool is up: the leak check would prove nothing")
 	}
+	renderersBefore := idleRenderers(t, p)
 	// A render holds no slot a plain request needs: the bystander is not held up by more
 	// than the browser's load on two cores.
 	by := startBystander(r, renderBystanderTime)
@@ -162,5 +166,102 @@ func TestHostileRenders(t *testing.T) {
 	by.check(t)
 	if s := p.Stats(); !s.IsBrowserUp || s.BusyCount != 0 {
 		t.Errorf("pool after the hostile pages: %+v, want up and idle", s)
+	}
+	checkNoTabLeft(t, p, renderersBefore)
+}
+
+// idleRenderers waits until p is idle with its warm tab ready and returns how many
+// renderer processes our browsers have then.
+func idleRenderers(t *testing.T, p *render.Pool) int {
+	t.Helper()
+	if !eventually(30*time.Second, func() bool { s := p.Stats(); return s.BusyCount == 0 && s.WarmTabCount >= 1 }) {
+		t.Fatalf("pool %+v: not idle with a warm tab", p.Stats())
+	}
+	n := ownRenderers()
+	if n == 0 {
+		var cmds []string
+		for _, pid := range ownBrowsers() {
+			b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+			cmds = append(cmds, string(b[:min(len(b), 200)]))
+		}
+		t.Fatalf("no renderer process found while a tab is open: the tab leak check would prove nothing; %q", cmds)
+	}
+	return n
+}
+
+// checkNoTabLeft fails t unless, once p is idle again, our browsers have no more renderer
+// processes than before (each render's tab has its own, closed with it).
+func checkNoTabLeft(t *testing.T, p *render.Pool, before int) {
+	t.Helper()
+	var after int
+	if !eventually(10*time.Second, func() bool {
+		s := p.Stats()
+		after = ownRenderers()
+		return s.BusyCount == 0 && s.WarmTabCount >= 1 && after <= before
+	}) {
+		t.Errorf("renderer processes: %d before the renders, %d after (pool %+v): a tab was left open", before, after, p.Stats())
+	}
+	t.Logf("renderer processes: %d before, %d after", before, after)
+}
+
+// TestQueuedRenderHoldsNoGlobalSlot: a render waiting for a browser slot must not keep a
+// plain request from the global cap (max_concurrent_count). With the cap at 2, one render
+// running and one waiting for the pool's only slot, a plain probe of another domain should
+// go through at once.
+//
+// Today it does not: the engine takes the global slot before the renderer queues for its
+// own (engine.do: Gate.Acquire, then Renderer.Render, which waits in the pool's queue), so
+// the probe waits at the gate behind renders that are not running. This test shows it and
+// skips unless DOWNLOADER_KNOWN_GAPS is set, until engine/ takes the pool slot first
+// (docs/reliability.md, issue 7 table).
+func TestQueuedRenderHoldsNoGlobalSlot(t *testing.T) {
+	if os.Getenv("DOWNLOADER_KNOWN_GAPS") == "" {
+		t.Skip("known gap: a render queued for the browser pool holds a global slot (set DOWNLOADER_KNOWN_GAPS=1 to see it)")
+	}
+	noLeaks(t)
+	r := newRig(t, rigConfig{gateCapacity: 2, queueLength: 4, renderConcurrency: 1, renderQueueLength: 4, timeout: renderTimeout})
+	t.Cleanup(r.origin.releaseSlow)
+	if res, err := r.render("http://render-warmup.test/", renderTimeout); err != nil || reasonOf(res.Summary) != "" {
+		t.Fatalf("warm-up render: %v %v", err, res)
+	}
+	held := make(chan *engine.Result, 2)
+	for i := range 2 {
+		go func() {
+			res, _ := r.render(fmt.Sprintf("http://slowrender%d.test/", i), renderTimeout)
+			held <- res
+		}()
+	}
+	if !eventually(30*time.Second, func() bool { s := r.pool.Stats(); return s.BusyCount == 1 && s.QueuedCount == 1 }) {
+		t.Fatalf("pool %+v: want 1 rendering and 1 waiting", r.pool.Stats())
+	}
+	globalHeld := r.gate.InFlight()
+	done := make(chan downloader.Summary, 1)
+	go func() { done <- r.probe("http://bystander.test/") }()
+	// Either the probe answers (the gap is closed) or it is seen waiting at the gate.
+	var waited bool
+	if !eventually(30*time.Second, func() bool {
+		select {
+		case s := <-done:
+			done <- s
+			return true
+		default:
+		}
+		waited = r.gate.Waiting() > 0
+		return waited
+	}) {
+		t.Fatal("the probe neither answered nor waited at the gate")
+	}
+	if waited {
+		t.Errorf("a plain probe waits at the global gate (%d of %d slots held, %d of them by renders; pool %+v): a render queued for the browser holds a global slot",
+			r.gate.InFlight(), r.gate.Capacity(), globalHeld, r.pool.Stats())
+	}
+	r.origin.releaseSlow()
+	if s := <-done; reasonOf(s) != "" {
+		t.Errorf("the probe: %s", describe(s))
+	}
+	for range 2 {
+		if res := <-held; res == nil || reasonOf(res.Summary) != "" {
+			t.Errorf("a held render: %v", res)
+		}
 	}
 }
