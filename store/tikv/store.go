@@ -8,15 +8,15 @@
 //
 // The store keys are those of package keys, so both backends order, page and escape alike:
 //
-//	downloader:settings:global
+//	config:downloader:global
 //	    Settings, JSON. Cluster-wide: max_concurrent_count changed through any instance.
-//	downloader:fetch_result:{id}
+//	downloader:fetch_result:id:{id}
 //	    One FetchResult, JSON. {id} as in package keys; its insertion sequence is the
 //	    writing transaction's start timestamp from PD's TSO, unique across the cluster and
 //	    increasing, so records of different machines never collide and a later insertion
 //	    lists first.
-//	downloader:fetch_result_by_domain:{domain}:{id}
-//	    The index by domain, written in the same transaction as the record.
+//	downloader:fetch_result:domain:{domain}:{id}
+//	    The table's index by domain, written in the same transaction as the record.
 //	page:content:{sha256}
 //	    One page: a format byte, the metadata as JSON (length-prefixed), then the body
 //	    compressed with zstd (format 1, as the embedded store), or, when the compressed
