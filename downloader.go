@@ -134,6 +134,9 @@ type HealthSignal struct {
 	BodyBytes     int64  `json:"body_bytes"`
 	ContentType   string `json:"content_type"`
 	RedirectCount int    `json:"redirect_count"`
+	// IsBodyTruncated: the body (fetch) or the rendered HTML (render) was over the size cap
+	// and what is measured and stored is its first part.
+	IsBodyTruncated bool `json:"is_body_truncated"`
 	// RetryAfterSeconds is the origin's own Retry-After on a 429 or 503, when it sent one.
 	RetryAfterSeconds *int64 `json:"retry_after_seconds"`
 

@@ -39,8 +39,6 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -48,6 +46,7 @@ import (
 	"downloader/clock"
 	"downloader/limiter"
 	"downloader/netguard"
+	"downloader/retryafter"
 )
 
 // HopAdmitter admits redirect hops into the limiter.
@@ -331,7 +330,7 @@ func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Adm
 		out.FailReason = downloader.FailHTTPStatusError
 	}
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
-		out.HealthSignal.RetryAfterSeconds = parseRetryAfter(resp.Header.Get("Retry-After"), f.cfg.Clock.Now())
+		out.HealthSignal.RetryAfterSeconds = retryafter.Seconds(resp.Header.Get("Retry-After"), f.cfg.Clock.Now())
 	}
 	b := f.readBody(hopCtx, cancel, resp, f.cfg.MaxBodyBytes)
 	out.Body = b.body
@@ -340,6 +339,7 @@ func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Adm
 	n := textLength(out.HealthSignal.ContentType, b.body, b.undecoded)
 	out.RawTextLength = &n
 	if b.truncated {
+		out.HealthSignal.IsBodyTruncated = true
 		f.log.Info("fetch: body over the cap, truncated", "url", u.Redacted(), "max_body_bytes", f.cfg.MaxBodyBytes, "is_body_truncated", true)
 	}
 	if b.decodeErr != nil {
@@ -396,34 +396,6 @@ func closeConn(c net.Conn) {
 		return
 	}
 	c.Close()
-}
-
-// parseRetryAfter reads a Retry-After header: delay-seconds or an HTTP-date, relative to
-// now, rounded up; nil when absent or unreadable; never negative.
-func parseRetryAfter(v string, now time.Time) *int64 {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return nil
-	}
-	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if n < 0 {
-			return nil
-		}
-		return &n
-	}
-	t, err := http.ParseTime(v)
-	if err != nil {
-		return nil
-	}
-	d := t.Sub(now) // saturates for dates centuries away
-	secs := int64(0)
-	if d > 0 {
-		secs = int64(d / time.Second)
-		if d%time.Second != 0 {
-			secs++ // rounded up without overflowing
-		}
-	}
-	return &secs
 }
 
 func (f *Fetcher) logOutcome(u *url.URL, out *downloader.Outcome, err error) {

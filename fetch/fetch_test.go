@@ -290,21 +290,7 @@ func TestRetryAfter(t *testing.T) {
 		t.Errorf("elapsed_ms on a fake clock that did not move = %d", out.HealthSignal.ElapsedMs)
 	}
 
-	tests := []struct {
-		in   string
-		want int64 // -1: nil
-	}{
-		{"", -1}, {"0", 0}, {"17", 17}, {"-3", -1}, {"soon", -1},
-		{now.Add(-time.Hour).Format(http.TimeFormat), 0},
-		{now.Add(time.Hour).Format(http.TimeFormat), 3600},
-		{now.Add(time.Hour).Format(time.RFC850), 3600},
-	}
-	for _, tt := range tests {
-		got := parseRetryAfter(tt.in, now)
-		if (got == nil) != (tt.want == -1) || (got != nil && *got != tt.want) {
-			t.Errorf("parseRetryAfter(%q) = %v, want %d", tt.in, got, tt.want)
-		}
-	}
+	// The parser's own cases are in package retryafter.
 }
 
 func gzipBytes(b []byte) []byte {
@@ -416,6 +402,9 @@ func TestFetchBodies(t *testing.T) {
 			}
 			if out.HealthSignal.BodyBytes != tt.bodyBytes || int64(len(out.Body)) != tt.bodyBytes {
 				t.Errorf("body_bytes = %d (len %d), want %d", out.HealthSignal.BodyBytes, len(out.Body), tt.bodyBytes)
+			}
+			if want := tt.bodyBytes == maxBody; out.HealthSignal.IsBodyTruncated != want {
+				t.Errorf("is_body_truncated = %v, want %v", out.HealthSignal.IsBodyTruncated, want)
 			}
 			if out.RawTextLength == nil || *out.RawTextLength != tt.textLen {
 				t.Errorf("raw_text_length = %v, want %d", out.RawTextLength, tt.textLen)

@@ -330,6 +330,7 @@ func (j *renderJob) read(ctx context.Context, t *tab) *downloader.Outcome {
 	}
 	md := t.tr.main()
 	out := j.base(md, t)
+	out.HealthSignal.IsBodyTruncated = truncated
 	if seen, _ := j.st.snapshot(); !seen && md.found {
 		// The browser got the page without our proxy: the endpoint ignores per-context
 		// proxies, so nothing it does would obey the guard. Fail closed.

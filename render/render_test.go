@@ -703,15 +703,15 @@ func TestRenderHugeDOM(t *testing.T) {
 	if n := deref(out.TextLength); n <= 0 || n > maxRenderedHTMLBytes || !strings.HasPrefix(out.Text, "A page that builds a huge DOM.") || !strings.Contains(out.Text, "huge text huge text") {
 		t.Errorf("text_length=%d text %q..., want the capped page's text", n, out.Text[:min(len(out.Text), 64)])
 	}
-	if hs := out.HealthSignal; hs.BodyBytes <= 0 || hs.BodyBytes > 4096 {
-		t.Errorf("body_bytes=%d, want the small document as served", hs.BodyBytes)
+	if hs := out.HealthSignal; hs.BodyBytes <= 0 || hs.BodyBytes > 4096 || !hs.IsBodyTruncated {
+		t.Errorf("body_bytes=%d is_body_truncated=%v, want the small document as served, truncated after render", hs.BodyBytes, hs.IsBodyTruncated)
 	}
 	if !strings.Contains(logs.String(), `"is_body_truncated":true`) || !strings.Contains(logs.String(), `"max_body_bytes":10485760`) {
 		t.Errorf("no truncation logged:\n%s", logs.String())
 	}
 	// Nothing else was disturbed: the next page renders whole.
 	next := render(t, p, "js.test/", 20*time.Second)
-	if next.FailReason != "" || !strings.Contains(next.Text, "Paragraph 8 of the article") || strings.Contains(logs.String()[strings.LastIndex(logs.String(), "is_body_truncated"):], "js.test") {
+	if next.FailReason != "" || next.HealthSignal.IsBodyTruncated || !strings.Contains(next.Text, "Paragraph 8 of the article") || strings.Contains(logs.String()[strings.LastIndex(logs.String(), "is_body_truncated"):], "js.test") {
 		t.Errorf("the render after the huge page: fail_reason=%s text %q", failReason(next), next.Text)
 	}
 	t.Logf("huge page read in %v: %d bytes of HTML, text_length %d", took, len(out.Body), deref(out.TextLength))
