@@ -32,10 +32,18 @@ type Fetcher interface {
 	Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome
 }
 
-// Renderer renders one page in a headless browser under an admission taken by the caller
-// (package render). When its own pool and queue are full it answers local_queue_full.
+// Renderer renders pages in a headless browser (package render), under an admission taken
+// by the caller. The engine takes a render slot before a global slot, so that renders
+// waiting for the browser hold none of max_concurrent_count's slots: a burst of renders
+// then cannot starve plain requests of the global cap.
 type Renderer interface {
-	Render(ctx context.Context, u *url.URL, adm *limiter.Admission, timeout time.Duration) *downloader.Outcome
+	// AcquireSlot waits for one of the renderer's slots in its bounded queue, or fails at
+	// once with local_queue_full when the queue is full (or with the reason it cannot wait:
+	// shutting_down, render_timeout when ctx's deadline passed). The slot is held until
+	// release is called.
+	AcquireSlot(ctx context.Context) (release func(), failed *downloader.Outcome)
+	// RenderInSlot renders one page under a slot taken with AcquireSlot.
+	RenderInSlot(ctx context.Context, u *url.URL, adm *limiter.Admission, timeout time.Duration) *downloader.Outcome
 }
 
 // EgressJudge tells our own network failing from the origins failing (package egress): it
@@ -195,7 +203,20 @@ func (e *Engine) do(ctx context.Context, req downloader.Request, u *url.URL) (*R
 		return nil, e.overLimit(req, now, downloader.FailSelfRateLimited, wait)
 	}
 	defer adm.Cancel()
+	releaseSlot := func() {}
+	if req.ShouldRender && e.cfg.Renderer != nil {
+		var failed *downloader.Outcome
+		releaseSlot, failed = e.renderSlot(ctx, req)
+		if failed != nil {
+			adm.Cancel()
+			if failed.FailReason == downloader.FailLocalQueueFull && req.Entry == downloader.EntryRender {
+				return nil, e.overLimit(req, now, downloader.FailLocalQueueFull, queueFullRetryAfter)
+			}
+			return e.finish(ctx, req, u, failed, 0, now), nil
+		}
+	}
 	if err := e.cfg.Gate.Acquire(ctx, limiter.QueueBounded); err != nil {
+		releaseSlot()
 		if errors.Is(err, limiter.ErrQueueFull) {
 			adm.Cancel()
 			return nil, e.overLimit(req, now, downloader.FailLocalQueueFull, queueFullRetryAfter)
@@ -208,6 +229,7 @@ func (e *Engine) do(ctx context.Context, req downloader.Request, u *url.URL) (*R
 			released = true
 			adm.Cancel()
 			e.cfg.Gate.Release()
+			releaseSlot()
 		}
 	}
 	defer release()
@@ -234,6 +256,20 @@ func (e *Engine) do(ctx context.Context, req downloader.Request, u *url.URL) (*R
 		return nil, e.overLimit(req, now, downloader.FailLocalQueueFull, queueFullRetryAfter)
 	}
 	return e.finish(ctx, req, u, out, took, start), nil
+}
+
+// renderSlot takes a render slot for req, waiting at most the request's timeout: a render
+// that cannot start in that time would time out anyway.
+func (e *Engine) renderSlot(ctx context.Context, req downloader.Request) (release func(), failed *downloader.Outcome) {
+	ctx, cancel := context.WithTimeout(ctx, e.timeoutOf(req))
+	defer cancel()
+	stop := context.AfterFunc(ctxOf(e.stopping), cancel)
+	defer stop()
+	release, failed = e.cfg.Renderer.AcquireSlot(ctx)
+	if failed != nil && e.isStopping() {
+		failed = downloader.Failed(downloader.FailShuttingDown)
+	}
+	return release, failed
 }
 
 // overLimit records and builds a refusal.
@@ -268,7 +304,7 @@ func (e *Engine) run(ctx context.Context, req downloader.Request, u *url.URL, ad
 	case req.ShouldRender && e.cfg.Renderer == nil:
 		out = downloader.Failed(downloader.FailRendererUnavailable)
 	case req.ShouldRender:
-		out = e.cfg.Renderer.Render(ctx, u, adm, timeout)
+		out = e.cfg.Renderer.RenderInSlot(ctx, u, adm, timeout)
 	default:
 		out = e.cfg.Fetcher.Fetch(ctx, u, adm)
 	}

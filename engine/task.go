@@ -94,7 +94,16 @@ func (e *Engine) RunTask(ctx context.Context, t *downloader.Task) TaskOutcome {
 	if err := e.sleep(ctx, delay); err != nil {
 		return TaskOutcome{Release: true, RetryAfter: time.Second}
 	}
+	releaseSlot := func() {}
+	if req.ShouldRender && e.cfg.Renderer != nil {
+		var failed *downloader.Outcome
+		if releaseSlot, failed = e.renderSlot(ctx, req); failed != nil {
+			// Nothing was fetched: the task goes back rather than failing for our reasons.
+			return TaskOutcome{Release: true, RetryAfter: time.Second}
+		}
+	}
 	if err := e.cfg.Gate.Acquire(ctx, limiter.QueueAlways); err != nil {
+		releaseSlot()
 		return TaskOutcome{Release: true, RetryAfter: time.Second}
 	}
 	var ticket SharedTicket
@@ -102,6 +111,7 @@ func (e *Engine) RunTask(ctx context.Context, t *downloader.Task) TaskOutcome {
 		tk, outcome, ok := e.admitTaskShared(ctx, t, req, deadline)
 		if !ok {
 			e.cfg.Gate.Release()
+			releaseSlot()
 			return outcome
 		}
 		ticket = tk
@@ -112,6 +122,7 @@ func (e *Engine) RunTask(ctx context.Context, t *downloader.Task) TaskOutcome {
 	// slot and the domain's in-flight count are given back first, so that slow synchronous
 	// writes do not hold other tasks at the gate past their slots.
 	out := func() *downloader.Outcome {
+		defer releaseSlot()
 		defer e.cfg.Gate.Release()
 		defer adm.Cancel() // only completes the admission once the request went on the wire
 		out := e.run(ctx, req, u, &adm)

@@ -206,18 +206,10 @@ func checkNoTabLeft(t *testing.T, p *render.Pool, before int) {
 
 // TestQueuedRenderHoldsNoGlobalSlot: a render waiting for a browser slot must not keep a
 // plain request from the global cap (max_concurrent_count). With the cap at 2, one render
-// running and one waiting for the pool's only slot, a plain probe of another domain should
-// go through at once.
-//
-// Today it does not: the engine takes the global slot before the renderer queues for its
-// own (engine.do: Gate.Acquire, then Renderer.Render, which waits in the pool's queue), so
-// the probe waits at the gate behind renders that are not running. This test shows it and
-// skips unless DOWNLOADER_KNOWN_GAPS is set, until engine/ takes the pool slot first
-// (docs/reliability.md, issue 7 table).
+// running and one waiting for the pool's only slot, a plain probe of another domain goes
+// through at once: the engine takes the pool's slot (Renderer.AcquireSlot) before a
+// global one.
 func TestQueuedRenderHoldsNoGlobalSlot(t *testing.T) {
-	if os.Getenv("DOWNLOADER_KNOWN_GAPS") == "" {
-		t.Skip("known gap: a render queued for the browser pool holds a global slot (set DOWNLOADER_KNOWN_GAPS=1 to see it)")
-	}
 	noLeaks(t)
 	r := newRig(t, rigConfig{gateCapacity: 2, queueLength: 4, renderConcurrency: 1, renderQueueLength: 4, timeout: renderTimeout})
 	t.Cleanup(r.origin.releaseSlow)

@@ -10,13 +10,15 @@
 //     after failed attempts). While a launch fails, renders answer renderer_unavailable at
 //     once instead of waiting.
 //   - One fresh browser context per render (cookies, storage and cache isolated), with one
-//     tab in it. A new context and tab costs a new renderer process (~150–250 ms on two
-//     cores; Chrome never shares one between contexts), so the pool keeps WarmTabs of them
-//     ready: a render takes a tab made before it was asked for (or waits for one being
-//     made), its replacement starts once the page has loaded, and the tab and its context
-//     are thrown away after the render. No context or tab is ever used twice. Pages are
-//     also kept from blocking or writing: JavaScript dialogs are dismissed, downloads
-//     denied. docs/benchmarks-render.md has the measurements behind these choices.
+//     tab in it. A new context and tab costs a new renderer process (Chrome never shares
+//     one between contexts): ≈ 300 ms of CPU over the browser's processes per render on
+//     the 2-core test machine, more than a whole page in a long-lived tab. So the pool
+//     keeps WarmTabs of them ready: a render takes a tab made before it was asked for (or
+//     waits for one being made), its replacement starts once the page has loaded, and the
+//     tab and its context are thrown away after the render. No context or tab is ever
+//     used twice. Pages are also kept from blocking or writing: JavaScript dialogs are
+//     dismissed, downloads denied. docs/benchmarks-render.md has the measurements behind
+//     these choices.
 //   - Every request the browser makes goes through a small HTTP forward proxy of ours,
 //     one per tab on ProxyHost:0, set as the proxy of the tab's browser context (which
 //     also works on a remote endpoint). The proxy dials through the netguard Guard, so
@@ -350,6 +352,37 @@ var (
 // closed → shutting_down. A main document that fails on the network is classified like a
 // plain fetch; a non-2xx main document is http_status_error (with its rendered content).
 func (p *Pool) Render(ctx context.Context, u *url.URL, adm *limiter.Admission, timeout time.Duration) *downloader.Outcome {
+	return p.renderTimed(ctx, u, adm, timeout, false)
+}
+
+// AcquireSlot takes one of the pool's render slots ahead of RenderInSlot, waiting in the
+// pool's bounded queue (engine.Renderer): the engine takes the slot before a slot of the
+// global cap, so that renders waiting here hold none of the global slots. It fails at once
+// with local_queue_full when the queue is full, and with render_timeout or shutting_down
+// when ctx ends or the pool closes first. release gives the slot back; it may be called
+// more than once.
+func (p *Pool) AcquireSlot(ctx context.Context) (release func(), failed *downloader.Outcome) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(p.ctx, func() { cancel(errPoolClosed) })
+	defer stop()
+	if err := p.gate.Acquire(ctx, limiter.QueueBounded); err != nil {
+		if errors.Is(err, limiter.ErrQueueFull) {
+			return nil, downloader.Failed(downloader.FailLocalQueueFull)
+		}
+		return nil, downloader.Failed(stopReason(ctx))
+	}
+	var once sync.Once
+	return func() { once.Do(p.gate.Release) }, nil
+}
+
+// RenderInSlot is Render under a slot the caller took with AcquireSlot (and gives back
+// after this returns).
+func (p *Pool) RenderInSlot(ctx context.Context, u *url.URL, adm *limiter.Admission, timeout time.Duration) *downloader.Outcome {
+	return p.renderTimed(ctx, u, adm, timeout, true)
+}
+
+func (p *Pool) renderTimed(ctx context.Context, u *url.URL, adm *limiter.Admission, timeout time.Duration, held bool) *downloader.Outcome {
 	start := p.clk.Now()
 	if timeout <= 0 {
 		timeout = p.cfg.DefaultTimeout
@@ -372,12 +405,14 @@ func (p *Pool) Render(ctx context.Context, u *url.URL, adm *limiter.Admission, t
 	defer func() { <-timerDone }()
 	defer cancel(nil)
 
-	out := p.render(rctx, u, adm, start, start.Add(timeout))
+	out := p.render(rctx, u, adm, start, start.Add(timeout), held)
 	out.HealthSignal.ElapsedMs = p.clk.Now().Sub(start).Milliseconds()
 	return out
 }
 
-func (p *Pool) render(ctx context.Context, u *url.URL, adm *limiter.Admission, start, deadline time.Time) *downloader.Outcome {
+// render runs one render; held: the caller holds a slot (AcquireSlot), else one is taken
+// here for the render's duration.
+func (p *Pool) render(ctx context.Context, u *url.URL, adm *limiter.Admission, start, deadline time.Time, held bool) *downloader.Outcome {
 	if u == nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
 		return downloader.Failed(downloader.FailInvalidTask)
 	}
@@ -385,14 +420,16 @@ func (p *Pool) render(ctx context.Context, u *url.URL, adm *limiter.Admission, s
 	if err != nil {
 		return downloader.Failed(downloader.FailInvalidTask)
 	}
-	if err := p.gate.Acquire(ctx, limiter.QueueBounded); err != nil {
-		if errors.Is(err, limiter.ErrQueueFull) {
-			return downloader.Failed(downloader.FailLocalQueueFull)
+	if !held {
+		if err := p.gate.Acquire(ctx, limiter.QueueBounded); err != nil {
+			if errors.Is(err, limiter.ErrQueueFull) {
+				return downloader.Failed(downloader.FailLocalQueueFull)
+			}
+			return downloader.Failed(stopReason(ctx))
 		}
-		return downloader.Failed(stopReason(ctx))
+		// The slot is given back when Render returns; the tab's cleanup goes on behind it.
+		defer p.gate.Release()
 	}
-	// The slot is given back when Render returns; the tab's cleanup goes on behind it.
-	defer p.gate.Release()
 	st := newRenderState(p.clk, domain, adm)
 	job := &renderJob{p: p, u: u, st: st, start: start, deadline: deadline, done: make(chan *downloader.Outcome, 1)}
 	if !p.goTracked(func() { job.run(ctx) }) {
