@@ -42,8 +42,8 @@ func renderOnce(t *testing.T, c *child, host string) {
 // browser's user data directory of a downloader killed with SIGKILL is removed by the next
 // start, the restarted one's live directory is kept, and a clean stop leaves TMPDIR empty.
 //
-// It runs once render/browser.go gives each launch its directory from
-// render/profiledir.go; while the browser still gets chromedp's chromedp-runner* it skips.
+// A browser that gets chromedp's own chromedp-runner* directory instead of one from
+// render/profiledir.go fails it: that one a kill -9 leaves for ever.
 func TestKill9LeavesNoBrowserProfile(t *testing.T) {
 	noLeaks(t)
 	o := restartOrigin(t)
@@ -55,7 +55,7 @@ func TestKill9LeavesNoBrowserProfile(t *testing.T) {
 	if len(old) > 0 {
 		c.stop(syscall.SIGKILL, 30*time.Second)
 		os.RemoveAll(tmp)
-		t.Skipf("the browser still gets chromedp's own directory %v: render/browser.go does not use render/profiledir.go yet", old)
+		t.Fatalf("the browser got chromedp's own directory %v, not one from render/profiledir.go", old)
 	}
 	pid := c.cmd.Process.Pid
 	if len(dirs) != 1 || !strings.HasPrefix(dirs[0], fmt.Sprint(pid)+"-") {

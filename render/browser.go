@@ -188,7 +188,24 @@ func (p *Pool) launch(gen int) (*browser, error) {
 		if _, err := os.Stat(p.cfg.BinaryPath); err != nil {
 			return nil, fmt.Errorf("browser binary: %w", err)
 		}
-		allocCtx, allocCancel = chromedp.NewExecAllocator(p.ctx, p.execOptions()...)
+		// Each launch has its own profile directory, locked while the browser lives, so
+		// that one left by a killed run (kill -9) is swept by the next launch
+		// (profiledir.go).
+		prof, err := newProfileDir("", p.clk.Now())
+		if err != nil {
+			return nil, fmt.Errorf("browser profile: %w", err)
+		}
+		if prof.swept > 0 {
+			p.log.Info("render: removed the browser profiles of dead runs", "profile_count", prof.swept)
+		}
+		var cancel context.CancelFunc
+		allocCtx, cancel = chromedp.NewExecAllocator(p.ctx, append(p.execOptions(), chromedp.UserDataDir(prof.path))...)
+		allocCancel = func() {
+			cancel() // returns once the browser has exited
+			if err := prof.release(); err != nil {
+				p.log.Warn("render: browser profile", "error", err)
+			}
+		}
 	}
 	logf := func(format string, args ...any) { p.log.Debug("chromedp", "message", fmt.Sprintf(format, args...)) }
 	errf := func(format string, args ...any) {
