@@ -54,18 +54,19 @@ func TestConsoleInChromium(t *testing.T) {
 	}))
 	defer origin.Close()
 
-	started := time.Now()
 	// The domains asked twice below are asked again at once, with intervals (1 s, 2 s) far
 	// longer than the time between the two requests even on a loaded machine (a plain
 	// fetch of a local page and one more POST): the second is refused however slow the
 	// first was.
 	s := startTestService(t, "--connect-to", origin.ConnectTo(), "--default-min-interval-ms", "2000",
 		"--max-concurrent-count", "8", "--render-concurrency", "1", "--request-timeout-ms", "20000")
-	browser := newBrowser(t)
 	// The limiter starts as if every domain had just been requested (SPEC §2, rebuild after
-	// a loss): a first request is admitted once its interval has passed since the start.
-	// The largest interval below is 2 s; starting Chromium takes part of that already.
-	if wait := time.Until(started.Add(2 * time.Second)); wait > 0 {
+	// a loss): a first request is admitted once its interval has passed since the service's
+	// start, which is no later than now, when it answers. The largest interval below is
+	// 2 s; starting Chromium takes part of that already.
+	up := time.Now()
+	browser := newBrowser(t)
+	if wait := time.Until(up.Add(2 * time.Second)); wait > 0 {
 		<-time.After(wait)
 	}
 
