@@ -20,7 +20,6 @@ type knownException struct {
 
 func knownExceptions() []knownException {
 	return []knownException{
-		{"render/render.go", "size", "count_suffix", "render.Stats.Size counts the pool's slots: slot_count (render's owner)"},
 		{"cmd/downloader/config.go", "allow-private-networks", "bool_prefix", "an operator's switch named by issue 2 (--allow-private-networks), kept: a verb flag like curl's --insecure reads as an order, not a state"},
 		{"cmd/downloader/config.go", "render-concurrency", "count_suffix", "the pool size flag named by issue 3 (--render-concurrency), kept for operators"},
 		// Found when the egress, access and lease benchmark work landed; reported to the

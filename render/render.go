@@ -132,7 +132,7 @@ type Config struct {
 
 // Stats is a snapshot of the pool for health pages and metrics.
 type Stats struct {
-	Size          int    `json:"size"`
+	SlotCount     int    `json:"slot_count"`
 	BusyCount     int    `json:"busy_count"`
 	QueuedCount   int    `json:"queued_count"`
 	WarmTabCount  int    `json:"warm_tab_count"`
@@ -276,7 +276,7 @@ func (p *Pool) Stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := Stats{
-		Size:          p.gate.Capacity(),
+		SlotCount:     p.gate.Capacity(),
 		BusyCount:     p.gate.InFlight(),
 		QueuedCount:   p.gate.Waiting(),
 		WarmTabCount:  len(p.spares),
