@@ -1,4 +1,4 @@
-package faults
+package downloader_test
 
 import (
 	"errors"
