@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/url"
 	"os"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/storage"
+	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
 
 	"downloader/clock"
@@ -246,6 +249,190 @@ func benchBare(b *testing.B, f *fixture, c int, mode string) {
 	runBench(b, c, one)
 }
 
+// BenchmarkRenderStages measures, one page at a time on a quiet browser, the CPU that each
+// step of a render in a new browser context costs every browser process, against the same
+// page in a long-lived tab: the context, the tab (which starts its renderer), chromedp's
+// attach, the first navigation (load, network idle, read, as BenchmarkRender does) and the
+// close (tab and context; the renderer exits). Each step is followed by a pause (300 ms)
+// so that its asynchronous work is counted with it. Reported: each step's total CPU per
+// page (stage_*_ms), and in the log the same by process type. Plain chromedp, no proxy.
+// RENDER_BENCH_FLAGS="name=value,name,-name" adds browser flags to the pool's (or, with a
+// leading -, takes one away), for the flag measurements of docs/benchmarks-render.md.
+//
+//	go test -run '^$' -bench BenchmarkRenderStages -benchtime 12x ./render/
+func BenchmarkRenderStages(b *testing.B) {
+	f := getFixture(b)
+	opts := append(localFlags(DefaultBinaryPath, testUserAgent),
+		chromedp.Flag("host-resolver-rules", "MAP *.test 127.0.0.1:"+f.port))
+	for _, kv := range strings.Split(os.Getenv("RENDER_BENCH_FLAGS"), ",") {
+		name, value, hasValue := strings.Cut(strings.TrimSpace(kv), "=")
+		switch {
+		case name == "":
+		case strings.HasPrefix(name, "-"):
+			opts = append(opts, chromedp.Flag(name[1:], false))
+		case hasValue:
+			opts = append(opts, chromedp.Flag(name, value))
+		default:
+			opts = append(opts, chromedp.Flag(name, true))
+		}
+	}
+	allocCtx, allocCancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer allocCancel()
+	root, rootCancel := chromedp.NewContext(allocCtx, chromedp.WithLogf(func(string, ...any) {}))
+	defer rootCancel()
+	if _, err := chromedp.Targets(root); err != nil {
+		b.Fatal(err)
+	}
+	br := chromedp.FromContext(root).Browser
+	cfgPool := &Pool{cfg: Config{NetworkQuiet: DefaultNetworkQuiet, NetworkIdleMax: DefaultNetworkIdleMax}, clk: clock.Real{}, log: slog.New(slog.DiscardHandler)}
+	u := f.url("js.test/")
+	attach := func(opts ...chromedp.ContextOption) (*tab, context.CancelFunc, error) {
+		tr := newTracker()
+		tctx, cancel := chromedp.NewContext(root, append(opts, chromedp.WithListener(tr.onEvent))...)
+		if err := chromedp.Do(tctx); err != nil {
+			cancel()
+			return nil, nil, err
+		}
+		tr.setMainFrame(cdp.FrameID(chromedp.FromContext(tctx).Target.TargetID))
+		return &tab{b: &browser{lost: br.LostConnection}, ctx: tctx, tr: tr}, cancel, nil
+	}
+	render := func(t *tab) error {
+		resetTracker(t.tr)
+		now := time.Now()
+		j := &renderJob{p: cfgPool, u: u, st: &renderState{seen: true}, start: now, deadline: now.Add(30 * time.Second)}
+		ctx, cancel := context.WithTimeout(t.ctx, 30*time.Second)
+		defer cancel()
+		if nav, err := chromedp.Call(ctx, page.Navigate, page.NavigateParams{URL: u.String()}); err != nil || nav.ErrorText != "" {
+			return fmt.Errorf("navigate: %v %s", err, nav.ErrorText)
+		}
+		if err := j.wait(ctx, t); err != nil {
+			return err
+		}
+		if out := j.read(ctx, t); out.FailReason != "" || deref(out.TextLength) <= deref(out.RawTextLength) {
+			return fmt.Errorf("fail_reason=%s text_length=%d", failReason(out), deref(out.TextLength))
+		}
+		return nil
+	}
+	type stage struct {
+		name  string
+		total time.Duration
+		by    map[string]time.Duration
+	}
+	var stages []*stage
+	step := func(name string, fn func() error) {
+		before := groupCPU()
+		if err := fn(); err != nil {
+			b.Fatalf("%s: %v", name, err)
+		}
+		settle := time.NewTimer(300 * time.Millisecond) // let the step's asynchronous work finish
+		<-settle.C
+		after := groupCPU()
+		var st *stage
+		for _, s := range stages {
+			if s.name == name {
+				st = s
+			}
+		}
+		if st == nil {
+			st = &stage{name: name, by: make(map[string]time.Duration)}
+			stages = append(stages, st)
+		}
+		for k, v := range after {
+			st.by[k] += v - before[k]
+			st.total += v - before[k]
+		}
+		for k, v := range before {
+			if _, ok := after[k]; !ok {
+				st.by[k] -= v
+				st.total -= v
+			}
+		}
+	}
+
+	long, longCancel, err := attach()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer longCancel()
+	if err := render(long); err != nil { // warm up
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for range b.N {
+		step("longlived_page", func() error { return render(long) })
+		var bctx cdp.BrowserContextID
+		var tid target.ID
+		step("new_context", func() error {
+			r, err := cdp.Call(root, br, target.CreateBrowserContext, target.CreateBrowserContextParams{})
+			bctx = r.BrowserContextID
+			return err
+		})
+		step("new_tab", func() error {
+			r, err := cdp.Call(root, br, target.CreateTarget, target.CreateTargetParams{URL: "about:blank", BrowserContextID: bctx})
+			tid = r.TargetID
+			return err
+		})
+		var t *tab
+		var cancel context.CancelFunc
+		step("attach", func() error {
+			var err error
+			t, cancel, err = attach(chromedp.WithTargetID(tid))
+			return err
+		})
+		step("first_page", func() error { return render(t) })
+		step("close", func() error {
+			cancel() // chromedp closes the tab
+			_, err := cdp.Call(root, br, target.DisposeBrowserContext, target.DisposeBrowserContextParams{BrowserContextID: bctx})
+			return err
+		})
+	}
+	b.StopTimer()
+	var extra time.Duration
+	var table strings.Builder
+	for _, st := range stages {
+		b.ReportMetric(float64(st.total.Milliseconds())/float64(b.N), "stage_"+st.name+"_ms")
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(st.by)) {
+			if ms := st.by[k].Milliseconds() / int64(b.N); ms != 0 {
+				parts = append(parts, fmt.Sprintf("%s %d", k, ms))
+			}
+		}
+		fmt.Fprintf(&table, "\n%-15s %4d ms/page: %s", st.name, st.total.Milliseconds()/int64(b.N), strings.Join(parts, ", "))
+		if st.name != "longlived_page" && st.name != "first_page" {
+			extra += st.total
+		}
+	}
+	if b.N > 1 { // the framework's first call (N=1) is not worth a table: the log keeps 10 lines
+		b.Logf("CPU per page, N=%d:%s", b.N, table.String())
+	}
+	b.ReportMetric(float64(extra.Milliseconds())/float64(b.N), "stage_context_overhead_ms")
+}
+
+// groupCPU is the CPU time used so far by the browser processes of this run, by process
+// type, with what each live process reaped of its exited children (the zygote reaps the
+// renderers: counted as "renderer"; the browser its other helpers: "browser_child").
+func groupCPU() map[string]time.Duration {
+	out := make(map[string]time.Duration)
+	for _, pid := range browserProcesses() {
+		st := procStat(strconv.Itoa(pid))
+		if st == nil {
+			continue
+		}
+		tick := func(i int) time.Duration {
+			n, _ := strconv.ParseInt(st[i], 10, 64)
+			return time.Duration(n) * 10 * time.Millisecond // USER_HZ = 100
+		}
+		typ := procType(pid)
+		out[typ] += tick(11) + tick(12)
+		child := typ + "_child"
+		if typ == "zygote" {
+			child = "renderer"
+		}
+		out[child] += tick(13) + tick(14)
+	}
+	return out
+}
+
 func envInt(name string) int {
 	n, _ := strconv.Atoi(os.Getenv(name))
 	return n
@@ -270,28 +457,7 @@ func resetTracker(tr *tracker) {
 // runBench runs b.N calls of one on c workers and reports pages/s, p50 latency and the
 // peak memory of the browser processes.
 func runBench(b *testing.B, c int, one func() error) {
-	stopMem := make(chan struct{})
-	var peakRSS, peakPSS atomic.Int64
-	memDone := make(chan struct{})
-	go func() {
-		defer close(memDone)
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			rss, pss := browserMemory()
-			if rss > peakRSS.Load() {
-				peakRSS.Store(rss)
-			}
-			if pss > peakPSS.Load() {
-				peakPSS.Store(pss)
-			}
-			select {
-			case <-tick.C:
-			case <-stopMem:
-				return
-			}
-		}
-	}()
+	procs := startProcSampler()
 
 	var next atomic.Int64
 	var mu sync.Mutex
@@ -318,25 +484,182 @@ func runBench(b *testing.B, c int, one func() error) {
 	wg.Wait()
 	elapsed := time.Since(start)
 	b.StopTimer()
-	close(stopMem)
-	<-memDone
+	byType := procs.stop()
 	if firstErr != nil {
 		b.Fatal(firstErr)
 	}
 	slices.Sort(lat)
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "pages/s")
 	b.ReportMetric(float64(lat[len(lat)/2].Milliseconds()), "p50_ms")
-	b.ReportMetric(float64(peakRSS.Load())/(1<<20), "peak_rss_MB")
-	b.ReportMetric(float64(peakPSS.Load())/(1<<20), "peak_pss_MB")
+	b.ReportMetric(float64(procs.peakRSS)/(1<<20), "peak_rss_MB")
+	b.ReportMetric(float64(procs.peakPSS)/(1<<20), "peak_pss_MB")
+	var total time.Duration
+	for _, k := range slices.Sorted(maps.Keys(byType)) {
+		total += byType[k]
+		b.ReportMetric(float64(byType[k].Milliseconds())/float64(b.N), "cpu_"+k+"_ms/page")
+	}
+	b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "cpu_ms/page")
+	for k, n := range procs.started() {
+		b.ReportMetric(float64(n)/float64(b.N), "new_"+k+"/page")
+	}
 }
 
-// browserMemory sums the RSS and PSS, in bytes, of the browser processes of this run.
-func browserMemory() (rss, pss int64) {
-	for _, pid := range browserProcesses() {
-		rss += procKB("/proc/"+strconv.Itoa(pid)+"/status", "VmRSS:") * 1024
-		pss += procKB("/proc/"+strconv.Itoa(pid)+"/smaps_rollup", "Pss:") * 1024
+// procSampler follows the browser's processes over a benchmark run, every 100 ms: their
+// memory (peak of the sum of RSS, and of PSS, which counts shared pages once) and their CPU
+// time by process type, and this test process's CPU (the origin, the proxies, chromedp,
+// and this sampling). Processes alive at the end count from their first sample (or from
+// the start) to the end; those that exited during the run are counted exactly through
+// their parent's reaped CPU (cutime and cstime: the zygote reaps the renderers), less what
+// they had used before the start, under the type of the parent's children (zygote:
+// "renderer"; the browser: "browser_child", its exited helpers).
+//
+// PSS (smaps_rollup) makes the kernel walk every page table of every process: read at
+// 10 Hz it cost this process a tenth of a core, so it is read once a second.
+type procSampler struct {
+	stopc   chan struct{}
+	done    chan struct{}
+	start   time.Duration // this process's CPU at the start
+	procs   map[int]*procCPU
+	ticks   int
+	peakRSS int64 // bytes
+	peakPSS int64
+}
+
+type procCPU struct {
+	typ     string
+	ppid    int
+	isNew   bool          // started during the run
+	first   time.Duration // utime+stime at the start (0 for a process started later)
+	last    time.Duration
+	reaped0 time.Duration // cutime+cstime when first seen
+	reapedN time.Duration
+	alive   bool
+}
+
+func startProcSampler() *procSampler {
+	s := &procSampler{stopc: make(chan struct{}), done: make(chan struct{}), start: selfCPU(), procs: make(map[int]*procCPU)}
+	s.sample(true)
+	go func() {
+		defer close(s.done)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-tick.C:
+				s.sample(false)
+			case <-s.stopc:
+				s.sample(false)
+				return
+			}
+		}
+	}()
+	return s
+}
+
+func (s *procSampler) sample(atStart bool) {
+	for _, pc := range s.procs {
+		pc.alive = false
 	}
-	return rss, pss
+	withPSS := s.ticks%10 == 0
+	s.ticks++
+	var rss, pss int64
+	for _, pid := range browserProcesses() {
+		st := procStat(strconv.Itoa(pid))
+		if st == nil {
+			continue
+		}
+		// Fields after the name: ... rss(21), in pages.
+		if n, err := strconv.ParseInt(st[21], 10, 64); err == nil {
+			rss += n * int64(os.Getpagesize())
+		}
+		if withPSS {
+			pss += procKB("/proc/"+strconv.Itoa(pid)+"/smaps_rollup", "Pss:") * 1024
+		}
+		// Fields after the name: state(0) ppid(1) ... utime(11) stime(12) cutime(13) cstime(14).
+		tick := func(i int) time.Duration {
+			n, _ := strconv.ParseInt(st[i], 10, 64)
+			return time.Duration(n) * 10 * time.Millisecond // USER_HZ = 100
+		}
+		cpu, reaped := tick(11)+tick(12), tick(13)+tick(14)
+		pc := s.procs[pid]
+		if pc == nil {
+			ppid, _ := strconv.Atoi(st[1])
+			pc = &procCPU{typ: procType(pid), ppid: ppid, reaped0: reaped, isNew: !atStart}
+			if atStart {
+				pc.first = cpu
+			}
+			s.procs[pid] = pc
+		}
+		pc.last, pc.reapedN, pc.alive = cpu, reaped, true
+	}
+	s.peakRSS = max(s.peakRSS, rss)
+	s.peakPSS = max(s.peakPSS, pss)
+}
+
+// started counts the processes started during the run, by type (a process that lived
+// less than a sampling period may be missed).
+func (s *procSampler) started() map[string]int {
+	out := make(map[string]int)
+	for _, pc := range s.procs {
+		if pc.isNew {
+			out[pc.typ]++
+		}
+	}
+	return out
+}
+
+func (s *procSampler) stop() map[string]time.Duration {
+	close(s.stopc)
+	<-s.done
+	out := map[string]time.Duration{"go": selfCPU() - s.start}
+	childType := func(parent *procCPU) string {
+		if parent.typ == "zygote" {
+			return "renderer"
+		}
+		return parent.typ + "_child"
+	}
+	for _, pc := range s.procs {
+		if pc.alive {
+			out[pc.typ] += pc.last - pc.first
+			out[childType(pc)] += pc.reapedN - pc.reaped0
+		} else if parent := s.procs[pc.ppid]; parent != nil {
+			out[childType(parent)] -= pc.first // counted in the parent's reaped CPU
+		}
+	}
+	for k, v := range out {
+		if v == 0 {
+			delete(out, k)
+		}
+	}
+	return out
+}
+
+// procType names a browser process by its --type (and a utility's sub-type). Chromium
+// rewrites its helpers' command lines with spaces between the arguments.
+func procType(pid int) string {
+	data, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	typ, sub := "browser", ""
+	for _, a := range strings.FieldsFunc(string(data), func(r rune) bool { return r == 0 || r == ' ' }) {
+		if v, ok := strings.CutPrefix(a, "--type="); ok {
+			typ = v
+		}
+		if v, ok := strings.CutPrefix(a, "--utility-sub-type="); ok {
+			sub = v
+		}
+	}
+	if typ == "utility" && sub != "" {
+		typ = strings.ToLower(sub[strings.LastIndexByte(sub, '.')+1:])
+	}
+	return strings.ReplaceAll(typ, "-", "_")
+}
+
+// selfCPU is this process's user and system CPU time so far.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func procKB(path, key string) int64 {
