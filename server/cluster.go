@@ -52,8 +52,12 @@ func (s *Server) handleCluster() http.Handler {
 		} else {
 			g := eng.Gate()
 			ans.StoreBackend, ans.InstanceID = storeBackendEmbedded, localInstanceID
-			ans.Instances = []engine.ClusterInstance{{InstanceID: localInstanceID, LastHeartbeatAt: now.UTC(),
-				ExpiresAt: now.UTC(), IsLive: true, InFlightCount: g.InFlight(), CapacityShareCount: g.Capacity()}}
+			local := engine.ClusterInstance{InstanceID: localInstanceID, StartedAt: s.cfg.StartedAt.UTC(), LastHeartbeatAt: now.UTC(),
+				ExpiresAt: now.UTC(), IsLive: true, InFlightCount: g.InFlight(), CapacityShareCount: g.Capacity()}
+			if a := s.address.Load(); a != nil {
+				local.Address = *a
+			}
+			ans.Instances = []engine.ClusterInstance{local}
 		}
 		if ans.Instances == nil {
 			ans.Instances = []engine.ClusterInstance{}

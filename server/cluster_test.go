@@ -36,6 +36,9 @@ func (f *fakeCluster) Domain(_ context.Context, d string) (engine.ClusterDomain,
 
 func TestClusterOnTheEmbeddedStore(t *testing.T) {
 	h := newHarness(t, &fakeFetcher{})
+	started := h.clk.Now().Add(-time.Minute)
+	h.srv.cfg.StartedAt = started
+	h.srv.SetAddress("127.0.0.1:8080")
 	h.gate.Acquire(context.Background(), limiter.QueueBounded)
 	defer h.gate.Release()
 	rec, m := h.do(t, "GET", "/v1/cluster", "")
@@ -48,7 +51,8 @@ func TestClusterOnTheEmbeddedStore(t *testing.T) {
 		t.Fatalf("instances = %v; want the local one", m["instances"])
 	}
 	in := list[0].(map[string]any)
-	if in["instance_id"] != "local" || in["in_flight_count"] != float64(1) || in["capacity_share_count"] != float64(4) || in["is_live"] != true {
+	if in["instance_id"] != "local" || in["in_flight_count"] != float64(1) || in["capacity_share_count"] != float64(4) || in["is_live"] != true ||
+		in["address"] != "127.0.0.1:8080" || in["started_at"] != started.UTC().Format(time.RFC3339Nano) {
 		t.Errorf("local instance = %v", in)
 	}
 	// The domain view has no cluster part on one machine.

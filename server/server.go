@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync/atomic"
+	"time"
 
 	"downloader"
 	"downloader/clock"
@@ -38,6 +39,10 @@ type Config struct {
 	// Results and Pages back GET /v1/fetch_results and GET /v1/pages/{key}; nil answers 404.
 	Results downloader.ResultStore
 	Pages   downloader.PageStore
+
+	// StartedAt is when this process started: GET /v1/cluster shows it for the one local
+	// instance of the embedded store (in cluster mode the shared instance list has its own).
+	StartedAt time.Time
 }
 
 // Server is an http.Handler. Safe for concurrent use.
@@ -46,6 +51,7 @@ type Server struct {
 	log     *slog.Logger
 	handler http.Handler
 	ready   atomic.Bool
+	address atomic.Pointer[string] // SetAddress
 }
 
 // New returns the server's handler; it answers /readyz with 503 until SetReady(true).
@@ -68,6 +74,10 @@ func New(cfg Config) *Server {
 
 // SetReady sets what /readyz answers.
 func (s *Server) SetReady(ready bool) { s.ready.Store(ready) }
+
+// SetAddress sets the address GET /v1/cluster shows for the local instance of the
+// embedded store, once the listener has its port.
+func (s *Server) SetAddress(addr string) { s.address.Store(&addr) }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 

@@ -159,7 +159,8 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 		return nil, err
 	}
 	srv := server.New(server.Config{Engine: eng, Guard: guard, Logger: logger, Clock: clk, Extra: extra,
-		Tasks: a.taskQueue(), Results: results, Pages: pages, APIToken: c.APIToken, AdminToken: c.AdminToken})
+		Tasks: a.taskQueue(), Results: results, Pages: pages, APIToken: c.APIToken, AdminToken: c.AdminToken,
+		StartedAt: clk.Now()})
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
 		a.close()
@@ -167,8 +168,9 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 		closeStores()
 		return nil, fmt.Errorf("listen on %s: %w", c.Listen, err)
 	}
+	srv.SetAddress(announcedAddress(ln.Addr().String())) // the port --listen :0 got
 	if cl != nil {
-		cl.runtime.SetAddress(announcedAddress(ln.Addr().String())) // the port --listen :0 got
+		cl.runtime.SetAddress(announcedAddress(ln.Addr().String()))
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	s := &service{cfg: c, log: logger, addr: ln.Addr(), store: st, limiter: lim, engine: eng, fetcher: fetcher,
