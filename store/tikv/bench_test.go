@@ -27,11 +27,13 @@ const benchWorkers = 16
 // cluster. admit: each operation is one Admit. admit+done: one Admit and, when admitted,
 // its two write-backs (Wired, then Done), as the engine does per request, with each
 // runtime's Run going so that write-backs are batched off the request's path as in
-// production. Spread: 10^4
-// domains, so instances rarely meet on a key.
-// Contended: 4 domains for all instances and workers. Interval 0: the rate is the
-// store's, not the politeness rule's; on the contended runs an admission refused because
-// another instance has the domain in flight still counts as a decision.
+// production. Spread: 10^4 domains, so instances rarely meet on a key. Contended: 4
+// domains for all instances and workers. Interval 0: the rate is the store's, not the
+// politeness rule's; on the contended runs an admission refused because another instance
+// has the domain in flight still counts as a decision. 1pc: one-phase and async commit
+// on, as in production (the mock ignores them and the client falls back to two-phase
+// commit after one timestamp more); 2pc: off. The requests per operation sent to TiKV and
+// PD are reported (get/op, prewrite/op, commit/op, tso/op), write-backs included.
 //
 //	go test -run '^$' -bench BenchmarkAdmission -benchtime 3s ./store/tikv/
 func BenchmarkAdmission(b *testing.B) {
@@ -49,7 +51,13 @@ func BenchmarkAdmission(b *testing.B) {
 				} else {
 					name += "/admit"
 				}
-				b.Run(name, func(b *testing.B) { benchAdmission(b, n, domains, withDone, 0) })
+				for _, twoPC := range []bool{false, true} {
+					commit := "/1pc"
+					if twoPC {
+						commit = "/2pc"
+					}
+					b.Run(name+commit, func(b *testing.B) { benchAdmission(b, n, domains, withDone, 0, twoPC) })
+				}
 			}
 		}
 	}
@@ -73,18 +81,20 @@ func mix(x uint64) uint64 {
 func BenchmarkAdmissionStripes(b *testing.B) {
 	for _, n := range []int{1, 3} {
 		for _, stripes := range []int{256, defaultStripeCount} {
-			b.Run(fmt.Sprintf("instances=%d/stripes=%d", n, stripes), func(b *testing.B) { benchAdmission(b, n, 10_000, true, stripes) })
+			b.Run(fmt.Sprintf("instances=%d/stripes=%d", n, stripes), func(b *testing.B) { benchAdmission(b, n, 10_000, true, stripes, false) })
 		}
 	}
 }
 
-func benchAdmission(b *testing.B, instances, domains int, withDone bool, stripes int) {
+func benchAdmission(b *testing.B, instances, domains int, withDone bool, stripes int, twoPC bool) {
 	c := tikvtest.NewCluster(b)
 	rts := make([]*Runtime, instances)
 	stores := make([]*Store, instances)
+	clients := make([]*tikvtest.Client, instances)
 	for i := range rts {
-		s, _ := openStore(b, c)
-		stores[i] = s
+		s, cl := openStore(b, c)
+		s.twoPC = twoPC
+		stores[i], clients[i] = s, cl
 		rt, err := NewRuntime(s, RuntimeConfig{InstanceID: fmt.Sprintf("bench-%d", i), Gate: limiter.NewGate(64, 64), stripeCount: stripes})
 		if err != nil {
 			b.Fatal(err)
@@ -111,8 +121,14 @@ func benchAdmission(b *testing.B, instances, domains int, withDone bool, stripes
 
 	var next, admitted, refused, failed atomic.Int64
 	ctx := context.Background()
+	sent := func() (n tikvtest.Counts) {
+		for _, cl := range clients {
+			n = n.Add(cl.Counts())
+		}
+		return n
+	}
 	b.ResetTimer()
-	start, cpu := time.Now(), processCPU()
+	start, cpu, sent0 := time.Now(), processCPU(), sent()
 	var wg sync.WaitGroup
 	for _, rt := range rts {
 		for range benchWorkers {
@@ -151,6 +167,12 @@ func benchAdmission(b *testing.B, instances, domains int, withDone bool, stripes
 	used := processCPU() - cpu
 	b.StopTimer()
 	reportCPU(b, used)
+	rpcs := sent().Sub(sent0)
+	perOp := func(n int64) float64 { return float64(n) / float64(max(1, b.N)) }
+	b.ReportMetric(perOp(rpcs.Get+rpcs.BatchGet), "get/op")
+	b.ReportMetric(perOp(rpcs.Prewrite), "prewrite/op")
+	b.ReportMetric(perOp(rpcs.Commit), "commit/op")
+	b.ReportMetric(perOp(rpcs.TSO), "tso/op")
 	b.ReportMetric(float64(b.N)/el/float64(instances), "decisions/s/instance")
 	b.ReportMetric(float64(admitted.Load())/el/float64(instances), "admitted/s/instance")
 	b.ReportMetric(float64(refused.Load())/float64(max(1, b.N)), "refused/op")

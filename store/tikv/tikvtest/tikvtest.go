@@ -112,6 +112,7 @@ func NewCluster(tb testing.TB) *Cluster {
 type Client struct {
 	KV   *tikvclient.KVStore
 	down *atomic.Bool
+	n    *counters
 
 	closeOnce sync.Once
 	closeErr  error
@@ -122,18 +123,65 @@ type Client struct {
 func (c *Cluster) NewClient(tb testing.TB) *Client {
 	tb.Helper()
 	down := &atomic.Bool{}
+	n := &counters{}
 	kv, err := tikvclient.NewTestTiKVStore(c.rpc, c.pd,
-		func(inner tikvclient.Client) tikvclient.Client { return &faultyRPC{Client: inner, down: down} },
-		func(inner pd.Client) pd.Client { return &faultyPD{Client: inner, down: down} },
+		func(inner tikvclient.Client) tikvclient.Client { return &faultyRPC{Client: inner, down: down, n: n} },
+		func(inner pd.Client) pd.Client { return &faultyPD{Client: inner, down: down, n: n} },
 		0)
 	if err != nil {
 		tb.Fatalf("mock TiKV client: %v", err)
 	}
-	cl := &Client{KV: kv, down: down}
+	cl := &Client{KV: kv, down: down, n: n}
 	c.mu.Lock()
 	c.clients = append(c.clients, cl)
 	c.mu.Unlock()
 	return cl
+}
+
+// Counts is what one client asked of the cluster since it was made: TiKV requests by type
+// and PD timestamps (including client-go's own background refresh, one every 2 s), each
+// counted when sent, whether it succeeded or not.
+type Counts struct {
+	Get, BatchGet, Prewrite, Commit, OtherTiKV int64
+	TSO                                        int64
+}
+
+// Sub returns c minus o: what was sent between two readings.
+func (c Counts) Sub(o Counts) Counts {
+	return Counts{Get: c.Get - o.Get, BatchGet: c.BatchGet - o.BatchGet, Prewrite: c.Prewrite - o.Prewrite,
+		Commit: c.Commit - o.Commit, OtherTiKV: c.OtherTiKV - o.OtherTiKV, TSO: c.TSO - o.TSO}
+}
+
+// Add returns c plus o.
+func (c Counts) Add(o Counts) Counts {
+	return Counts{Get: c.Get + o.Get, BatchGet: c.BatchGet + o.BatchGet, Prewrite: c.Prewrite + o.Prewrite,
+		Commit: c.Commit + o.Commit, OtherTiKV: c.OtherTiKV + o.OtherTiKV, TSO: c.TSO + o.TSO}
+}
+
+// counters are a client's Counts as they are sent.
+type counters struct {
+	get, batchGet, prewrite, commit, other, tso atomic.Int64
+}
+
+func (n *counters) request(t tikvrpc.CmdType) {
+	switch t {
+	case tikvrpc.CmdGet:
+		n.get.Add(1)
+	case tikvrpc.CmdBatchGet:
+		n.batchGet.Add(1)
+	case tikvrpc.CmdPrewrite:
+		n.prewrite.Add(1)
+	case tikvrpc.CmdCommit:
+		n.commit.Add(1)
+	default:
+		n.other.Add(1)
+	}
+}
+
+// Counts returns what this client sent so far.
+func (cl *Client) Counts() Counts {
+	return Counts{Get: cl.n.get.Load(), BatchGet: cl.n.batchGet.Load(), Prewrite: cl.n.prewrite.Load(),
+		Commit: cl.n.commit.Load(), OtherTiKV: cl.n.other.Load(), TSO: cl.n.tso.Load()}
 }
 
 // SetDown makes every request of this client to TiKV and PD fail (true) or work again.
@@ -154,13 +202,16 @@ func (cl *Client) close() error {
 // afterwards.
 func (cl *Client) Close() error { return cl.close() }
 
-// faultyRPC fails every request while down and never closes the shared mock.
+// faultyRPC counts requests, fails every request while down and never closes the shared
+// mock.
 type faultyRPC struct {
 	tikvclient.Client
 	down *atomic.Bool
+	n    *counters
 }
 
 func (f *faultyRPC) SendRequest(ctx context.Context, addr string, req *tikvrpc.Request, timeout time.Duration) (*tikvrpc.Response, error) {
+	f.n.request(req.Type)
 	if f.down.Load() {
 		return nil, ErrUnreachable
 	}
@@ -169,11 +220,12 @@ func (f *faultyRPC) SendRequest(ctx context.Context, addr string, req *tikvrpc.R
 
 func (f *faultyRPC) Close() error { return nil }
 
-// faultyPD fails timestamp requests while down (region lookups are served from the
-// client's cache or fail with the RPCs anyway) and never closes the shared mock.
+// faultyPD counts timestamp requests, fails them while down (region lookups are served
+// from the client's cache or fail with the RPCs anyway) and never closes the shared mock.
 type faultyPD struct {
 	pd.Client
 	down *atomic.Bool
+	n    *counters
 }
 
 type failedTS struct{}
@@ -181,6 +233,7 @@ type failedTS struct{}
 func (failedTS) Wait() (int64, int64, error) { return 0, 0, ErrUnreachable }
 
 func (f *faultyPD) GetTS(ctx context.Context) (int64, int64, error) {
+	f.n.tso.Add(1)
 	if f.down.Load() {
 		return 0, 0, ErrUnreachable
 	}
@@ -188,6 +241,7 @@ func (f *faultyPD) GetTS(ctx context.Context) (int64, int64, error) {
 }
 
 func (f *faultyPD) GetTSAsync(ctx context.Context) pd.TSFuture {
+	f.n.tso.Add(1)
 	if f.down.Load() {
 		return failedTS{}
 	}
@@ -195,6 +249,7 @@ func (f *faultyPD) GetTSAsync(ctx context.Context) pd.TSFuture {
 }
 
 func (f *faultyPD) GetLocalTS(ctx context.Context, dc string) (int64, int64, error) {
+	f.n.tso.Add(1)
 	if f.down.Load() {
 		return 0, 0, ErrUnreachable
 	}
@@ -202,6 +257,7 @@ func (f *faultyPD) GetLocalTS(ctx context.Context, dc string) (int64, int64, err
 }
 
 func (f *faultyPD) GetLocalTSAsync(ctx context.Context, dc string) pd.TSFuture {
+	f.n.tso.Add(1)
 	if f.down.Load() {
 		return failedTS{}
 	}
