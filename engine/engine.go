@@ -234,9 +234,11 @@ func (e *Engine) do(ctx context.Context, req downloader.Request, u *url.URL) (*R
 	}
 	defer release()
 	var ticket SharedTicket
+	var end time.Time
 	if e.cfg.Shared != nil {
+		admitAt := e.cfg.Clock.Now() // no later than the slot the shared runtime gives
 		t, wait, err := e.cfg.Shared.Admit(ctx, SharedAdmit{Domain: req.Domain, MinInterval: req.MinInterval,
-			IntervalSource: req.IntervalSource, Entry: req.Entry, Now: e.cfg.Clock.Now(), Timeout: e.timeoutOf(req)})
+			IntervalSource: req.IntervalSource, Entry: req.Entry, Now: admitAt, Timeout: e.timeoutOf(req)})
 		if err != nil || wait > 0 {
 			release()
 			if err != nil {
@@ -246,9 +248,10 @@ func (e *Engine) do(ctx context.Context, req downloader.Request, u *url.URL) (*R
 		}
 		ticket = t
 		tellWire(&adm, ticket)
+		end = admitAt.Add(e.timeoutOf(req))
 	}
 	start := e.cfg.Clock.Now()
-	out := e.run(ctx, req, u, &adm)
+	out := e.run(ctx, req, u, &adm, end)
 	took := e.cfg.Clock.Now().Sub(start)
 	e.sharedDone(ctx, ticket, &adm, req.Domain)
 	release()
@@ -283,10 +286,15 @@ func (e *Engine) overLimit(req downloader.Request, now time.Time, reason downloa
 
 // run fetches or renders under adm, with the request's timeout, and turns a stop of the
 // service into shutting_down.
-func (e *Engine) run(ctx context.Context, req downloader.Request, u *url.URL, adm *limiter.Admission) *downloader.Outcome {
-	timeout := req.Timeout
-	if timeout <= 0 {
-		timeout = e.cfg.DefaultTimeout
+//
+// end, when not zero, is when the request must be over: in cluster mode the shared
+// admission's slot plus the timeout, so that the request cannot go on the wire after its
+// in-flight entry expires for the other instances (slot + timeout + slack), however long
+// the admission's transaction or this goroutine took to get here.
+func (e *Engine) run(ctx context.Context, req downloader.Request, u *url.URL, adm *limiter.Admission, end time.Time) *downloader.Outcome {
+	timeout := e.timeoutOf(req)
+	if !end.IsZero() {
+		timeout = min(timeout, end.Sub(e.cfg.Clock.Now())) // a duration: the clock may be a fake one
 	}
 	ctx, cancel := context.WithTimeout(withEntry(ctx, req.Entry), timeout)
 	defer cancel()

@@ -108,8 +108,9 @@ func (e *Engine) sharedUnavailable(req downloader.Request, now time.Time, err er
 // admitTaskShared takes entry A's shared admission: it reserves the next slot and waits
 // for it; while the domain is busy elsewhere or the shared state cannot be reached it asks
 // again, until the slot would pass deadline (the task is then handed back). ok is false
-// when the task must be handed back, with outcome.
-func (e *Engine) admitTaskShared(ctx context.Context, t *downloader.Task, req downloader.Request, deadline time.Time) (ticket SharedTicket, outcome TaskOutcome, ok bool) {
+// when the task must be handed back, with outcome. slotAt is no later than the slot the
+// shared runtime gave.
+func (e *Engine) admitTaskShared(ctx context.Context, t *downloader.Task, req downloader.Request, deadline time.Time) (ticket SharedTicket, slotAt time.Time, outcome TaskOutcome, ok bool) {
 	pause := sharedRetryMin
 	observed := false
 	for {
@@ -129,18 +130,18 @@ func (e *Engine) admitTaskShared(ctx context.Context, t *downloader.Task, req do
 		if tk != nil {
 			if err := e.sleep(ctx, wait); err != nil {
 				tk.Done(context.WithoutCancel(ctx), e.cfg.Clock.Now())
-				return nil, TaskOutcome{Release: true, RetryAfter: time.Second}, false
+				return nil, time.Time{}, TaskOutcome{Release: true, RetryAfter: time.Second}, false
 			}
-			return tk, TaskOutcome{}, true
+			return tk, now.Add(wait), TaskOutcome{}, true
 		}
 		if ctx.Err() != nil || e.isStopping() {
-			return nil, TaskOutcome{Release: true, RetryAfter: time.Second}, false
+			return nil, time.Time{}, TaskOutcome{Release: true, RetryAfter: time.Second}, false
 		}
 		if !deadline.IsZero() && now.Add(wait).After(deadline) {
-			return nil, TaskOutcome{Release: true, RetryAfter: wait}, false
+			return nil, time.Time{}, TaskOutcome{Release: true, RetryAfter: wait}, false
 		}
 		if err := e.sleep(ctx, wait); err != nil {
-			return nil, TaskOutcome{Release: true, RetryAfter: time.Second}, false
+			return nil, time.Time{}, TaskOutcome{Release: true, RetryAfter: time.Second}, false
 		}
 	}
 }

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"sync"
 	"testing"
@@ -355,5 +356,64 @@ func TestSharedHopUnavailable(t *testing.T) {
 	}
 	if s.FailReason == nil || *s.FailReason != downloader.FailSelfRateLimited {
 		t.Errorf("summary = %+v; want self_rate_limited", s)
+	}
+}
+
+// deadlineFetcher records how much time the request's context left it.
+type deadlineFetcher struct {
+	mu   sync.Mutex
+	left []time.Duration
+}
+
+func (f *deadlineFetcher) Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome {
+	if d, ok := ctx.Deadline(); ok {
+		f.mu.Lock()
+		f.left = append(f.left, time.Until(d))
+		f.mu.Unlock()
+	}
+	return downloader.Failed(downloader.FailResponseTimeout)
+}
+
+// TestSharedAdmissionTimeCountsAgainstTheRequest: in cluster mode a request's time runs
+// from its shared admission, not from when the engine got round to sending it: its
+// in-flight entry expires for the other instances at slot + timeout + slack, and a request
+// that went out later could reach the origin after another instance's. A shared admission
+// that took 600 ms of a 1 s timeout leaves the request 400 ms, for B and C alike, and one
+// that took the whole timeout leaves it nothing.
+func TestSharedAdmissionTimeCountsAgainstTheRequest(t *testing.T) {
+	for _, tt := range []struct {
+		took    time.Duration
+		maxLeft time.Duration
+	}{
+		{600 * time.Millisecond, 400 * time.Millisecond},
+		{1500 * time.Millisecond, 0},
+	} {
+		e, clk, _, _ := newTestEngine(t)
+		f := &deadlineFetcher{}
+		e.cfg.Fetcher = f
+		e.cfg.DefaultTimeout = time.Second
+		e.cfg.Shared = &fakeShared{AdmitFunc: func(SharedAdmit) (SharedTicket, time.Duration, error) {
+			clk.Advance(tt.took) // the transaction's time
+			return fakeTicket{&fakeShared{}}, 0, nil
+		}}
+		clk.Advance(2 * time.Second)
+		for i, entry := range []downloader.Entry{downloader.EntryProbe, downloader.EntryRender} {
+			d := fmt.Sprintf("d%d.test", i)
+			u, _ := url.Parse("http://" + d + "/")
+			req := downloader.Request{URL: u.String(), Domain: d, MinInterval: time.Second, IntervalSource: downloader.IntervalSourceRequest}
+			if entry == downloader.EntryProbe {
+				e.Probe(t.Context(), req, u)
+			} else if _, err := e.Render(t.Context(), req, u); err != nil {
+				t.Fatalf("render: %v", err)
+			}
+		}
+		if len(f.left) != 2 {
+			t.Fatalf("admission took %v: %d requests ran, want 2", tt.took, len(f.left))
+		}
+		for _, left := range f.left {
+			if left > tt.maxLeft {
+				t.Errorf("admission took %v of a 1 s timeout: the request had %v left, want at most %v", tt.took, left, tt.maxLeft)
+			}
+		}
 	}
 }

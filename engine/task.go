@@ -107,8 +107,9 @@ func (e *Engine) RunTask(ctx context.Context, t *downloader.Task) TaskOutcome {
 		return TaskOutcome{Release: true, RetryAfter: time.Second}
 	}
 	var ticket SharedTicket
+	var end time.Time
 	if e.cfg.Shared != nil {
-		tk, outcome, ok := e.admitTaskShared(ctx, t, req, deadline)
+		tk, slotAt, outcome, ok := e.admitTaskShared(ctx, t, req, deadline)
 		if !ok {
 			e.cfg.Gate.Release()
 			releaseSlot()
@@ -116,6 +117,7 @@ func (e *Engine) RunTask(ctx context.Context, t *downloader.Task) TaskOutcome {
 		}
 		ticket = tk
 		tellWire(&adm, ticket)
+		end = slotAt.Add(req.Timeout)
 	}
 	start := e.cfg.Clock.Now()
 	// The request is in flight while it runs, not while its result is stored: the global
@@ -125,7 +127,7 @@ func (e *Engine) RunTask(ctx context.Context, t *downloader.Task) TaskOutcome {
 		defer releaseSlot()
 		defer e.cfg.Gate.Release()
 		defer adm.Cancel() // only completes the admission once the request went on the wire
-		out := e.run(ctx, req, u, &adm)
+		out := e.run(ctx, req, u, &adm, end)
 		e.sharedDone(ctx, ticket, &adm, req.Domain)
 		return out
 	}()

@@ -372,6 +372,11 @@ func (a *Admission) waitWire(ctx context.Context, hold bool) error {
 		return nil
 	}
 	for {
+		// A request whose context ended must not go out: in cluster mode its in-flight
+		// entry may already have expired for the other instances.
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		d := a.wire(a.l.clk.Now(), hold)
 		if d == 0 {
 			return nil

@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -92,4 +93,34 @@ func TestOnWireNotToldWhileWaiting(t *testing.T) {
 	}
 	a.Done()
 	b.Done()
+}
+
+// TestWaitWireAfterTheContextEnded: a request whose context ended does not go on the wire,
+// even when its turn is now (in cluster mode its in-flight entry may have expired for the
+// other instances), and the domain stays free for the next one.
+func TestWaitWireAfterTheContextEnded(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	l := New(clk)
+	clk.Advance(time.Hour)
+	a, wait := l.Allow(clk.Now(), "o.test", 100*time.Millisecond, downloader.IntervalSourceRequest, downloader.EntryProbe)
+	if wait != 0 {
+		t.Fatalf("not admitted: %v", wait)
+	}
+	told := 0
+	a.OnWire(func(time.Time) { told++ })
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	for _, wait := range []func(context.Context) error{a.WaitWire, a.WaitWireAndHold} {
+		if err := wait(ctx); err == nil {
+			t.Errorf("wait for the wire with an ended context: nil error, want the context's")
+		}
+	}
+	a.Cancel()
+	if told != 0 {
+		t.Errorf("OnWire told %d times for a request that never went out", told)
+	}
+	clk.Advance(time.Millisecond)
+	if _, wait := l.Allow(clk.Now(), "o.test", 100*time.Millisecond, downloader.IntervalSourceRequest, downloader.EntryProbe); wait != 0 {
+		t.Errorf("the next request waits %v after one that never went out", wait)
+	}
 }
