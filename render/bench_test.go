@@ -161,6 +161,19 @@ func benchPool(b *testing.B, f *fixture, c int, o benchOpts) {
 	}
 }
 
+// startBareBrowser launches plain chromedp's browser with opts for a bare variant; it is
+// closed when the benchmark ends.
+func startBareBrowser(b *testing.B, opts []chromedp.ExecAllocatorOption) context.Context {
+	allocCtx, allocCancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	b.Cleanup(allocCancel)
+	root, rootCancel := chromedp.NewContext(allocCtx, chromedp.WithLogf(func(string, ...any) {}))
+	b.Cleanup(rootCancel)
+	if _, err := chromedp.Targets(root); err != nil {
+		b.Fatal(err)
+	}
+	return root
+}
+
 func mustRule(s string) netguard.Rule {
 	r, err := netguard.ParseConnectTo(s)
 	if err != nil {
@@ -172,13 +185,7 @@ func mustRule(s string) netguard.Rule {
 func benchBare(b *testing.B, f *fixture, c int, mode string) {
 	opts := append(localFlags(DefaultBinaryPath, testUserAgent),
 		chromedp.Flag("host-resolver-rules", "MAP *.test 127.0.0.1:"+f.port))
-	allocCtx, allocCancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer allocCancel()
-	root, rootCancel := chromedp.NewContext(allocCtx, chromedp.WithLogf(func(string, ...any) {}))
-	defer rootCancel()
-	if _, err := chromedp.Targets(root); err != nil {
-		b.Fatal(err)
-	}
+	root := startBareBrowser(b, opts)
 	cfgPool := &Pool{cfg: Config{NetworkQuiet: DefaultNetworkQuiet, NetworkIdleMax: DefaultNetworkIdleMax}, clk: clock.Real{}, log: slog.New(slog.DiscardHandler)}
 	br := &browser{lost: chromedp.FromContext(root).Browser.LostConnection}
 	tabs := make(chan *tab, c)
@@ -276,13 +283,7 @@ func BenchmarkRenderStages(b *testing.B) {
 			opts = append(opts, chromedp.Flag(name, true))
 		}
 	}
-	allocCtx, allocCancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer allocCancel()
-	root, rootCancel := chromedp.NewContext(allocCtx, chromedp.WithLogf(func(string, ...any) {}))
-	defer rootCancel()
-	if _, err := chromedp.Targets(root); err != nil {
-		b.Fatal(err)
-	}
+	root := startBareBrowser(b, opts)
 	br := chromedp.FromContext(root).Browser
 	cfgPool := &Pool{cfg: Config{NetworkQuiet: DefaultNetworkQuiet, NetworkIdleMax: DefaultNetworkIdleMax}, clk: clock.Real{}, log: slog.New(slog.DiscardHandler)}
 	u := f.url("js.test/")
