@@ -94,24 +94,55 @@ func BenchmarkRenderFrames(b *testing.B) {
 	}
 }
 
+// BenchmarkRenderRefill compares where a render starts its replacement warm tab: at the
+// page's load event (pool-refill-load, the placement before) or when the page's network
+// first goes quiet after it (pool-refill-quiet, the pool's), with bare beside them, in 3
+// rounds whose order alternates, at concurrency 1 and 4.
+//
+//	go test -run '^$' -bench BenchmarkRenderRefill -benchtime 24x ./render/
+func BenchmarkRenderRefill(b *testing.B) {
+	f := getFixture(b)
+	variants := []struct {
+		name string
+		run  func(b *testing.B, c int)
+	}{
+		{"pool-refill-load", func(b *testing.B, c int) { benchPool(b, f, c, benchOpts{refillAtLoad: true}) }},
+		{"pool-refill-quiet", func(b *testing.B, c int) { benchPool(b, f, c, benchOpts{}) }},
+		{"bare", func(b *testing.B, c int) { benchBare(b, f, c, "") }},
+	}
+	for _, c := range []int{1, 4} {
+		for round := range 3 {
+			order := slices.Clone(variants)
+			if round%2 == 1 {
+				slices.Reverse(order)
+			}
+			for _, v := range order {
+				b.Run(fmt.Sprintf("%s/c=%d", v.name, c), func(b *testing.B) { v.run(b, c) })
+			}
+		}
+	}
+}
+
 // benchOpts are the pool variants of the benchmarks.
 type benchOpts struct {
-	hops     bool          // a HopAdmitter on a limiter of its own
-	interval time.Duration // the limiter's default interval
-	frames   frameMode
-	page     string // host and path of the page; default js.test/
-	sites    string // a pattern of 16 sites (frames%d.test), one per page in turn
+	refillAtLoad bool          // the replacement warm tab starts at the page's load event
+	hops         bool          // a HopAdmitter on a limiter of its own
+	interval     time.Duration // the limiter's default interval
+	frames       frameMode
+	page         string // host and path of the page; default js.test/
+	sites        string // a pattern of 16 sites (frames%d.test), one per page in turn
 }
 
 func benchPool(b *testing.B, f *fixture, c int, o benchOpts) {
 	cfg := Config{
-		Concurrency: c,
-		QueueLength: c,
-		UserAgent:   testUserAgent,
-		Guard:       f.guard,
-		Logger:      slog.New(slog.DiscardHandler),
-		WarmTabs:    envInt("RENDER_BENCH_WARM"),
-		frames:      o.frames,
+		Concurrency:  c,
+		QueueLength:  c,
+		UserAgent:    testUserAgent,
+		Guard:        f.guard,
+		Logger:       slog.New(slog.DiscardHandler),
+		WarmTabs:     envInt("RENDER_BENCH_WARM"),
+		frames:       o.frames,
+		refillAtLoad: o.refillAtLoad,
 	}
 	var l *limiter.Limiter
 	if o.hops {

@@ -258,6 +258,7 @@ func (j *renderJob) wait(ctx context.Context, t *tab) error {
 	var quietC, idleMaxC <-chan time.Time
 	var quietSince uint64
 	softFired := false
+	refilled := j.p.cfg.refillAtLoad // the replacement tab was asked for at the load event
 	defer func() {
 		if quiet != nil {
 			quiet.Stop()
@@ -277,7 +278,9 @@ func (j *renderJob) wait(ctx context.Context, t *tab) error {
 		if s.loaded && idleMax == nil {
 			idleMax = clk.NewTimer(j.p.cfg.NetworkIdleMax)
 			idleMaxC = idleMax.C()
-			j.p.refill() // the page has loaded: a replacement tab may start now
+			if j.p.cfg.refillAtLoad {
+				j.p.refill()
+			}
 		}
 		switch {
 		case s.loaded && s.inflight == 0:
@@ -288,6 +291,14 @@ func (j *renderJob) wait(ctx context.Context, t *tab) error {
 				quiet = clk.NewTimer(j.p.cfg.NetworkQuiet)
 				quietC = quiet.C()
 				quietSince = s.activity
+				if !refilled {
+					// The page has loaded and its network is quiet: it now waits
+					// NetworkQuiet doing nothing, the time for a replacement tab to start
+					// (a renderer starting while the page's requests run slows it down).
+					// A page that never goes quiet gets its replacement after the render.
+					j.p.refill()
+					refilled = true
+				}
 			}
 		case quiet != nil:
 			quiet.Stop()

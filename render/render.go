@@ -112,6 +112,10 @@ type Config struct {
 	// frames is what happens to iframe documents on other hosts; only benchmarks change
 	// it (docs/benchmarks-render.md has the measurement behind the default).
 	frames frameMode
+	// refillAtLoad starts a render's replacement warm tab at the page's load event instead
+	// of when its network first goes quiet; only benchmarks set it
+	// (docs/benchmarks-render.md).
+	refillAtLoad bool
 
 	DefaultTimeout time.Duration // a render's timeout when Render is given none
 
