@@ -171,8 +171,9 @@ func (p *Pool) takeTab(ctx context.Context, b *browser) (*tab, error) {
 		warming, ready := p.warming, p.spareReady
 		p.mu.Unlock()
 		if t != nil {
-			// Its replacement is made once this render's page has loaded (see
-			// renderJob.wait): a renderer starting up while the page loads slows it down.
+			// Its replacement is made once this render's page has loaded and its network
+			// gone quiet (see renderJob.wait): a renderer starting up while the page loads
+			// slows it down.
 			return t, nil
 		}
 		if warming == 0 || !b.alive() {
