@@ -2,7 +2,10 @@
 // clock instead of by sleeping (after tailscale.com/tstime).
 package clock
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Clock tells the time and makes timers. Implementations are safe for concurrent use.
 type Clock interface {
@@ -29,3 +32,19 @@ type realTimer struct{ t *time.Timer }
 
 func (t realTimer) C() <-chan time.Time { return t.t.C }
 func (t realTimer) Stop() bool          { return t.t.Stop() }
+
+// Sleep waits d on clk, or until ctx ends (then it returns ctx's error). A d of zero or
+// less does not wait: it returns ctx's error, if any.
+func Sleep(ctx context.Context, clk Clock, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := clk.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

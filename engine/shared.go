@@ -273,7 +273,7 @@ func (h Hops) admitHopShared(ctx context.Context, a *limiter.Admission, domain s
 				ts.mu.Unlock()
 			}
 			tellWire(a, tk)
-			return sleepCtx(ctx, clk, wait)
+			return clock.Sleep(ctx, clk, wait)
 		}
 		if !deadline.IsZero() && now.Add(wait).After(deadline) {
 			if err != nil {
@@ -281,26 +281,11 @@ func (h Hops) admitHopShared(ctx context.Context, a *limiter.Admission, domain s
 			}
 			return context.DeadlineExceeded
 		}
-		if err := sleepCtx(ctx, clk, wait); err != nil {
+		if err := clock.Sleep(ctx, clk, wait); err != nil {
 			if lastErr != nil && !errors.Is(err, context.Canceled) {
 				return unavailable()
 			}
 			return err
 		}
-	}
-}
-
-// sleepCtx waits d on clk, or until ctx ends.
-func sleepCtx(ctx context.Context, clk clock.Clock, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := clk.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C():
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }

@@ -207,17 +207,7 @@ func (l *Limiter) Wait(ctx context.Context, domain string, interval time.Duratio
 }
 
 func (l *Limiter) sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := l.clk.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C():
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return clock.Sleep(ctx, l.clk, d)
 }
 
 // lookup returns domain's entry, creating it as if requested at the moment of the last
