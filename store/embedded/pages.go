@@ -3,30 +3,17 @@ package embedded
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"time"
 
 	"downloader"
 	"downloader/store/keys"
+	"downloader/store/pagevalue"
 )
 
 const pagePrefix = keys.PageContent
 
-// pageFormat is the first byte of a page value: metadata JSON then a zstd frame.
-const pageFormat byte = 1
-
-// pageMeta is the stored metadata of a page. BodyBytes is the uncompressed length, checked
-// on read together with the hash.
-type pageMeta struct {
-	URL         string    `json:"url"`
-	FinalURL    string    `json:"final_url"`
-	ContentType string    `json:"content_type"`
-	FetchedAt   time.Time `json:"fetched_at"`
-	BodyBytes   int       `json:"body_bytes"`
-}
+// Pages are stored in package pagevalue's Inline format: the whole value in one key.
 
 // PutPage stores p's body under its content hash and returns the key (the lower-case hex
 // SHA-256 of the body). A body already stored is not written again: the first page stored
@@ -50,10 +37,7 @@ func (s *Store) PutPage(ctx context.Context, p *downloader.Page) (string, error)
 	if ok, err := s.has(dbKey); err != nil || ok {
 		return key, err
 	}
-	v, err := s.encodePage(p)
-	if err != nil {
-		return "", err
-	}
+	v, _ := s.codec.Encode(p, 0)
 	mu := &s.pageLocks[int(sum[0])%len(s.pageLocks)]
 	mu.Lock()
 	defer mu.Unlock()
@@ -85,65 +69,18 @@ func (s *Store) Page(ctx context.Context, key string) (*downloader.Page, error) 
 	if !ok {
 		return nil, downloader.Errorf(downloader.ENOTFOUND, "page %q not found", key)
 	}
-	p, err := s.decodePage(v)
+	format, m, compressed, err := pagevalue.DecodeHead(v)
+	if err == nil && format != pagevalue.Inline {
+		err = fmt.Errorf("unknown page format")
+	}
 	if err != nil {
 		return nil, fmt.Errorf("embedded store: page %s: %w", key, err)
 	}
-	if sum := sha256.Sum256(p.Body); hex.EncodeToString(sum[:]) != key {
-		return nil, fmt.Errorf("embedded store: page %s: body does not match its hash", key)
+	p, err := s.codec.Page(key, m, compressed)
+	if err != nil {
+		return nil, fmt.Errorf("embedded store: page %s: %w", key, err)
 	}
-	p.PageKey = key
 	return p, nil
-}
-
-func (s *Store) encodePage(p *downloader.Page) ([]byte, error) {
-	meta, err := json.Marshal(pageMeta{
-		URL:         p.URL,
-		FinalURL:    p.FinalURL,
-		ContentType: p.ContentType,
-		FetchedAt:   p.FetchedAt.UTC(),
-		BodyBytes:   len(p.Body),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("embedded store: encode page metadata: %w", err)
-	}
-	v := make([]byte, 0, 1+binary.MaxVarintLen64+len(meta)+len(p.Body)/4+64)
-	v = append(v, pageFormat)
-	v = binary.AppendUvarint(v, uint64(len(meta)))
-	v = append(v, meta...)
-	return s.enc.EncodeAll(p.Body, v), nil
-}
-
-func (s *Store) decodePage(v []byte) (*downloader.Page, error) {
-	if len(v) == 0 || v[0] != pageFormat {
-		return nil, fmt.Errorf("unknown page format")
-	}
-	n, w := binary.Uvarint(v[1:])
-	if w <= 0 || n > uint64(len(v)-1-w) {
-		return nil, fmt.Errorf("bad metadata length")
-	}
-	metaEnd := 1 + w + int(n)
-	var m pageMeta
-	if err := json.Unmarshal(v[1+w:metaEnd], &m); err != nil {
-		return nil, fmt.Errorf("decode metadata: %w", err)
-	}
-	if m.BodyBytes < 0 || m.BodyBytes > maxDecodedPageBytes {
-		return nil, fmt.Errorf("bad body length %d", m.BodyBytes)
-	}
-	body, err := s.dec.DecodeAll(v[metaEnd:], make([]byte, 0, m.BodyBytes))
-	if err != nil {
-		return nil, fmt.Errorf("decompress body: %w", err)
-	}
-	if len(body) != m.BodyBytes {
-		return nil, fmt.Errorf("body is %d bytes, want %d", len(body), m.BodyBytes)
-	}
-	return &downloader.Page{
-		URL:         m.URL,
-		FinalURL:    m.FinalURL,
-		ContentType: m.ContentType,
-		FetchedAt:   m.FetchedAt,
-		Body:        body,
-	}, nil
 }
 
 func isLowerHex(s string) bool { return keys.IsLowerHex(s) }

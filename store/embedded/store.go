@@ -47,16 +47,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/klauspost/compress/zstd"
 
 	"downloader"
+	"downloader/store/pagevalue"
 )
 
 // Interface checks.
@@ -69,10 +68,6 @@ var (
 // cacheSize is Pebble's block cache. Pebble's default (8 MiB) is small for an index walk
 // over 10^6 records; 64 MiB keeps the hot part of the index and recent records in memory.
 const cacheSize = 64 << 20
-
-// maxDecodedPageBytes bounds the memory one page read may take, so that a corrupt value
-// cannot make the decoder allocate without limit.
-const maxDecodedPageBytes = 1 << 30
 
 // diskSlowThreshold is how long a disk operation may take before it is logged as slow
 // (Pebble's default).
@@ -87,8 +82,7 @@ type Store struct {
 	// fsCloser stops the disk-health checker of db's file system, after db is closed.
 	fsCloser io.Closer
 
-	enc *zstd.Encoder // EncodeAll is safe for concurrent use
-	dec *zstd.Decoder // DecodeAll is safe for concurrent use
+	codec *pagevalue.Codec
 
 	// seq orders records with the same fetched_at; it starts at the wall-clock time of Open
 	// so that it keeps growing across restarts (see nextID).
@@ -140,18 +134,9 @@ func open(dir string, logger *slog.Logger, o options) (*Store, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	logger = logger.With("component", "store", "store_dir", dir)
-	enc, err := zstd.NewWriter(nil,
-		zstd.WithEncoderLevel(zstd.SpeedDefault),
-		zstd.WithEncoderConcurrency(runtime.GOMAXPROCS(0)))
+	codec, err := pagevalue.NewCodec()
 	if err != nil {
-		return nil, fmt.Errorf("embedded store: zstd encoder: %w", err)
-	}
-	dec, err := zstd.NewReader(nil,
-		zstd.WithDecoderConcurrency(runtime.GOMAXPROCS(0)),
-		zstd.WithDecoderMaxMemory(maxDecodedPageBytes))
-	if err != nil {
-		_ = enc.Close()
-		return nil, fmt.Errorf("embedded store: zstd decoder: %w", err)
+		return nil, fmt.Errorf("embedded store: %w", err)
 	}
 	// The disk-health-checking file system is what Pebble uses by default; it is set up
 	// here because Pebble leaks its goroutine when Open fails, and so that a slow disk is
@@ -169,11 +154,10 @@ func open(dir string, logger *slog.Logger, o options) (*Store, error) {
 	db, err := pebble.Open(dir, popts)
 	if err != nil {
 		_ = fsCloser.Close()
-		_ = enc.Close()
-		dec.Close()
+		codec.Close()
 		return nil, fmt.Errorf("embedded store: open %s: %w", dir, err)
 	}
-	s := &Store{logger: logger, db: db, fsCloser: fsCloser, opts: o, enc: enc, dec: dec}
+	s := &Store{logger: logger, db: db, fsCloser: fsCloser, opts: o, codec: codec}
 	s.seq.Store(uint64(time.Now().UnixNano()))
 	if err := s.migrate(); err != nil {
 		_ = s.Close()
@@ -194,8 +178,7 @@ func (s *Store) Close() error {
 	s.closed = true
 	err := s.db.Close()
 	_ = s.fsCloser.Close()
-	_ = s.enc.Close()
-	s.dec.Close()
+	s.codec.Close()
 	if err != nil {
 		return fmt.Errorf("embedded store: close: %w", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"downloader"
+	"downloader/store/pagevalue"
 	"downloader/store/storetest"
 )
 
@@ -229,9 +230,10 @@ func TestCorruptPage(t *testing.T) {
 	for name, v := range map[string][]byte{
 		"empty":       {},
 		"format":      {9, 0},
-		"meta length": {pageFormat, 200},
-		"meta":        append([]byte{pageFormat, 2}, "{x"...),
-		"body":        append([]byte{pageFormat, 2}, "{}garbage"...),
+		"chunked":     append([]byte{pagevalue.Chunked, 2}, "{}"...), // never written here
+		"meta length": {pagevalue.Inline, 200},
+		"meta":        append([]byte{pagevalue.Inline, 2}, "{x"...),
+		"body":        append([]byte{pagevalue.Inline, 2}, "{}garbage"...),
 	} {
 		if err := s.db.Set([]byte(pagePrefix+key), v, pebble.NoSync); err != nil {
 			t.Fatal(err)

@@ -3,9 +3,7 @@ package tikv
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -14,28 +12,14 @@ import (
 
 	"downloader"
 	"downloader/store/keys"
-)
-
-// Page value formats (the first byte of page:content:{sha256}).
-const (
-	pageInline  byte = 1 // metadata, then the compressed body (as the embedded store)
-	pageChunked byte = 2 // metadata only; the compressed body is in ChunkCount chunks
+	"downloader/store/pagevalue"
 )
 
 // chunkSize bounds the compressed body kept in one value. TiKV is at its best with small
-// values, and a raft entry is at most 8 MiB by default while a page may be 10 MiB.
+// values, and a raft entry is at most 8 MiB by default while a page may be 10 MiB. A page
+// whose compressed body is larger is stored Chunked (package pagevalue): the head value
+// holds the metadata, page:content:{sha256}:{n} the chunks.
 const chunkSize = 256 << 10
-
-// pageMeta is the stored metadata of a page. BodyBytes is the uncompressed length, checked
-// on read together with the hash.
-type pageMeta struct {
-	URL         string    `json:"url"`
-	FinalURL    string    `json:"final_url"`
-	ContentType string    `json:"content_type"`
-	FetchedAt   time.Time `json:"fetched_at"`
-	BodyBytes   int       `json:"body_bytes"`
-	ChunkCount  int       `json:"chunk_count,omitempty"`
-}
 
 func chunkKey(key string, n int) []byte {
 	return fmt.Appendf(nil, "%s%s:%04x", keys.PageContent, key, n)
@@ -59,10 +43,11 @@ func (s *Store) PutPage(ctx context.Context, p *downloader.Page) (string, error)
 	if err != nil || exists {
 		return key, err
 	}
-	values := s.encodePage(p) // outside the operation's time bound: it is our CPU, not TiKV
-	size := 0
-	for _, v := range values {
-		size += len(v)
+	// Compressed outside the operation's time bound: it is our CPU, not TiKV.
+	head, chunks := s.codec.Encode(p, chunkSize)
+	size := len(head)
+	for _, c := range chunks {
+		size += len(c)
 	}
 	ctx, release, err := s.acquireFor(ctx, "put page", time.Duration(size>>20)*time.Second)
 	if err != nil {
@@ -76,12 +61,11 @@ func (s *Store) PutPage(ctx context.Context, p *downloader.Page) (string, error)
 			}
 			return errPageExists
 		}
-		for i, v := range values {
-			k := headKey
-			if i > 0 {
-				k = chunkKey(key, i-1)
-			}
-			if err := txn.Set(k, v); err != nil {
+		if err := txn.Set(headKey, head); err != nil {
+			return err
+		}
+		for i, c := range chunks {
+			if err := txn.Set(chunkKey(key, i), c); err != nil {
 				return err
 			}
 		}
@@ -133,11 +117,14 @@ func (s *Store) Page(ctx context.Context, key string) (*downloader.Page, error) 
 		}
 		return nil, unavailable("get page", err)
 	}
-	meta, body, err := decodeHead(head)
+	format, meta, body, err := pagevalue.DecodeHead(head)
+	if err == nil && meta.ChunkCount > pagevalue.MaxBodyBytes/chunkSize {
+		err = fmt.Errorf("bad body length %d or chunk count %d", meta.BodyBytes, meta.ChunkCount)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("tikv store: page %s: %w", key, err)
 	}
-	if head[0] == pageChunked {
+	if format == pagevalue.Chunked {
 		chunkKeys := make([][]byte, meta.ChunkCount)
 		for i := range chunkKeys {
 			chunkKeys[i] = chunkKey(key, i)
@@ -155,68 +142,9 @@ func (s *Store) Page(ctx context.Context, key string) (*downloader.Page, error) 
 			body = append(body, c...)
 		}
 	}
-	text, err := s.dec.DecodeAll(body, make([]byte, 0, meta.BodyBytes))
+	p, err := s.codec.Page(key, meta, body)
 	if err != nil {
-		return nil, fmt.Errorf("tikv store: page %s: decompress body: %w", key, err)
+		return nil, fmt.Errorf("tikv store: page %s: %w", key, err)
 	}
-	if len(text) != meta.BodyBytes {
-		return nil, fmt.Errorf("tikv store: page %s: body is %d bytes, want %d", key, len(text), meta.BodyBytes)
-	}
-	if sum := sha256.Sum256(text); hex.EncodeToString(sum[:]) != key {
-		return nil, fmt.Errorf("tikv store: page %s: body does not match its hash", key)
-	}
-	return &downloader.Page{
-		PageKey: key, URL: meta.URL, FinalURL: meta.FinalURL, ContentType: meta.ContentType,
-		FetchedAt: meta.FetchedAt, Body: text,
-	}, nil
-}
-
-// encodePage returns the head value, then the chunks when the compressed body does not
-// fit in the head.
-func (s *Store) encodePage(p *downloader.Page) [][]byte {
-	compressed := s.enc.EncodeAll(p.Body, nil)
-	m := pageMeta{
-		URL: p.URL, FinalURL: p.FinalURL, ContentType: p.ContentType,
-		FetchedAt: p.FetchedAt.UTC(), BodyBytes: len(p.Body),
-	}
-	format := pageInline
-	if len(compressed) > chunkSize {
-		format = pageChunked
-		m.ChunkCount = (len(compressed) + chunkSize - 1) / chunkSize
-	}
-	meta, _ := json.Marshal(m) // plain strings, a time and ints: cannot fail
-	head := make([]byte, 0, 1+binary.MaxVarintLen64+len(meta)+len(compressed))
-	head = append(head, format)
-	head = binary.AppendUvarint(head, uint64(len(meta)))
-	head = append(head, meta...)
-	if format == pageInline {
-		return [][]byte{append(head, compressed...)}
-	}
-	values := [][]byte{head}
-	for len(compressed) > 0 {
-		n := min(chunkSize, len(compressed))
-		values = append(values, compressed[:n])
-		compressed = compressed[n:]
-	}
-	return values
-}
-
-// decodeHead returns the metadata and, for an inline page, the compressed body.
-func decodeHead(v []byte) (pageMeta, []byte, error) {
-	var m pageMeta
-	if len(v) == 0 || (v[0] != pageInline && v[0] != pageChunked) {
-		return m, nil, fmt.Errorf("unknown page format")
-	}
-	n, w := binary.Uvarint(v[1:])
-	if w <= 0 || n > uint64(len(v)-1-w) {
-		return m, nil, fmt.Errorf("bad metadata length")
-	}
-	end := 1 + w + int(n)
-	if err := json.Unmarshal(v[1+w:end], &m); err != nil {
-		return m, nil, fmt.Errorf("decode metadata: %w", err)
-	}
-	if m.BodyBytes < 0 || m.BodyBytes > maxDecodedPageBytes || m.ChunkCount < 0 || m.ChunkCount > maxDecodedPageBytes/chunkSize {
-		return m, nil, fmt.Errorf("bad body length %d or chunk count %d", m.BodyBytes, m.ChunkCount)
-	}
-	return m, v[end:], nil
+	return p, nil
 }

@@ -37,12 +37,10 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/klauspost/compress/zstd"
 	"github.com/pingcap/log"
 	tikverr "github.com/tikv/client-go/v2/error"
 	"github.com/tikv/client-go/v2/oracle"
@@ -52,6 +50,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"downloader"
+	"downloader/store/pagevalue"
 )
 
 // Interface checks.
@@ -65,9 +64,6 @@ var (
 // Begin); the caller's context bounds it further.
 const tsoMaxBackoffMs = 15000
 
-// maxDecodedPageBytes bounds the memory one page read may take (as in the embedded store).
-const maxDecodedPageBytes = 1 << 30
-
 // Store is the TiKV store. Create it with Open (production) or New (an existing client,
 // e.g. the mock cluster of package tikvtest); release it with Close. Methods called after
 // Close return an EUNAVAILABLE error.
@@ -76,8 +72,7 @@ type Store struct {
 	log       *slog.Logger
 	opTimeout time.Duration
 
-	enc *zstd.Encoder // EncodeAll is safe for concurrent use
-	dec *zstd.Decoder // DecodeAll is safe for concurrent use
+	codec *pagevalue.Codec
 
 	// mu guards closed: operations hold it for reading so that Close waits for them.
 	mu     sync.RWMutex
@@ -132,20 +127,11 @@ func New(kv *tikvclient.KVStore, o Options) (*Store, error) {
 	if o.OpTimeout <= 0 {
 		o.OpTimeout = DefaultOpTimeout
 	}
-	enc, err := zstd.NewWriter(nil,
-		zstd.WithEncoderLevel(zstd.SpeedDefault),
-		zstd.WithEncoderConcurrency(runtime.GOMAXPROCS(0)))
+	codec, err := pagevalue.NewCodec()
 	if err != nil {
-		return nil, fmt.Errorf("tikv store: zstd encoder: %w", err)
+		return nil, fmt.Errorf("tikv store: %w", err)
 	}
-	dec, err := zstd.NewReader(nil,
-		zstd.WithDecoderConcurrency(runtime.GOMAXPROCS(0)),
-		zstd.WithDecoderMaxMemory(maxDecodedPageBytes))
-	if err != nil {
-		_ = enc.Close()
-		return nil, fmt.Errorf("tikv store: zstd decoder: %w", err)
-	}
-	return &Store{kv: kv, log: logger.With("component", "tikv_store"), opTimeout: o.OpTimeout, enc: enc, dec: dec}, nil
+	return &Store{kv: kv, log: logger.With("component", "tikv_store"), opTimeout: o.OpTimeout, codec: codec}, nil
 }
 
 // Close waits for operations in progress and closes the client. Calling it again is a
@@ -157,8 +143,7 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
-	_ = s.enc.Close()
-	s.dec.Close()
+	s.codec.Close()
 	if err := s.kv.Close(); err != nil {
 		return fmt.Errorf("tikv store: close: %w", err)
 	}
