@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"downloader/internal/procstat"
 )
 
 // tmpRoot is TMPDIR for the whole test binary and the programs it starts, so that every
@@ -146,7 +148,7 @@ func ownRenderers() int {
 	var renderers []string
 	for _, pid := range processesInGroup(-1, isBrowser) {
 		id := strconv.Itoa(pid)
-		if st := procStat(id); len(st) > 1 {
+		if st := procstat.Fields(id); len(st) > 1 {
 			parent[id] = st[1]
 		}
 		if cmdline, err := os.ReadFile("/proc/" + id + "/cmdline"); err == nil && bytes.Contains(cmdline, []byte("--type=renderer")) {
@@ -184,7 +186,7 @@ func processesInGroup(pgrp int, match func(exe string) bool) []int {
 		if err != nil {
 			continue
 		}
-		st := procStat(e.Name())
+		st := procstat.Fields(e.Name())
 		if st == nil || (pgrp >= 0 && st[2] != strconv.Itoa(pgrp)) || st[0] == "Z" {
 			continue
 		}
@@ -195,19 +197,4 @@ func processesInGroup(pgrp int, match func(exe string) bool) []int {
 		pids = append(pids, pid)
 	}
 	return pids
-}
-
-// procStat returns the fields of /proc/<pid>/stat after the command name: state, ppid,
-// pgrp, ...
-func procStat(pid string) []string {
-	b, err := os.ReadFile("/proc/" + pid + "/stat")
-	if err != nil {
-		return nil
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 > len(s) {
-		return nil
-	}
-	return strings.Fields(s[i+2:])
 }

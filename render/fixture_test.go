@@ -24,6 +24,7 @@ import (
 	"go.uber.org/goleak"
 
 	"downloader/clock"
+	"downloader/internal/procstat"
 	"downloader/limiter"
 	"downloader/netguard"
 )
@@ -117,23 +118,13 @@ func browserProcesses() []int {
 	return pids
 }
 
-// procStat returns the fields of /proc/<pid>/stat after the command name: state, ppid,
-// pgrp, ...
+// procStat returns the fields of /proc/<pid>/stat after the command name (state, ppid,
+// pgrp, ...), nil unless there are at least the 13 the benchmarks read (utime, stime).
 func procStat(pid string) []string {
-	b, err := os.ReadFile("/proc/" + pid + "/stat")
-	if err != nil {
-		return nil
+	if f := procstat.Fields(pid); len(f) >= 13 {
+		return f
 	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 > len(s) {
-		return nil
-	}
-	f := strings.Fields(s[i+2:])
-	if len(f) < 13 {
-		return nil
-	}
-	return f
+	return nil
 }
 
 // fixture is the shared origin and guard.

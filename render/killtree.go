@@ -3,12 +3,12 @@ package render
 import (
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 
 	"github.com/chromedp/chromedp"
+
+	"downloader/internal/procstat"
 )
 
 // killTreeOnCancel makes the browser's cancellation kill the whole process tree at once,
@@ -47,25 +47,18 @@ func killTree(pid int) error {
 // descendants lists the processes below pid, from /proc.
 func descendants(pid int) []int {
 	children := map[int][]int{}
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	for _, path := range stats {
-		b, err := os.ReadFile(path)
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		self, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		// pid (comm) state ppid ...; comm may hold spaces and parentheses.
-		s := string(b)
-		end := strings.LastIndexByte(s, ')')
-		if end < 0 {
-			continue
-		}
-		fields := strings.Fields(s[end+1:])
+		fields := procstat.Fields(e.Name())
 		if len(fields) < 2 {
 			continue
 		}
-		self, err1 := strconv.Atoi(strings.Fields(s)[0])
-		ppid, err2 := strconv.Atoi(fields[1])
-		if err1 != nil || err2 != nil {
+		ppid, err := strconv.Atoi(fields[1])
+		if err != nil {
 			continue
 		}
 		children[ppid] = append(children[ppid], self)
@@ -84,15 +77,9 @@ func descendants(pid int) []int {
 }
 
 // procState returns the state letter of pid from /proc ("" if gone).
-func procState(pid int) (string, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return "", err
+func procState(pid int) string {
+	if f := procstat.Fields(strconv.Itoa(pid)); len(f) > 0 {
+		return f[0]
 	}
-	s := string(b)
-	end := strings.LastIndexByte(s, ')')
-	if end < 0 || end+2 >= len(s) {
-		return "", nil
-	}
-	return string(s[end+2]), nil
+	return ""
 }

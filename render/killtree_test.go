@@ -26,7 +26,7 @@ func TestKillTree(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for _, k := range kids {
 		for {
-			st, _ := procState(k)
+			st := procState(k)
 			if st == "" || st == "Z" || st == "X" {
 				break
 			}

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"downloader"
+	"downloader/internal/procstat"
 	"downloader/netguard"
 	"downloader/origintest"
 	"downloader/store/embedded"
@@ -493,16 +494,7 @@ func forEachProcess(f func(pid int, ppid, pgrp, exe string)) {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		st := string(b)
-		i := strings.LastIndexByte(st, ')')
-		if i < 0 || i+2 > len(st) {
-			continue
-		}
-		fields := strings.Fields(st[i+2:])
+		fields := procstat.Fields(e.Name())
 		if len(fields) < 3 || fields[0] == "Z" {
 			continue
 		}
