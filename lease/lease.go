@@ -27,12 +27,10 @@
 package lease
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -103,8 +101,6 @@ type Config struct {
 	ShutdownGrace time.Duration
 	// FlushTimeout bounds the last releases and report sends at shutdown; default 5 s.
 	FlushTimeout time.Duration
-	// Politeness, when set, learns each task's interval (its Dialer records the wire).
-	Politeness *Politeness
 }
 
 // Defaults.
@@ -307,9 +303,6 @@ func (l *Loop) runTask(ctx context.Context, t *downloader.Task) {
 			l.release(ctx, t.TaskID, panicRetryAfter)
 		}
 	}()
-	if l.cfg.Politeness != nil {
-		l.cfg.Politeness.noteTask(t)
-	}
 	out := l.cfg.Runner.RunTask(ctx, t)
 	switch {
 	case out.Report != nil:
@@ -482,144 +475,4 @@ func (l *Loop) sleep(ctx context.Context, d time.Duration, wake <-chan struct{})
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-// Politeness records, per domain, the moments this process wrote plain-HTTP requests to
-// the socket (through Dialer, below the fetcher's wire gate, so after the limiter let them
-// out) and the smallest gap between two of them, to show that no origin was asked faster
-// than its tasks' min_interval_ms. Requests over TLS and renders are not seen (their bytes
-// are encrypted or leave from the browser). Safe for concurrent use; its zero value is
-// ready. It keeps one entry per domain: use it for a crawl, not a long-running service.
-type Politeness struct {
-	mu      sync.Mutex
-	domains map[string]*wireStat
-}
-
-type wireStat struct {
-	last     time.Time
-	minGap   time.Duration
-	count    int
-	interval time.Duration
-}
-
-// DomainGap is one domain's record.
-type DomainGap struct {
-	Domain       string
-	RequestCount int // requests seen on the wire (plain HTTP)
-	// MinGap is the smallest start-to-start gap between two requests; 0 with fewer than two.
-	MinGap      time.Duration
-	MinInterval time.Duration // the interval of the domain's latest task; 0 if none
-}
-
-// noteTask remembers t's interval for its domain.
-func (p *Politeness) noteTask(t *downloader.Task) {
-	_, domain, err := downloader.ParseTargetURL("url", t.URL)
-	if err != nil || t.MinIntervalMs == nil {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.statLocked(domain).interval = time.Duration(*t.MinIntervalMs) * time.Millisecond
-}
-
-// statLocked returns domain's record, creating it. Requires p.mu held.
-func (p *Politeness) statLocked(domain string) *wireStat {
-	if p.domains == nil {
-		p.domains = map[string]*wireStat{}
-	}
-	st := p.domains[domain]
-	if st == nil {
-		st = &wireStat{}
-		p.domains[domain] = st
-	}
-	return st
-}
-
-func (p *Politeness) record(domain string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	now := time.Now()
-	st := p.statLocked(domain)
-	if st.count > 0 {
-		gap := now.Sub(st.last)
-		if st.count == 1 || gap < st.minGap {
-			st.minGap = gap
-		}
-	}
-	st.last = now
-	st.count++
-}
-
-// Domains returns every domain's record, in no particular order.
-func (p *Politeness) Domains() []DomainGap {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := make([]DomainGap, 0, len(p.domains))
-	for d, st := range p.domains {
-		if st.count == 0 {
-			continue
-		}
-		out = append(out, DomainGap{Domain: d, RequestCount: st.count, MinGap: st.minGap, MinInterval: st.interval})
-	}
-	return out
-}
-
-// ContextDialer is satisfied by *net.Dialer (and netguard's Config.Dialer).
-type ContextDialer interface {
-	DialContext(ctx context.Context, network, address string) (net.Conn, error)
-}
-
-// Dialer returns next (a plain *net.Dialer when nil) with every connection it makes
-// recording the plain-HTTP requests written on it.
-func (p *Politeness) Dialer(next ContextDialer) ContextDialer {
-	if next == nil {
-		next = &net.Dialer{}
-	}
-	return politeDialer{p: p, next: next}
-}
-
-type politeDialer struct {
-	p    *Politeness
-	next ContextDialer
-}
-
-func (d politeDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
-	c, err := d.next.DialContext(ctx, network, address)
-	if err != nil {
-		return nil, err
-	}
-	return &recordingConn{Conn: c, p: d.p}, nil
-}
-
-// recordingConn records the Host of every HTTP/1 request written on it, as it is written.
-type recordingConn struct {
-	net.Conn
-	p *Politeness
-}
-
-func (c *recordingConn) Write(b []byte) (int, error) {
-	if host, ok := requestHost(b); ok {
-		if d, err := downloader.NormalizeDomain(host); err == nil {
-			c.p.record(d)
-		}
-	}
-	return c.Conn.Write(b)
-}
-
-// requestHost returns the Host header of b if b starts an HTTP/1 request (the transport
-// writes a request's head in one piece).
-func requestHost(b []byte) (string, bool) {
-	if !bytes.HasPrefix(b, []byte("GET ")) && !bytes.HasPrefix(b, []byte("HEAD ")) {
-		return "", false
-	}
-	head := b
-	if i := bytes.Index(b, []byte("\r\n\r\n")); i >= 0 {
-		head = b[:i]
-	}
-	for _, line := range bytes.Split(head, []byte("\r\n"))[1:] {
-		if len(line) > 5 && bytes.EqualFold(line[:5], []byte("host:")) {
-			return string(bytes.TrimSpace(line[5:])), true
-		}
-	}
-	return "", false
 }

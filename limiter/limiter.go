@@ -48,6 +48,19 @@ type Limiter struct {
 	lossNs atomic.Int64
 
 	shards [shardCount]shard
+
+	// observeWire, when set (ObserveWire), is told every request's wire moment.
+	observeWire func(domain string, interval time.Duration, at time.Time)
+}
+
+// ObserveWire sets f to be told the wire moment of every admitted request that goes on
+// the wire (main documents and redirect hops, of every entry), as Admission.OnWire tells
+// its own callback: on the caller's goroutine, outside the limiter's locks; f must be
+// safe for concurrent use and must not block. Call it before the limiter is used. It is
+// what a crawl's politeness summary counts: the requests the limiter let out, not the
+// sub-requests a render makes under its page's one admission (SPEC §2).
+func (l *Limiter) ObserveWire(f func(domain string, interval time.Duration, at time.Time)) {
+	l.observeWire = f
 }
 
 type shard struct {
@@ -282,14 +295,24 @@ func (a *Admission) wire(now time.Time, hold bool) time.Duration {
 		return time.Duration(a.slotNs - t)
 	}
 	d := a.wireLocked(t, hold)
-	if d == 0 && a.onWire != nil {
+	if d == 0 && (a.onWire != nil || a.l.observeWire != nil) {
 		if hold {
 			a.wirePending = true
 		} else {
-			a.onWire(now)
+			a.told(now)
 		}
 	}
 	return d
+}
+
+// told tells the request's wire moment to its OnWire callback and the limiter's observer.
+func (a *Admission) told(at time.Time) {
+	if a.onWire != nil {
+		a.onWire(at)
+	}
+	if f := a.l.observeWire; f != nil {
+		f(a.domain, time.Duration(a.interval), at)
+	}
 }
 
 // wireLocked is wire's decision under the shard's lock.
@@ -345,7 +368,7 @@ func (a *Admission) Wrote() {
 func (a *Admission) tellWire(now time.Time) {
 	if a.wirePending {
 		a.wirePending = false
-		a.onWire(now)
+		a.told(now)
 	}
 }
 

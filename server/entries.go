@@ -151,6 +151,6 @@ func (s *Server) handleRender() http.Handler {
 			return
 		}
 		writeJSON(w, http.StatusOK, renderResponse{Summary: res.Summary, FinalURL: res.Outcome.FinalURL,
-			HTML: string(res.Outcome.Body), Text: res.Outcome.Text, PageKey: res.PageKey})
+			HTML: res.HTML, Text: res.Outcome.Text, PageKey: res.PageKey})
 	})
 }

@@ -51,6 +51,10 @@ type config struct {
 	// The API server's read timeouts: not flags, shortened by tests.
 	readHeaderTimeout time.Duration
 	readTimeout       time.Duration
+
+	// observeWire, when set (by crawl, for its politeness summary), is told the wire
+	// moment of every request the limiter lets out (limiter.ObserveWire).
+	observeWire func(domain string, interval time.Duration, at time.Time)
 }
 
 const defaultUserAgent = "downloader/1.0 (+https://example.invalid/crawler)"

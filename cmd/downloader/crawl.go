@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/lease"
 	"downloader/store/embedded"
 )
 
@@ -46,9 +45,6 @@ const crawlSubmitChunk = 1000
 
 // maxInvalidLinesShown bounds the invalid lines printed one by one.
 const maxInvalidLinesShown = 20
-
-// maxPolitenessRows bounds the politeness table.
-const maxPolitenessRows = 15
 
 func runCrawl(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var c config
@@ -84,7 +80,8 @@ func runCrawl(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	defer f.Close()
 
-	c.Lease.politeness = &lease.Politeness{}
+	wires := &wireLog{}
+	c.observeWire = wires.observe
 	start := time.Now()
 	logger := newLogger(stderr, c.LogLevel)
 	svcCtx, stopSvc := context.WithCancel(context.Background())
@@ -118,7 +115,7 @@ func runCrawl(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	counts := q.Counts()
-	printSummary(stdout, counts, in, time.Since(start), svc.entryA.politeness, interrupted)
+	printSummary(stdout, counts, in, time.Since(start), wires, interrupted)
 
 	switch {
 	case interrupted:
@@ -304,7 +301,7 @@ func progressLine(c, first embedded.QueueCounts, start time.Time, bar bool) stri
 }
 
 // printSummary writes the crawl's summary table.
-func printSummary(w io.Writer, c embedded.QueueCounts, in crawlInput, elapsed time.Duration, p *lease.Politeness, interrupted bool) {
+func printSummary(w io.Writer, c embedded.QueueCounts, in crawlInput, elapsed time.Duration, p *wireLog, interrupted bool) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "crawl summary\t")
 	fmt.Fprintf(tw, "  tasks\t%d\n", c.TotalCount())
@@ -336,52 +333,9 @@ func printSummary(w io.Writer, c embedded.QueueCounts, in crawlInput, elapsed ti
 	}
 	fmt.Fprintf(tw, "  elapsed\t%s\n", elapsed.Round(10*time.Millisecond))
 	_ = tw.Flush()
-	if p == nil {
-		return
+	if p != nil {
+		printPoliteness(w, p.rows())
 	}
-	gaps := p.Domains()
-	if len(gaps) == 0 {
-		return
-	}
-	// Tightest first: the gap relative to the interval.
-	ratio := func(g lease.DomainGap) float64 {
-		if g.RequestCount < 2 {
-			return 1e18
-		}
-		if g.MinInterval <= 0 {
-			return 1e17
-		}
-		return float64(g.MinGap) / float64(g.MinInterval)
-	}
-	sort.Slice(gaps, func(i, j int) bool {
-		if ri, rj := ratio(gaps[i]), ratio(gaps[j]); ri != rj {
-			return ri < rj
-		}
-		return gaps[i].Domain < gaps[j].Domain
-	})
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "politeness: smallest gap between two requests to a domain, as written to the socket by this run (plain HTTP only)")
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  domain\trequests\tmin gap\tmin_interval_ms\t")
-	below := 0
-	for i, g := range gaps {
-		if g.RequestCount >= 2 && g.MinGap < g.MinInterval {
-			below++
-		}
-		if i >= maxPolitenessRows {
-			continue
-		}
-		gap := "—"
-		if g.RequestCount >= 2 {
-			gap = fmt.Sprintf("%.1f ms", float64(g.MinGap)/float64(time.Millisecond))
-		}
-		fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t\n", g.Domain, g.RequestCount, gap, g.MinInterval.Milliseconds())
-	}
-	_ = tw.Flush()
-	if len(gaps) > maxPolitenessRows {
-		fmt.Fprintf(w, "  … %d more domains\n", len(gaps)-maxPolitenessRows)
-	}
-	fmt.Fprintf(w, "  domains with a gap below their interval: %d of %d\n", below, len(gaps))
 }
 
 // isTerminal reports whether w is a terminal (a character device).

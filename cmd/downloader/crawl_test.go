@@ -192,3 +192,64 @@ func TestCrawlFailsForOwnReasons(t *testing.T) {
 		t.Errorf("exit error %v, want plain 1", ee)
 	}
 }
+
+// TestCrawlPolitenessCountsAdmittedRequests: the summary's politeness table counts what
+// the limiter lets out (main documents and redirect hops), not a render's own
+// sub-requests. Each page here is rendered in real headless Chromium and makes two XHRs
+// to its own host right after it loads: they ride on the page's admission (SPEC §2), so
+// the table shows two requests for the domain, a gap no smaller than its interval, and no
+// domain below it.
+func TestCrawlPolitenessCountsAdmittedRequests(t *testing.T) {
+	if _, err := os.Stat(chromiumPath); err != nil {
+		t.Skipf("no headless Chromium at %s (scripts/test.sh installs it)", chromiumPath)
+	}
+	origin := origintest.New(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasPrefix(r.URL.Path, "/api/"):
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprint(w, `{"body":"more text"}`)
+		case r.URL.Path == "/old":
+			http.Redirect(w, r, "/p3", http.StatusFound) // a hop: admitted, counted
+		default:
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			fmt.Fprint(w, `<!doctype html><html><body><p id="a">Loading</p><script>
+Promise.all([fetch('/api/one').then(r => r.json()), fetch('/api/two').then(r => r.json())])
+  .then(([a, b]) => { document.getElementById('a').textContent = a.body + ' ' + b.body; });
+</script></body></html>`)
+		}
+	}))
+	defer origin.Close()
+	file := writeFile(t,
+		`{"url":"http://xhr.test/p1","should_render":true,"min_interval_ms":300,"should_store":false}`,
+		`{"url":"http://xhr.test/p2","should_render":true,"min_interval_ms":300,"should_store":false}`,
+		`{"url":"http://plain.test/old","min_interval_ms":300,"should_store":false}`,
+	)
+	args := []string{"crawl", "--data-dir", t.TempDir(), "--connect-to", origin.ConnectTo(),
+		"--chromium-path", chromiumPath, "--render-concurrency", "1", "--shutdown-grace-seconds", "5", file}
+	var stdout, stderr syncBuffer
+	if err := run(context.Background(), args, noEnv, &stdout, &stderr); err != nil {
+		t.Fatalf("crawl: %v\nstderr:\n%s", err, stderr.String())
+	}
+	xhrs := 0
+	for _, a := range origin.Arrivals() {
+		if strings.HasPrefix(a.Path, "/api/") {
+			xhrs++
+		}
+	}
+	if xhrs < 4 {
+		t.Fatalf("the origin saw %d XHRs, want 4: the pages did not run (%v)", xhrs, origin.Arrivals())
+	}
+	out := squash(stdout.String())
+	t.Logf("summary:\n%s", stdout.String())
+	for _, want := range []string{"succeeded 3", "domains with a gap below their interval: 0 of 2"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, stdout.String())
+		}
+	}
+	// The rows: domain, requests, min gap, min_interval_ms.
+	for _, row := range []string{"xhr.test 2 ", "plain.test 2 "} {
+		if !strings.Contains(out, row) {
+			t.Errorf("summary lacks the row %q (main documents and hops only):\n%s", row, stdout.String())
+		}
+	}
+}

@@ -13,7 +13,6 @@ import (
 	"downloader/engine"
 	"downloader/lease"
 	"downloader/limiter"
-	"downloader/netguard"
 	"downloader/scheduler"
 	"downloader/server"
 	"downloader/store/embedded"
@@ -23,17 +22,6 @@ import (
 type leaseConfig struct {
 	SchedulerURL string
 	WorkerID     string
-	// politeness, when set (by crawl, for its summary), records the wire gaps per domain;
-	// it keeps one entry per domain, so a long-running serve leaves it off.
-	politeness *lease.Politeness
-}
-
-// dialer is the guard's dialer: the politeness recorder's when set, else the default.
-func (c *leaseConfig) dialer() netguard.ContextDialer {
-	if c.politeness == nil {
-		return nil
-	}
-	return c.politeness.Dialer(nil)
 }
 
 // addLeaseFlags declares entry A's flags into c.
@@ -62,14 +50,13 @@ const (
 
 // entryA is the lease loop with its source (the scheduler or the local queue) and outbox.
 type entryA struct {
-	log        *slog.Logger
-	loop       *lease.Loop
-	queue      *embedded.Queue   // nil with a scheduler
-	client     *scheduler.Client // nil with the local queue
-	politeness *lease.Politeness // nil unless tracked
-	defaultIv  time.Duration
-	cancel     context.CancelFunc
-	done       chan struct{}
+	log       *slog.Logger
+	loop      *lease.Loop
+	queue     *embedded.Queue   // nil with a scheduler
+	client    *scheduler.Client // nil with the local queue
+	defaultIv time.Duration
+	cancel    context.CancelFunc
+	done      chan struct{}
 }
 
 // newEntryA builds entry A on st: with c.Lease.SchedulerURL set it leases from the
@@ -95,10 +82,6 @@ func newEntryA(ctx context.Context, c *config, logger *slog.Logger, clk clock.Cl
 		}
 		a.queue, cfg.Source = q, q
 		cfg.PollMax = localPollMax
-	}
-	if c.Lease.politeness != nil {
-		a.politeness = c.Lease.politeness
-		cfg.Politeness = a.politeness
 	}
 	loop, err := lease.New(cfg)
 	if err != nil {

@@ -100,8 +100,10 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 		}
 		st.Close()
 	}
-	guard := netguard.New(netguard.Config{ConnectTo: c.ConnectTo, AllowPrivateNetworks: c.AllowPrivateNetworks,
-		Dialer: c.Lease.dialer()})
+	if c.observeWire != nil {
+		lim.ObserveWire(c.observeWire)
+	}
+	guard := netguard.New(netguard.Config{ConnectTo: c.ConnectTo, AllowPrivateNetworks: c.AllowPrivateNetworks})
 	defaultInterval := time.Duration(c.DefaultMinIntervalMs) * time.Millisecond
 	fetcher := fetch.New(fetch.Config{
 		Clock: clk, Guard: guard, Logger: logger, UserAgent: c.UserAgent,
