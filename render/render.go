@@ -68,6 +68,10 @@ const (
 	DefaultNetworkIdleMax = 5 * time.Second
 	DefaultLaunchTimeout  = 20 * time.Second
 	DefaultProxyHost      = "127.0.0.1"
+	// A page of 10–30 requests (SPEC §3) stays well inside both; a page that fires a
+	// burst at a host not its own is cut at the second.
+	DefaultMaxSubrequestCount     = 150
+	DefaultMaxHostSubrequestCount = 20
 )
 
 // Backoff between failed launches or connections: doubling from minBackoff to maxBackoff.
@@ -132,6 +136,13 @@ type Config struct {
 	ProxyHost string
 
 	LaunchTimeout time.Duration // bound on one launch or connection attempt
+
+	// MaxSubrequestCount bounds a render's sub-requests (everything but its main documents
+	// and admitted frames), MaxHostSubrequestCount those to each host other than the
+	// page's (SPEC §3): they go out under the render's one admission. The excess is
+	// refused before it is sent and counted in capped_subrequest_count.
+	MaxSubrequestCount     int
+	MaxHostSubrequestCount int
 }
 
 // Stats is a snapshot of the pool for health pages and metrics.
@@ -233,6 +244,12 @@ func New(cfg Config) (*Pool, error) {
 	}
 	if cfg.LaunchTimeout <= 0 {
 		cfg.LaunchTimeout = DefaultLaunchTimeout
+	}
+	if cfg.MaxSubrequestCount <= 0 {
+		cfg.MaxSubrequestCount = DefaultMaxSubrequestCount
+	}
+	if cfg.MaxHostSubrequestCount <= 0 {
+		cfg.MaxHostSubrequestCount = DefaultMaxHostSubrequestCount
 	}
 	if cfg.Endpoint != "" {
 		u, err := url.Parse(cfg.Endpoint)
@@ -435,6 +452,7 @@ func (p *Pool) render(ctx context.Context, u *url.URL, adm *limiter.Admission, s
 		defer p.gate.Release()
 	}
 	st := newRenderState(p.clk, domain, adm)
+	st.caps = subrequestCaps{total: p.cfg.MaxSubrequestCount, perHost: p.cfg.MaxHostSubrequestCount}
 	job := &renderJob{p: p, u: u, st: st, start: start, deadline: deadline, done: make(chan *downloader.Outcome, 1)}
 	if !p.goTracked(func() { job.run(ctx) }) {
 		return downloader.Failed(downloader.FailShuttingDown)

@@ -1,0 +1,196 @@
+package render
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"downloader"
+	"downloader/clock"
+	"downloader/limiter"
+	"downloader/netguard"
+	"downloader/origintest"
+)
+
+// guardOrigin serves the pages of the tests of the render's guards against loading other
+// sites behind their limiter (SPEC §3).
+func guardOrigin(w http.ResponseWriter, r *http.Request) {
+	host := strings.Split(r.Host, ":")[0]
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	switch host + r.URL.Path {
+	case "opener.test/":
+		fmt.Fprint(w, openerPage)
+	case "burst.test/":
+		fmt.Fprint(w, burstPage("http://other.test/api/"))
+	case "ownburst.test/":
+		fmt.Fprint(w, burstPage("/api/"))
+	default:
+		if strings.HasPrefix(r.URL.Path, "/api/") {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Access-Control-Allow-Origin", "*")
+			fmt.Fprint(w, `{"ok":true}`)
+			return
+		}
+		fmt.Fprintf(w, "<!doctype html><html><body><p>%s%s</p></body></html>", host, r.URL.Path)
+	}
+}
+
+// openerPage aims the renderer at victim.test every way a page can without a main-frame
+// navigation: five popups, a target=_blank link and form, an iframe, and the speculative
+// loads (prerender, prefetch, preconnect, DNS prefetch, speculation rules).
+const openerPage = `<!doctype html><html><head><title>opener</title>
+<link rel="prerender" href="http://victim.test/prerender">
+<link rel="prefetch" href="http://victim.test/prefetch">
+<link rel="preconnect" href="http://victim.test">
+<link rel="dns-prefetch" href="//victim.test">
+<script type="speculationrules">{"prerender":[{"source":"list","urls":["http://victim.test/spec-prerender"]}],"prefetch":[{"source":"list","urls":["http://victim.test/spec-prefetch"]}]}</script>
+</head><body><p>A page that aims the renderer at another site.</p>
+<iframe src="http://victim.test/frame"></iframe>
+<a id="a" href="http://victim.test/blank" target="_blank">link</a>
+<form id="f" action="http://victim.test/form" target="_blank" method="post"><input name="q" value="1"></form>
+<script>
+for (let i = 0; i < 5; i++) { window.open("http://victim.test/popup" + i); }
+document.getElementById("a").click();
+document.getElementById("f").submit();
+</script>
+</body></html>`
+
+// burstCount is how many fetch() calls a burst page makes at once.
+const burstCount = 30
+
+// burstPage fires burstCount fetch() calls at prefix and writes how many were answered.
+func burstPage(prefix string) string {
+	return `<!doctype html><html><head><title>burst</title></head><body><p>A page that fires a burst.</p><p id="n"></p>
+<script>
+let ok = 0;
+const all = [];
+for (let i = 0; i < ` + fmt.Sprint(burstCount) + `; i++) {
+  all.push(fetch("` + prefix + `" + i).then(r => { if (r.ok) ok++; }, () => {}));
+}
+Promise.all(all).then(() => { document.getElementById("n").textContent = "answered " + ok; });
+</script></body></html>`
+}
+
+// guardEnv is a pool on the guard origin; with hops, it admits hops and frames through a
+// recorder on a real limiter, as the service does.
+func newGuardEnv(t *testing.T, hops bool, caps subrequestCaps) *hopEnv {
+	t.Helper()
+	f := getFixture(t)
+	o := origintest.New(http.HandlerFunc(guardOrigin))
+	t.Cleanup(o.Close)
+	rule, err := netguard.ParseConnectTo(o.ConnectTo())
+	if err != nil {
+		t.Fatal(err)
+	}
+	guard := netguard.New(netguard.Config{ConnectTo: []netguard.Rule{rule}, Resolver: fakeResolver{}, Dialer: loopbackOnly{f}})
+	l := limiter.New(clock.Real{})
+	rec := &hopRecorder{hops: limiterHops{l: l}}
+	cfg := Config{
+		Concurrency:            1,
+		WarmTabs:               1,
+		UserAgent:              testUserAgent,
+		Guard:                  guard,
+		Logger:                 testLogger(t),
+		MaxSubrequestCount:     caps.total,
+		MaxHostSubrequestCount: caps.perHost,
+	}
+	if hops {
+		cfg.Hops = rec
+	}
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return &hopEnv{o: o, l: l, rec: rec, p: p}
+}
+
+// TestRenderLoadsNoOtherSite: a page that opens popups (window.open, a target=_blank link
+// and form), embeds an iframe and asks for prerender, prefetch and preconnect, all to a
+// host whose slot is taken, renders without that host receiving any request: the
+// popups are refused and counted, the iframe is skipped and counted, and the speculative
+// loads never go out.
+func TestRenderLoadsNoOtherSite(t *testing.T) {
+	e := newGuardEnv(t, true, subrequestCaps{})
+	// victim.test's slot was used a moment ago, with a 2 s interval.
+	held, _, ok := e.l.Reserve(time.Now(), "victim.test", 2*time.Second, downloader.IntervalSourceRequest, downloader.EntryLease, time.Time{})
+	if !ok {
+		t.Fatal("no reservation")
+	}
+	held.Done()
+	out := e.render(t, "opener.test/", 0, 20*time.Second)
+	if out.FailReason != "" || out.HTTPStatus != 200 || !strings.Contains(out.Text, "aims the renderer") {
+		t.Fatalf("fail_reason=%s http_status=%d text=%q, want the page", failReason(out), out.HTTPStatus, out.Text)
+	}
+	var got []string
+	for _, a := range e.o.Arrivals() {
+		if a.Host == "victim.test" {
+			got = append(got, a.Path)
+		}
+	}
+	if len(got) > 0 {
+		t.Errorf("victim.test received %v while its slot was taken, want nothing", got)
+	}
+	hs := out.HealthSignal
+	if n := deref(hs.PopupCount); n != 7 {
+		t.Errorf("popup_count=%d, want 7 (five window.open, a link and a form)", n)
+	}
+	if n := deref(hs.SkippedFrameCount); n != 1 {
+		t.Errorf("skipped_frame_count=%d, want the iframe", n)
+	}
+	if got := e.rec.take(); len(got) != 1 || got[0] != "victim.test" {
+		t.Errorf("admissions asked for: %v, want the iframe's [victim.test] only", got)
+	}
+	if got := e.requestCount("victim.test"); got != 1 {
+		t.Errorf("victim.test: request_count_24h=%d, want only the reservation", got)
+	}
+	getFixture(t).noViolations(t)
+}
+
+// TestRenderSubrequestCaps: a page's burst of fetch() calls goes out only up to the
+// render's caps, per other host and in total; the rest is refused before it is sent and
+// counted. With a pauser (the service) the pauser counts; without one, the proxy does.
+func TestRenderSubrequestCaps(t *testing.T) {
+	const perHost, total = 5, 12
+	for _, hops := range []bool{true, false} {
+		t.Run(fmt.Sprintf("hops=%v", hops), func(t *testing.T) {
+			e := newGuardEnv(t, hops, subrequestCaps{total: total, perHost: perHost})
+
+			out := e.render(t, "burst.test/", 0, 20*time.Second)
+			if out.FailReason != "" || out.HTTPStatus != 200 {
+				t.Fatalf("fail_reason=%s http_status=%d", failReason(out), out.HTTPStatus)
+			}
+			if n := e.o.CountByHost()["other.test"]; n != perHost {
+				t.Errorf("other.test received %d requests, want the cap %d", n, perHost)
+			}
+			if n := deref(out.HealthSignal.CappedSubrequestCount); n != burstCount-perHost {
+				t.Errorf("capped_subrequest_count=%d, want %d", n, burstCount-perHost)
+			}
+			if want := fmt.Sprintf("answered %d", perHost); !strings.Contains(out.Text, want) {
+				t.Errorf("text %q lacks %q", out.Text, want)
+			}
+
+			// The page's own host is bounded by the total only.
+			out = e.render(t, "ownburst.test/", 0, 20*time.Second)
+			if out.FailReason != "" || out.HTTPStatus != 200 {
+				t.Fatalf("fail_reason=%s http_status=%d", failReason(out), out.HTTPStatus)
+			}
+			api := 0
+			for _, a := range e.o.Arrivals() {
+				if a.Host == "ownburst.test" && strings.HasPrefix(a.Path, "/api/") {
+					api++
+				}
+			}
+			capped := deref(out.HealthSignal.CappedSubrequestCount)
+			if api > total || api < perHost+1 {
+				t.Errorf("ownburst.test received %d API requests, want more than the per-host cap %d and at most the total %d", api, perHost, total)
+			}
+			if api+capped < burstCount || capped < burstCount-total {
+				t.Errorf("%d API requests sent and capped_subrequest_count=%d, want every one of %d sent or capped", api, capped, burstCount)
+			}
+		})
+	}
+	getFixture(t).noViolations(t)
+}
