@@ -2,8 +2,10 @@ package render
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,6 +46,8 @@ const openerPage = `<!doctype html><html><head><title>opener</title>
 <link rel="prerender" href="http://victim.test/prerender">
 <link rel="prefetch" href="http://victim.test/prefetch">
 <link rel="preconnect" href="http://victim.test">
+<link rel="preconnect" href="https://victim.test">
+<link rel="prefetch" href="https://victim.test/prefetch">
 <link rel="dns-prefetch" href="//victim.test">
 <script type="speculationrules">{"prerender":[{"source":"list","urls":["http://victim.test/spec-prerender"]}],"prefetch":[{"source":"list","urls":["http://victim.test/spec-prefetch"]}]}</script>
 </head><body><p>A page that aims the renderer at another site.</p>
@@ -51,7 +55,8 @@ const openerPage = `<!doctype html><html><head><title>opener</title>
 <a id="a" href="http://victim.test/blank" target="_blank">link</a>
 <form id="f" action="http://victim.test/form" target="_blank" method="post"><input name="q" value="1"></form>
 <script>
-for (let i = 0; i < 5; i++) { window.open("http://victim.test/popup" + i); }
+for (let i = 0; i < 4; i++) { window.open("http://victim.test/popup" + i); }
+window.open("https://victim.test/popup");
 document.getElementById("a").click();
 document.getElementById("f").submit();
 </script>
@@ -75,7 +80,12 @@ Promise.all(all).then(() => { document.getElementById("n").textContent = "answer
 
 // guardEnv is a pool on the guard origin; with hops, it admits hops and frames through a
 // recorder on a real limiter, as the service does.
-func newGuardEnv(t *testing.T, hops bool, caps subrequestCaps) *hopEnv {
+type guardEnv struct {
+	*hopEnv
+	tlsAccepts *atomic.Int64 // TCP connections victim.test:443 accepted
+}
+
+func newGuardEnv(t *testing.T, hops bool, caps subrequestCaps) guardEnv {
 	t.Helper()
 	f := getFixture(t)
 	o := origintest.New(http.HandlerFunc(guardOrigin))
@@ -84,7 +94,28 @@ func newGuardEnv(t *testing.T, hops bool, caps subrequestCaps) *hopEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	guard := netguard.New(netguard.Config{ConnectTo: []netguard.Rule{rule}, Resolver: fakeResolver{}, Dialer: loopbackOnly{f}})
+	// victim.test:443 is a listener that counts the connections it accepts and closes
+	// them: any packet toward it is a contact (SPEC §2).
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var accepts atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepts.Add(1)
+			c.Close()
+		}
+	}()
+	guard := netguard.New(netguard.Config{
+		ConnectTo: []netguard.Rule{mustRule("victim.test:443:" + ln.Addr().String()), rule},
+		Resolver:  fakeResolver{}, Dialer: loopbackOnly{f},
+	})
 	l := limiter.New(clock.Real{})
 	rec := &hopRecorder{hops: limiterHops{l: l}}
 	cfg := Config{
@@ -104,7 +135,7 @@ func newGuardEnv(t *testing.T, hops bool, caps subrequestCaps) *hopEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	return &hopEnv{o: o, l: l, rec: rec, p: p}
+	return guardEnv{&hopEnv{o: o, l: l, rec: rec, p: p}, &accepts}
 }
 
 // TestRenderLoadsNoOtherSite: a page that opens popups (window.open, a target=_blank link
@@ -132,6 +163,9 @@ func TestRenderLoadsNoOtherSite(t *testing.T) {
 	}
 	if len(got) > 0 {
 		t.Errorf("victim.test received %v while its slot was taken, want nothing", got)
+	}
+	if n := e.tlsAccepts.Load(); n != 0 {
+		t.Errorf("victim.test:443 accepted %d connections, want none", n)
 	}
 	hs := out.HealthSignal
 	if n := deref(hs.PopupCount); n != 7 {
