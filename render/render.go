@@ -32,7 +32,12 @@
 //     location=) first gets an admission of its own, bounded by the render's deadline, and
 //     the proxy holds its request bytes toward that host until the admission's Wire lets
 //     them out. A hop that cannot be admitted in time is failed, and the render answers
-//     self_rate_limited. Iframe documents are not admitted (docs/benchmarks-render.md).
+//     self_rate_limited. An iframe document on another host is admitted if that host's
+//     turn is now, else skipped (docs/benchmarks-render.md). The browser pauses every
+//     other request too: speculative loads are failed, and the page's own sub-requests
+//     are bounded per render and per other host (MaxSubrequestCount,
+//     MaxHostSubrequestCount). Popups are refused by the local browser's flags and
+//     counted. SPEC §3: a render never loads another site behind that site's limiter.
 //   - A render navigates, waits for the load event and then for the network to be quiet
 //     (NetworkQuiet with no request in flight), reads the rendered DOM and the main
 //     document as served, and builds the outcome. See Pool.Render for the limits.
@@ -113,8 +118,9 @@ type Config struct {
 	// request for it (CDP Fetch domain). Nil: nothing after the first request is admitted
 	// and nothing is paused (tests, benchmarks).
 	Hops HopAdmitter
-	// frames is what happens to iframe documents on other hosts; only benchmarks change
-	// it (docs/benchmarks-render.md has the measurement behind the default).
+	// frames is what happens to iframe documents on other hosts; only tests and
+	// benchmarks change it (docs/benchmarks-render.md has the measurement behind the
+	// default, frameAdmitNow).
 	frames frameMode
 	// refillAtLoad starts a render's replacement warm tab at the page's load event instead
 	// of when its network first goes quiet; only benchmarks set it
