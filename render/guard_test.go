@@ -26,6 +26,12 @@ func guardOrigin(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, openerPage)
 	case "burst.test/":
 		fmt.Fprint(w, burstPage("http://other.test/api/"))
+	case "workerburst.test/": // the burst from a dedicated worker
+		fmt.Fprint(w, `<!doctype html><html><body><p id="n">worker</p><script>
+const src = "let ok=0; const all=[]; for (let i=0;i<` + fmt.Sprint(burstCount) + `;i++) all.push(fetch('http://other.test/api/w'+i).then(r=>{if(r.ok)ok++},()=>{})); Promise.all(all).then(()=>postMessage(ok));";
+const w = new Worker(URL.createObjectURL(new Blob([src], {type: "text/javascript"})));
+w.onmessage = (m) => { document.getElementById("n").textContent = "worker answered " + m.data; };
+</script></body></html>`)
 	case "ownburst.test/":
 		fmt.Fprint(w, burstPage("/api/"))
 	default:
@@ -204,6 +210,18 @@ func TestRenderSubrequestCaps(t *testing.T) {
 			}
 			if want := fmt.Sprintf("answered %d", perHost); !strings.Contains(out.Text, want) {
 				t.Errorf("text %q lacks %q", out.Text, want)
+			}
+
+			// A dedicated worker's requests are the page's too.
+			out = e.render(t, "workerburst.test/", 0, 20*time.Second)
+			if out.FailReason != "" || out.HTTPStatus != 200 {
+				t.Fatalf("fail_reason=%s http_status=%d", failReason(out), out.HTTPStatus)
+			}
+			if n := e.o.CountByHost()["other.test"]; n != 2*perHost {
+				t.Errorf("other.test received %d requests from the worker, want the cap %d", n-perHost, perHost)
+			}
+			if n := deref(out.HealthSignal.CappedSubrequestCount); n != burstCount-perHost {
+				t.Errorf("worker: capped_subrequest_count=%d, want %d", n, burstCount-perHost)
 			}
 
 			// The page's own host is bounded by the total only.
