@@ -1,13 +1,21 @@
 package render
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"log"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/security"
 
 	"downloader"
 	"downloader/clock"
@@ -245,4 +253,65 @@ func TestRenderSubrequestCaps(t *testing.T) {
 		})
 	}
 	getFixture(t).noViolations(t)
+}
+
+// TestRenderSubrequestCapsHTTPS: over HTTPS, where the proxy sees one tunnel for many
+// requests, the pauser still lets only the per-host cap of a burst reach the other host.
+func TestRenderSubrequestCapsHTTPS(t *testing.T) {
+	f := getFixture(t)
+	const perHost = 4
+	var mu sync.Mutex
+	apiCount := 0
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Host == "tls-other.test" && strings.HasPrefix(r.URL.Path, "/api/") {
+			mu.Lock()
+			apiCount++
+			mu.Unlock()
+			w.Header().Set("Access-Control-Allow-Origin", "*")
+			fmt.Fprint(w, `{"ok":true}`)
+			return
+		}
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprint(w, burstPage("https://tls-other.test/api/"))
+	}))
+	// The browser's first handshake to each host ends with an unknown-certificate alert.
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	guard := netguard.New(netguard.Config{
+		ConnectTo: []netguard.Rule{mustRule("tls-burst.test:443:127.0.0.1:" + port), mustRule("tls-other.test:443:127.0.0.1:" + port)},
+		Resolver:  fakeResolver{}, Dialer: loopbackOnly{f},
+	})
+	l := limiter.New(clock.Real{})
+	p, err := New(Config{Concurrency: 1, WarmTabs: -1, UserAgent: testUserAgent, Guard: guard, Hops: limiterHops{l: l},
+		Logger: testLogger(t), MaxHostSubrequestCount: perHost})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	b, err := p.browserFor(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The test server's certificate is for no .test name.
+	if _, err := cdp.Call(ctx, b.b, security.SetIgnoreCertificateErrors, security.SetIgnoreCertificateErrorsParams{Ignore: true}); err != nil {
+		t.Fatal(err)
+	}
+	out := p.Render(context.Background(), f.url("https://tls-burst.test/"), nil, 20*time.Second)
+	if out.FailReason != "" || out.HTTPStatus != 200 {
+		t.Fatalf("fail_reason=%s http_status=%d", failReason(out), out.HTTPStatus)
+	}
+	mu.Lock()
+	got := apiCount
+	mu.Unlock()
+	if got != perHost {
+		t.Errorf("tls-other.test received %d requests, want the cap %d", got, perHost)
+	}
+	if n := deref(out.HealthSignal.CappedSubrequestCount); n != burstCount-perHost {
+		t.Errorf("capped_subrequest_count=%d, want %d", n, burstCount-perHost)
+	}
+	f.noViolations(t)
 }
