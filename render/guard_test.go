@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/security"
 
 	"downloader"
@@ -314,4 +316,74 @@ func TestRenderSubrequestCapsHTTPS(t *testing.T) {
 		t.Errorf("capped_subrequest_count=%d, want %d", n, burstCount-perHost)
 	}
 	f.noViolations(t)
+}
+
+func TestAdmitSubrequest(t *testing.T) {
+	type req struct {
+		domain string
+		want   bool
+	}
+	tests := []struct {
+		name string
+		caps subrequestCaps
+		hop  string // an admitted hop's domain: the page's own too
+		reqs []req
+	}{
+		{"per other host", subrequestCaps{total: 10, perHost: 2}, "", []req{
+			{"other.test", true}, {"other.test", true}, {"other.test", false},
+			{"third.test", true}, {"page.test", true}, {"page.test", true}, {"page.test", true},
+		}},
+		{"total, the page's host included", subrequestCaps{total: 3, perHost: 2}, "", []req{
+			{"page.test", true}, {"page.test", true}, {"other.test", true}, {"page.test", false}, {"other.test", false},
+		}},
+		{"an admitted hop's host is the page's", subrequestCaps{total: 10, perHost: 1}, "hop.test", []req{
+			{"hop.test", true}, {"hop.test", true}, {"other.test", true}, {"other.test", false},
+		}},
+		{"a refusal at the per-host cap spends nothing of the total", subrequestCaps{total: 2, perHost: 1}, "", []req{
+			{"other.test", true}, {"other.test", false}, {"page.test", true}, {"page.test", false},
+		}},
+		{"no caps", subrequestCaps{}, "", []req{{"other.test", true}, {"other.test", true}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := newRenderState(clock.Real{}, "page.test", nil)
+			st.caps = tt.caps
+			if tt.hop != "" {
+				st.addHop(tt.hop, limiter.Admission{})
+			}
+			refused := 0
+			for i, r := range tt.reqs {
+				if got := st.admitSubrequest(r.domain); got != r.want {
+					t.Errorf("request %d to %s: admitted=%v, want %v", i, r.domain, got, r.want)
+				}
+				if !r.want {
+					refused++
+				}
+			}
+			if got := st.guardCounts().capped; got != refused {
+				t.Errorf("capped=%d, want %d", got, refused)
+			}
+		})
+	}
+}
+
+func TestIsSpeculative(t *testing.T) {
+	tests := []struct {
+		name string
+		typ  network.ResourceType
+		hdr  network.Headers
+		want bool
+	}{
+		{"link prefetch", network.ResourceTypePrefetch, nil, true},
+		{"Sec-Purpose prefetch", network.ResourceTypeDocument, network.Headers{"Sec-Purpose": "prefetch;prerender"}, true},
+		{"Purpose prefetch", network.ResourceTypeScript, network.Headers{"purpose": "prefetch"}, true},
+		{"a document", network.ResourceTypeDocument, network.Headers{"Accept": "text/html"}, false},
+		{"a fetch", network.ResourceTypeFetch, nil, false},
+	}
+	for _, tt := range tests {
+		e := &fetch.EventRequestPaused{ResourceType: tt.typ, Request: &network.Request{URL: "http://x.test/", Headers: tt.hdr}}
+		if got := isSpeculative(e); got != tt.want {
+			t.Errorf("%s: isSpeculative=%v, want %v", tt.name, got, tt.want)
+		}
+	}
 }

@@ -296,8 +296,8 @@ func (p *pauser) fail(tctx context.Context, id fetch.RequestID) {
 
 // isSpeculative reports whether a paused request is a speculative load: a prefetch of a
 // link (rel=prefetch, speculation rules), which loads a page or resource the page might
-// want later. The browser's flags turn the others off (prerender, preconnect, DNS
-// prefetch); this holds on a remote endpoint too.
+// want later. The local browser's flags turn prerender, no-state prefetch and DNS
+// prefetch off; this check holds on a remote endpoint too.
 func isSpeculative(e *fetch.EventRequestPaused) bool {
 	if e.ResourceType == network.ResourceTypePrefetch {
 		return true
