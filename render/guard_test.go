@@ -38,7 +38,7 @@ func guardOrigin(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, burstPage("http://other.test/api/"))
 	case "workerburst.test/": // the burst from a dedicated worker
 		fmt.Fprint(w, `<!doctype html><html><body><p id="n">worker</p><script>
-const src = "let ok=0; const all=[]; for (let i=0;i<` + fmt.Sprint(burstCount) + `;i++) all.push(fetch('http://other.test/api/w'+i).then(r=>{if(r.ok)ok++},()=>{})); Promise.all(all).then(()=>postMessage(ok));";
+const src = "let ok=0; const all=[]; for (let i=0;i<`+fmt.Sprint(burstCount)+`;i++) all.push(fetch('http://other.test/api/w'+i).then(r=>{if(r.ok)ok++},()=>{})); Promise.all(all).then(()=>postMessage(ok));";
 const w = new Worker(URL.createObjectURL(new Blob([src], {type: "text/javascript"})));
 w.onmessage = (m) => { document.getElementById("n").textContent = "worker answered " + m.data; };
 </script></body></html>`)
