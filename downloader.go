@@ -145,6 +145,14 @@ type HealthSignal struct {
 	SubrequestCount       *int `json:"subrequest_count"`
 	SubrequestFailedCount *int `json:"subrequest_failed_count"`
 	BlockedRequestCount   *int `json:"blocked_request_count"`
+	// The render's guards against loading other sites behind their limiter (SPEC §3),
+	// null when should_render=false. PopupCount: windows the page tried to open (none is
+	// loaded). SkippedFrameCount: iframe documents on another host not loaded because that
+	// host's turn was not now. CappedSubrequestCount: sub-requests refused because the
+	// render's caps (in total, per other host) were reached.
+	PopupCount            *int `json:"popup_count"`
+	SkippedFrameCount     *int `json:"skipped_frame_count"`
+	CappedSubrequestCount *int `json:"capped_subrequest_count"`
 }
 
 // Summary is the lean result every entry returns (CONTRACT §二): never the page itself.

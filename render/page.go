@@ -385,6 +385,7 @@ func (j *renderJob) base(md mainDocument, t *tab) *downloader.Outcome {
 	hs.XHRCount, hs.XHRFailedCount = &c.xhr, &c.xhrFailed
 	hs.SubrequestCount, hs.SubrequestFailedCount = &c.sub, &c.subFailed
 	hs.BlockedRequestCount = &blocked
+	j.st.guardCounts().fill(hs)
 	switch {
 	case md.proxyReason != "":
 		out.FailReason = md.proxyReason

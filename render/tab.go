@@ -71,7 +71,7 @@ func (p *Pool) newTab(ctx context.Context, b *browser) (*tab, error) {
 			}
 			// Every document request waits for the pauser's word. An endpoint that cannot
 			// pause requests cannot render under the limiter: the tab fails (fail closed).
-			if _, err := cdp.Call(ctx, tg, fetch.Enable, fetch.EnableParams{Patterns: documentPatterns}); err != nil {
+			if _, err := cdp.Call(ctx, tg, fetch.Enable, fetch.EnableParams{Patterns: pausePatterns}); err != nil {
 				return fmt.Errorf("pause document requests (Fetch.enable): %w", err)
 			}
 			return nil

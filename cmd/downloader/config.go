@@ -16,6 +16,7 @@ import (
 	"downloader"
 	"downloader/egress"
 	"downloader/netguard"
+	"downloader/render"
 )
 
 // config is every flag of serve (and crawl, which runs the same service).
@@ -36,6 +37,10 @@ type config struct {
 	ShutdownGraceSeconds int
 	Lease                leaseConfig   // entry A (lease.go)
 	Cluster              clusterConfig // --store tikv (cluster.go)
+
+	// The render's sub-request caps (SPEC §3), in total and per host other than the page's.
+	RenderMaxSubrequestCount     int
+	RenderMaxHostSubrequestCount int
 
 	// Access (issue 7 item 3): bearer tokens, and the switch that allows serving without
 	// them on a non-loopback address.
@@ -103,6 +108,8 @@ func newFlagSet(name string, c *config, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.UserAgent, "user-agent", defaultUserAgent, "User-Agent of every request, plain and rendered")
 	fs.Int64Var(&c.RequestTimeoutMs, "request-timeout-ms", 30000, "default timeout of one fetch or render")
 	fs.IntVar(&c.RenderConcurrency, "render-concurrency", runtime.NumCPU(), "renders at once (the browser pool size)")
+	fs.IntVar(&c.RenderMaxSubrequestCount, "render-max-subrequest-count", render.DefaultMaxSubrequestCount, "sub-requests one render may send (scripts, styles, XHR, fetch, beacons); the rest is refused and counted in capped_subrequest_count")
+	fs.IntVar(&c.RenderMaxHostSubrequestCount, "render-max-host-subrequest-count", render.DefaultMaxHostSubrequestCount, "sub-requests one render may send to each host other than the page's own")
 	fs.StringVar(&c.RendererEndpoint, "renderer-endpoint", "", "remote CDP endpoint (e.g. ws://obscura:9222/devtools/browser); empty launches local Chromium")
 	fs.StringVar(&c.ChromiumPath, "chromium-path", "/usr/lib/chromium/chromium-headless-shell", "local headless Chromium binary")
 	fs.Var(levelFlag{&c.LogLevel}, "log-level", "debug, info, warn or error")
@@ -188,6 +195,10 @@ func (c *config) check() error {
 		return errors.New("--request-timeout-ms must be at least 1")
 	case c.RenderConcurrency < 1:
 		return errors.New("--render-concurrency must be at least 1")
+	case c.RenderMaxSubrequestCount < 1:
+		return errors.New("--render-max-subrequest-count must be at least 1")
+	case c.RenderMaxHostSubrequestCount < 1:
+		return errors.New("--render-max-host-subrequest-count must be at least 1")
 	case c.ShutdownGraceSeconds < 0:
 		return errors.New("--shutdown-grace-seconds must not be negative")
 	case c.DataDir == "":
