@@ -72,7 +72,7 @@ type Config struct {
 	Hops  HopAdmitter     // nil: redirects are not followed (the 3xx is the answer)
 	// UserAgent is sent on every request; default DefaultUserAgent.
 	UserAgent       string
-	ConnectTimeout  time.Duration // DNS and TCP connect; default 10s
+	ConnectTimeout  time.Duration // DNS, the limiter's wait at the connection attempt (rare: another request's hold) and TCP connect; default 10s
 	TLSTimeout      time.Duration // TLS handshake; default 10s
 	ResponseTimeout time.Duration // headers after the request is sent, and any stall of the body; default 30s
 	MaxBodyBytes    int64         // default 10 MiB, decoded and on the wire
