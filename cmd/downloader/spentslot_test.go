@@ -136,7 +136,7 @@ func TestFailingOriginsAreNotHammered(t *testing.T) {
 		// fault this test guards against gave gaps of a few ms.
 		tolerance = 100 * time.Millisecond
 		load      = 3 * time.Second
-		workers   = 8
+		workers   = 4
 	)
 	hosts := map[string]*failingOrigin{
 		"garbage.test": startFailingOrigin(t, "tls_garbage"),
@@ -208,8 +208,9 @@ func TestFailingOriginsAreNotHammered(t *testing.T) {
 		accepts, arrivals := hosts[h].stamps()
 		gap, at := minGap(accepts)
 		t.Logf("%s: %d connections accepted, %d requests read, closest connections %v apart", h, len(accepts), len(arrivals), gap)
-		if len(accepts) < 3 {
-			t.Errorf("%s: only %d connections: the load did not exercise it", h, len(accepts))
+		// At least one gap to measure; the kept-alive host must also have reused one.
+		if len(accepts) < 2 || (h == "drop.test" && len(arrivals) <= len(accepts)) {
+			t.Errorf("%s: only %d connections and %d requests: the load did not exercise it", h, len(accepts), len(arrivals))
 		}
 		if gap < interval-tolerance {
 			t.Errorf("%s: connections %d and %d accepted %v apart, under the interval %v", h, at-1, at, gap, interval)
