@@ -19,7 +19,7 @@
 //     request) and logged, and retrying is the caller's decision. A second connection
 //     attempt or write of one admission is refused anyway (wireTicket).
 //   - Every redirect hop, to the same host too, gets its own admission from
-//     Config.Hops (politeness is per request) and its own WaitWire. A hop whose URL names
+//     Config.Hops (politeness is per request) and its own wire ticket. A hop whose URL names
 //     a forbidden address, or whose host resolves to one, fails with
 //     destination_forbidden before any connection is made. More than MaxRedirects hops:
 //     the last 3xx is the final answer (http_status_error).
