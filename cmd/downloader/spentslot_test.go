@@ -24,11 +24,11 @@ type failingOrigin struct {
 	wg   sync.WaitGroup
 	mode string
 
-	mu       sync.Mutex
+	mu        sync.Mutex
 	accepts   []time.Time
 	arrivals  []time.Time
 	unstamped int // arrivals the kernel gave no receive time
-	conns    []net.Conn
+	conns     []net.Conn
 }
 
 func startFailingOrigin(t *testing.T, mode string) *failingOrigin {
@@ -148,8 +148,8 @@ func TestFailingOriginsAreNotHammered(t *testing.T) {
 		connTolerance = 100 * time.Millisecond
 		// Requests are stamped by the kernel, as origintest does.
 		requestTolerance = 2 * time.Millisecond
-		load      = 3 * time.Second
-		workers   = 4
+		load             = 3 * time.Second
+		workers          = 4
 	)
 	hosts := map[string]*failingOrigin{
 		"garbage.test": startFailingOrigin(t, "tls_garbage"),
