@@ -210,6 +210,11 @@ func (x *proxy) dial(ctx context.Context, network, address string, tunnel bool) 
 	if st == nil {
 		return nil, errNotArmed
 	}
+	if host, _, err := net.SplitHostPort(address); err == nil {
+		if d, err := downloader.NormalizeDomain(host); err == nil {
+			ctx = netguard.WithConnectHook(ctx, &attemptHook{st: st, domain: d, stop: x.ctx.Done()})
+		}
+	}
 	conn, err := x.dialGuard(ctx, network, address)
 	if err != nil {
 		var fe *netguard.ForbiddenError
@@ -310,7 +315,8 @@ type renderState struct {
 	mu             sync.Mutex
 	adm            *limiter.Admission // nil: no limiter (or released)
 	released       bool               // Render returned: adm is the caller's again
-	wired          bool               // the first request to domain went on the wire
+	wired          bool               // the first request to domain went on the wire (attempt or write)
+	attempts       wireAttempts       // connection attempts and first writes (wire.go)
 	seen           bool               // the proxy saw at least one request
 	blocked        int
 	tunnelFailures map[string]downloader.FailReason
