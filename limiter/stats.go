@@ -47,8 +47,8 @@ type DomainState struct {
 	// from RebuildLossAt + its min_interval_ms. Zero (absent) otherwise.
 	RebuildLossAt   time.Time `json:"rebuild_loss_at,omitzero"`
 	InFlightCount   int       `json:"in_flight_count"`
-	RequestCount24h uint64                    `json:"request_count_24h"`
-	State           State                     `json:"state"`
+	RequestCount24h uint64    `json:"request_count_24h"`
+	State           State     `json:"state"`
 	// LastOverLimitEntry and LastOverLimitAt tell the latest over-limit event, if any.
 	LastOverLimitEntry downloader.Entry `json:"last_over_limit_entry,omitempty"`
 	LastOverLimitAt    *time.Time       `json:"last_over_limit_at"`
