@@ -241,3 +241,20 @@ func TestLastRequestAtIsNeverInvented(t *testing.T) {
 
 // done completes an admission returned by value.
 func done(a Admission) { a.Done() }
+
+// TestCountsFrom: the instant the next interval counts from includes the loss, which
+// DomainState shows apart.
+func TestCountsFrom(t *testing.T) {
+	l, _ := newFake() // lost at t0
+	if _, ok := l.CountsFrom("none.example"); ok {
+		t.Error("CountsFrom of an unknown domain: ok")
+	}
+	a := mustAllow(t, l, at(time.Second), "d.example", 500*time.Millisecond)
+	if from, ok := l.CountsFrom("d.example"); !ok || !from.Equal(at(time.Second)) {
+		t.Errorf("CountsFrom after an admission = %v %v", from, ok)
+	}
+	a.Cancel()
+	if from, ok := l.CountsFrom("d.example"); !ok || !from.Equal(t0) {
+		t.Errorf("CountsFrom after a cancel = %v %v, want the loss at t0", from, ok)
+	}
+}

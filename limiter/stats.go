@@ -101,6 +101,20 @@ func (l *Limiter) Domain(now time.Time, domain string) (DomainState, bool) {
 	return l.snapshot(domain, en, l.ns(now)), true
 }
 
+// CountsFrom returns the instant domain's next interval counts from: its latest admitted
+// slot or wire moment, or the loss moment the rebuild counts as a request (which
+// DomainState shows apart, as rebuild_loss_at). False if the table holds nothing for it.
+func (l *Limiter) CountsFrom(domain string) (time.Time, bool) {
+	s := l.shardOf(domain)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	en := s.entries[domain]
+	if en == nil {
+		return time.Time{}, false
+	}
+	return l.at(en.lastNs).UTC(), true
+}
+
 // Range calls f with a snapshot of every domain, one shard at a time, until f returns
 // false. f must not call the limiter.
 func (l *Limiter) Range(now time.Time, f func(DomainState) bool) {
