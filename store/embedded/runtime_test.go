@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"fmt"
 	"path/filepath"
 	"reflect"
 	"testing"
@@ -152,5 +153,46 @@ func TestRuntimeEntryCodec(t *testing.T) {
 		if _, err := decodeRuntimeEntry("x", bad); err == nil {
 			t.Errorf("decoded %v", bad)
 		}
+	}
+}
+
+// BenchmarkHeartbeat measures one heartbeat: a small synchronous commit, once a second.
+func BenchmarkHeartbeat(b *testing.B) {
+	s, err := Open(b.TempDir(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	now := time.Now()
+	for b.Loop() {
+		if err := s.Heartbeat(b.Context(), now); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkSaveAndStartRuntime measures a clean stop's save of 10^5 entries and the next
+// start's read.
+func BenchmarkSaveAndStartRuntime(b *testing.B) {
+	const n = 100_000
+	t1 := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	snap := limiter.Snapshot{SavedAt: t1, Entries: make([]limiter.SavedEntry, n)}
+	for i := range snap.Entries {
+		snap.Entries[i] = limiter.SavedEntry{Domain: fmt.Sprintf("d%06d.example.com", i), LastRequestAt: t1, WireAt: t1,
+			MinIntervalMs: 1000, IntervalSource: downloader.IntervalSourceLease}
+	}
+	for b.Loop() {
+		s, err := Open(b.TempDir(), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := s.SaveRuntime(b.Context(), snap); err != nil {
+			b.Fatal(err)
+		}
+		start, err := s.StartRuntime(b.Context(), t1)
+		if err != nil || len(start.Snapshot.Entries) != n {
+			b.Fatalf("%v %d", err, len(start.Snapshot.Entries))
+		}
+		s.Close()
 	}
 }
