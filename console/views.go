@@ -453,7 +453,13 @@ func optFixed(p *float64, d int) string {
 	return fixed(*p, d)
 }
 
-func ts(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+// ts shows an instant, or "—" for none (the zero time: e.g. no request known).
+func ts(t time.Time) string {
+	if t.IsZero() {
+		return "—"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
 
 func sourceLabel(s downloader.IntervalSource) string {
 	switch s {

@@ -52,6 +52,7 @@ type Server struct {
 	handler http.Handler
 	ready   atomic.Bool
 	address atomic.Pointer[string] // SetAddress
+	drain   drain                  // drain.go
 }
 
 // New returns the server's handler; it answers /readyz with 503 until SetReady(true).

@@ -35,10 +35,16 @@
 // Data directories written before these names are moved to them once at Open
 // (migrate.go).
 //
-// downloader:domain_runtime is not stored here: on one machine the limiter lives in memory
-// (package limiter), and the table may be lost by design (SPEC §2: a lost entry is rebuilt
-// conservatively). A persisted copy would cost a write per request for nothing. The TiKV
-// store, shared by several machines, is where it becomes a stored table.
+//	downloader:domain_runtime::heartbeat, ::clean_stop, downloader:domain_runtime:{domain}
+//	    What a restart needs of the limiter's table (runtime.go): the running process's
+//	    heartbeat, and the entries a clean stop saved.
+//
+// downloader:domain_runtime itself lives in memory on one machine (package limiter): a
+// copy per request would cost a write per request, and the table may be lost by design
+// (SPEC §2: a lost entry is rebuilt conservatively). What is stored is only what makes a
+// restart wait no longer than safety needs: a heartbeat a second, and at a clean stop the
+// entries that can still refuse a request. The TiKV store, shared by several machines, is
+// where the table itself becomes a stored table.
 package embedded
 
 import (
