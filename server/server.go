@@ -30,6 +30,9 @@ type Config struct {
 	// See auth.go for the whole policy.
 	APIToken   string
 	AdminToken string
+	// MetricsToken, when set, is the bearer token GET /metrics needs (Prometheus'
+	// authorization scrape setting); empty: /metrics is open.
+	MetricsToken string
 	// Extra registers more routes (tasks, results, console, metrics) from other packages.
 	Extra func(mux *http.ServeMux)
 
