@@ -51,6 +51,10 @@ type Config struct {
 	Domains  *observe.DomainTable
 	// Renderer reports the renderer pool; nil when the service has none.
 	Renderer func() observe.RendererStats
+	// Session returns the role and CSRF token of the session a request was signed in
+	// with (server.Session); nil or "" when there is none (no tokens configured, or a
+	// bearer token). The pages show the role and send the token with their writes.
+	Session func(r *http.Request) (role, csrfToken string)
 	Logger   *slog.Logger // default: discard
 }
 
@@ -74,7 +78,7 @@ func New(cfg Config) (*Console, error) {
 	}
 	c := &Console{cfg: cfg, log: cfg.Logger, pages: map[string]*template.Template{}}
 	for _, name := range []string{"runtime", "probes", "stats", "error"} {
-		t, err := template.New("layout.html").Funcs(funcs()).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
+		t, err := template.New("layout.html").Funcs(funcs()).ParseFS(templateFS, "templates/layout.html", "templates/charts.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console: parse %s: %w", name, err)
 		}
@@ -99,6 +103,8 @@ func (c *Console) Register(mux *http.ServeMux) {
 		return c.Probes(n), nil
 	}))
 	mux.Handle("GET /v1/console/stats", c.api(func(r *http.Request) (any, error) { return c.Stats(), nil }))
+	mux.Handle("GET /v1/console/hours", c.api(func(r *http.Request) (any, error) { return c.Hours(), nil }))
+	mux.Handle("POST /console/settings", c.settingsForm())
 	mux.Handle("GET /v1/domains", c.api(func(r *http.Request) (any, error) {
 		q, err := DomainQueryOf(r.URL.Query())
 		if err != nil {
@@ -136,6 +142,11 @@ func (c *Console) page(name string, build func(r *http.Request) (any, error)) ht
 		w.Header().Set("Cache-Control", "no-store")
 		view, err := build(r)
 		status, tmpl := http.StatusOK, name
+		if err == nil && c.cfg.Session != nil {
+			if v, ok := view.(interface{ setSession(role, csrf string) }); ok {
+				v.setSession(c.cfg.Session(r))
+			}
+		}
 		if err != nil {
 			status = http.StatusBadRequest
 			if downloader.ErrorCode(err) != downloader.EINVALID {
