@@ -127,7 +127,9 @@ func TestNoWarningOnHealthyStates(t *testing.T) {
 	}
 }
 
-func itoa(i int) string { return string(rune('a'+i/26%26)) + string(rune('a'+i%26)) + string(rune('a'+i/676)) }
+func itoa(i int) string {
+	return string(rune('a'+i/26%26)) + string(rune('a'+i%26)) + string(rune('a'+i/676))
+}
 
 // TestOverLimitNoteFollowsTheRatio: the note under the status cards words the actual share.
 func TestOverLimitNoteFollowsTheRatio(t *testing.T) {

@@ -104,7 +104,7 @@ func TestDashboard(t *testing.T) {
 	}
 	var raw struct {
 		Panels []struct {
-			ID      int `json:"id"`
+			ID      int                `json:"id"`
 			GridPos struct{ X, W int } `json:"gridPos"`
 		} `json:"panels"`
 	}
