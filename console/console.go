@@ -10,12 +10,15 @@
 //	GET /stats        fetch statistics: the politeness and capacity ceilings, the achieved
 //	                  rate, the global cap, the renderer pool
 //	GET /v1/console/runtime, /v1/console/probes, /v1/console/stats   the pages' numbers
+//	GET /v1/console/hours   the 24 hourly buckets behind the pages' charts
 //	GET /v1/domains   the per-domain table: sort, order, q, limit, cursor
+//	POST /console/settings   the max_concurrent_count form (admin only, see server/auth.go)
 //
 // The pages change nothing themselves. Their controls call the service's own API from the
-// browser (PUT /v1/settings, POST /v1/render, POST /v1/probe), sending the admin token the
-// operator typed, so the console has no power the API does not have. No control lowers a
-// domain's interval: fetch and probe send the domain's current min_interval_ms.
+// browser (POST /v1/render, POST /v1/probe) or post the cap form, with the signed-in
+// session's CSRF token or the admin token the operator typed, so the console has no power
+// the API does not have. No control lowers a domain's interval: fetch and probe send the
+// domain's current min_interval_ms. Who may see the pages is the server's access policy.
 package console
 
 import (

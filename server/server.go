@@ -1,6 +1,7 @@
 // Package server is the downloader's HTTP face: entries B (POST /v1/render) and C
-// (POST /v1/probe), the runtime and settings API, health endpoints. routes.go lists the
-// whole API on one screen.
+// (POST /v1/probe), the runtime and settings API, health endpoints, the console's sign-in,
+// and the access policy in front of every route (auth.go). routes.go lists the whole API
+// on one screen.
 package server
 
 import (
