@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -172,6 +173,11 @@ func TestConsoleSignInInChromium(t *testing.T) {
 		if err != nil || len(cookies.Cookies) != 0 {
 			t.Errorf("after a wrong token: cookies %v (%v)", cookies.Cookies, err)
 		}
+		shots := t.TempDir()
+		if *updateDocs {
+			shots = filepath.Join("..", "..", "docs")
+		}
+		screenshot(t, browser, s.base+"/signin?next=%2F", filepath.Join(shots, "console-signin.png"))
 	})
 
 	// One tab for the signed-in steps (every tab of the browser shares its cookies), with a
@@ -183,9 +189,16 @@ func TestConsoleSignInInChromium(t *testing.T) {
 	signIn := func(t *testing.T, token, next string) {
 		t.Helper()
 		err := chromedp.Do(ctx, chromedp.Navigate(s.base+next), chromedp.WaitVisible(chromedp.CSS("#signin-form")),
-			chromedp.SetValue(chromedp.CSS("#signin-token"), token), chromedp.Click(chromedp.CSS("#signin-submit")),
-			chromedp.WaitVisible(chromedp.CSS("main h1")))
+			chromedp.SetValue(chromedp.CSS("#signin-token"), token))
 		if err != nil {
+			t.Fatal(err)
+		}
+		// The click posts the form; the answer redirects to next, a page of the console.
+		resp, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.CSS("#signin-submit")))
+		if err != nil || resp.Status != 200 {
+			t.Fatalf("signing in: %v %v", resp, err)
+		}
+		if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`body:not([data-page="signin"]) main h1`))); err != nil {
 			t.Fatal(err)
 		}
 		loc, err := chromedp.Run(ctx, chromedp.Location())
@@ -262,9 +275,20 @@ func TestConsoleSignInInChromium(t *testing.T) {
 	})
 
 	t.Run("signed in with the admin token, the cap form works", func(t *testing.T) {
-		if err := chromedp.Do(ctx, chromedp.Navigate(s.base+"/"), chromedp.Click(chromedp.CSS("#sign-out")),
-			chromedp.WaitVisible(chromedp.CSS("#signin-form"))); err != nil {
+		if err := chromedp.Do(ctx, chromedp.Navigate(s.base+"/"), chromedp.WaitVisible(chromedp.CSS("#sign-out"))); err != nil {
 			t.Fatal(err)
+		}
+		if _, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.CSS("#sign-out"))); err != nil {
+			t.Fatal(err)
+		}
+		if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS("#signin-form"))); err != nil {
+			t.Fatal(err)
+		}
+		if loc, _ := chromedp.Run(ctx, chromedp.Location()); loc != s.base+"/signin" {
+			t.Errorf("after signing out the tab is at %q", loc)
+		}
+		if res, err := chromedp.Call(ctx, network.GetCookies, network.GetCookiesParams{URLs: []string{s.base}}); err != nil || len(res.Cookies) != 0 {
+			t.Errorf("after signing out the browser keeps cookies %v (%v)", res.Cookies, err)
 		}
 		signIn(t, adminToken, "/")
 		err := chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS("#new-max-concurrent-count"), "5"), chromedp.SetValue(chromedp.CSS("#actor"), "e2e"),
