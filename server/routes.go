@@ -16,6 +16,10 @@ func (s *Server) routes(mux *http.ServeMux) {
 	mux.Handle("GET /v1/settings", s.handleGetSettings())
 	mux.Handle("PUT /v1/settings", s.handlePutSettings())
 
+	mux.Handle("GET /signin", s.handleSignInPage()) // the console's sign-in (signin.go)
+	mux.Handle("POST /signin", s.handleSignIn())
+	mux.Handle("POST /signout", s.handleSignOut())
+
 	mux.Handle("GET /healthz", s.handleHealthz())
 	mux.Handle("GET /readyz", s.handleReadyz())
 }

@@ -46,6 +46,7 @@ type config struct {
 	// them on a non-loopback address.
 	APIToken             string
 	AdminToken           string
+	MetricsToken         string // bearer token of GET /metrics; empty: open
 	AllowUnauthenticated bool
 
 	// Egress detection (package egress, docs/reliability.md).
@@ -116,6 +117,7 @@ func newFlagSet(name string, c *config, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&c.ShutdownGraceSeconds, "shutdown-grace-seconds", 20, "on SIGINT/SIGTERM, how long in-flight requests may finish")
 	fs.StringVar(&c.APIToken, "api-token", "", "bearer token required by entries B and C, task submission and the read API (better given as DOWNLOADER_API_TOKEN)")
 	fs.StringVar(&c.AdminToken, "admin-token", "", "bearer token required by settings and console actions; it opens the API too (better given as DOWNLOADER_ADMIN_TOKEN)")
+	fs.StringVar(&c.MetricsToken, "metrics-token", "", "bearer token required by GET /metrics (Prometheus' authorization scrape setting); empty: /metrics is open (better given as DOWNLOADER_METRICS_TOKEN)")
 	fs.BoolVar(&c.AllowUnauthenticated, "allow-unauthenticated", false, "serve on a non-loopback --listen address without --api-token and --admin-token")
 	fs.StringVar(&c.EgressCanary, "egress-canary", "", "HOST:PORT of a target that should always accept a TCP connection: it confirms or vetoes an egress outage (docs/reliability.md); empty: none")
 	fs.IntVar(&c.EgressWindowSeconds, "egress-window-seconds", int(egress.DefaultWindow/time.Second), "how long an outcome counts for its domain in the egress detector")
@@ -224,8 +226,9 @@ func (c *config) check() error {
 // token alone leaves the other side open (the API token does not guard settings; without
 // it entries B and C, which make requests to any host on our behalf, are open).
 func (c *config) checkAccess() error {
-	if c.APIToken != strings.TrimSpace(c.APIToken) || c.AdminToken != strings.TrimSpace(c.AdminToken) {
-		return errors.New("--api-token and --admin-token must not begin or end with white space")
+	if c.APIToken != strings.TrimSpace(c.APIToken) || c.AdminToken != strings.TrimSpace(c.AdminToken) ||
+		c.MetricsToken != strings.TrimSpace(c.MetricsToken) {
+		return errors.New("--api-token, --admin-token and --metrics-token must not begin or end with white space")
 	}
 	if c.AllowUnauthenticated || isLoopbackListen(c.Listen) {
 		return nil

@@ -28,7 +28,8 @@ const chromiumPath = "/usr/lib/chromium/chromium-headless-shell"
 // temp data dir, B and C traffic against a local origin, then each console page in
 // headless Chromium: the numbers it shows equal the JSON APIs, max_concurrent_count
 // changed through the form takes effect at once, and a probe action runs entry C without
-// lowering the domain's interval. It saves a PNG of each page.
+// lowering the domain's interval; each page reads at a glance at 1280 px (checkGlance:
+// English notes, charts, no overflow). It saves a PNG of each page.
 func TestConsoleInChromium(t *testing.T) {
 	if _, err := os.Stat(chromiumPath); err != nil {
 		t.Skipf("no headless Chromium at %s (scripts/test.sh installs it)", chromiumPath)
@@ -198,6 +199,12 @@ func TestConsoleInChromium(t *testing.T) {
 			}
 		})
 		screenshot(t, browser, s.base+"/stats", filepath.Join(shots, "console-stats.png"))
+	})
+
+	t.Run("pages read at a glance at 1280 px", func(t *testing.T) {
+		for path, charts := range map[string]int{"/": 2, "/probes": 1, "/stats": 1} {
+			checkGlance(t, browser, s.base, path, charts)
+		}
 	})
 
 	t.Run("max_concurrent_count through the form", func(t *testing.T) {

@@ -170,7 +170,7 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 	}
 	srv := server.New(server.Config{Engine: eng, Guard: guard, Logger: logger, Clock: clk, Extra: extra,
 		Tasks: a.taskQueue(), Results: results, Pages: pages, APIToken: c.APIToken, AdminToken: c.AdminToken,
-		StartedAt: clk.Now()})
+		MetricsToken: c.MetricsToken, StartedAt: clk.Now()})
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
 		a.close()
