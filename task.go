@@ -22,4 +22,20 @@ type Report struct {
 	Summary
 	FetchedAt time.Time `json:"fetched_at"`
 	PageKey   string    `json:"page_key,omitempty"`
+	// SkipReason is set when the task was not fetched on purpose, by the standalone crawl's
+	// local queue only (robots.txt, SPEC §1: the queue plays the sampler's part there). It
+	// is not a fail_reason: the closed set of SPEC §4 stays as it is, and a real scheduler
+	// never sees one.
+	SkipReason SkipReason `json:"skip_reason,omitempty"`
 }
+
+// SkipReason says why the local queue's crawl did not fetch a task.
+type SkipReason string
+
+const (
+	// SkipRobotsDisallowed: the site's robots.txt disallows the URL for our User-Agent.
+	SkipRobotsDisallowed SkipReason = "robots_disallowed"
+	// SkipRobotsUnavailable: the site's robots.txt answered 5xx (or 429) on every try,
+	// which RFC 9309 §2.3.1.4 reads as a complete disallow.
+	SkipRobotsUnavailable SkipReason = "robots_unavailable"
+)
