@@ -171,3 +171,11 @@ func (a queueAdapter) SubmitTasks(ctx context.Context, tasks []downloader.Task) 
 	}
 	return out, nil
 }
+
+func (a queueAdapter) TaskStatus(ctx context.Context, taskID string) (*downloader.TaskStatus, error) {
+	return a.q.TaskStatus(ctx, taskID)
+}
+
+func (a queueAdapter) ListTasks(ctx context.Context, state downloader.TaskState, cursor string, limit int) ([]downloader.TaskStatus, string, error) {
+	return a.q.ListTasks(ctx, state, cursor, limit)
+}

@@ -787,34 +787,48 @@ type TaskRecord struct {
 	NextAttemptAt   time.Time `json:"next_attempt_at,omitzero"` // while waiting out a backoff
 }
 
-// Task statuses, as the task status API names them.
-const (
-	StatusQueued  = "queued"  // pending, maybe waiting out a retry backoff
-	StatusLeased  = "leased"  // being run
-	StatusDone    = "done"    // finished with a success
-	StatusFailed  = "failed"  // finished with a fail_reason, for good
-	StatusSkipped = "skipped" // never fetched on purpose (skip_reason)
-)
-
-// Statuses lists every status in display order.
-var Statuses = [...]string{StatusQueued, StatusLeased, StatusDone, StatusFailed, StatusSkipped}
-
 // Status is the record's state as the task status API names it.
-func (r *TaskRecord) Status() string { return statusOf(r.State, r.Report) }
-
-func statusOf(state string, rep *downloader.Report) string {
-	switch state {
+func (r *TaskRecord) Status() downloader.TaskState {
+	switch r.State {
 	case TaskLeased:
-		return StatusLeased
+		return downloader.TaskLeased
 	case TaskSkipped:
-		return StatusSkipped
+		return downloader.TaskSkipped
 	case TaskDone:
-		if rep != nil && rep.FailReason != nil && *rep.FailReason != "" {
-			return StatusFailed
+		if r.Report != nil && r.Report.FailReason != nil && *r.Report.FailReason != "" {
+			return downloader.TaskFailed
 		}
-		return StatusDone
+		return downloader.TaskDone
 	}
-	return StatusQueued
+	return downloader.TaskQueued
+}
+
+// TaskStatus is the record as the task status API shows it.
+func (r *TaskRecord) TaskStatus() downloader.TaskStatus {
+	st := downloader.TaskStatus{TaskID: r.TaskID, URL: r.URL, Domain: r.Domain, MinIntervalMs: r.MinIntervalMs,
+		ShouldRender: r.ShouldRender, ShouldStore: r.ShouldStore, State: r.Status(),
+		AttemptCount: r.AttemptCount, OwnFailureCount: r.OwnFailureCount, SubmittedAt: r.SubmittedAt.UTC()}
+	if rep := r.Report; rep != nil {
+		st.FailReason, st.HTTPStatus, st.PageKey = rep.FailReason, rep.HTTPStatus, rep.PageKey
+		if rep.SkipReason != "" {
+			sr := rep.SkipReason
+			st.SkipReason = &sr
+		} else {
+			has := rep.HasReachedOrigin
+			st.HasReachedOrigin = &has
+		}
+		at := rep.FetchedAt.UTC()
+		st.FetchedAt = &at
+	}
+	if !r.NextAttemptAt.IsZero() {
+		at := r.NextAttemptAt.UTC()
+		st.NextAttemptAt = &at
+	}
+	if r.State == TaskLeased && !r.LeaseExpiresAt.IsZero() {
+		at := r.LeaseExpiresAt.UTC()
+		st.LeaseExpiresAt = &at
+	}
+	return st
 }
 
 func (rec *queueRecord) taskRecord() *TaskRecord {

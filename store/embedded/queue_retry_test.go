@@ -109,9 +109,9 @@ func TestQueueRetryOwnFailureInPlace(t *testing.T) {
 		if rec.AttemptCount != 0 || rec.OwnFailureCount != i {
 			t.Fatalf("round %d: attempt_count %d, own_failure_count %d", i, rec.AttemptCount, rec.OwnFailureCount)
 		}
-		wantStatus := StatusQueued
+		wantStatus := downloader.TaskQueued
 		if i == 3 {
-			wantStatus = StatusFailed
+			wantStatus = downloader.TaskFailed
 		}
 		if rec.Status() != wantStatus || !rec.NextAttemptAt.IsZero() {
 			t.Fatalf("round %d: status %s (next_attempt_at %v), want %s", i, rec.Status(), rec.NextAttemptAt, wantStatus)
@@ -142,7 +142,7 @@ func TestQueueRetryBackoff(t *testing.T) {
 			t.Fatal(err)
 		}
 		rec := taskRecord(t, q, id)
-		if rec.AttemptCount != i+1 || rec.Status() != StatusQueued || !rec.NextAttemptAt.Equal(clk.Now().Add(wait)) {
+		if rec.AttemptCount != i+1 || rec.Status() != downloader.TaskQueued || !rec.NextAttemptAt.Equal(clk.Now().Add(wait)) {
 			t.Fatalf("after attempt %d: attempt_count %d, status %s, next_attempt_at %v, want %v", i+1,
 				rec.AttemptCount, rec.Status(), rec.NextAttemptAt, clk.Now().Add(wait))
 		}
@@ -166,7 +166,7 @@ func TestQueueRetryBackoff(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := taskRecord(t, q, id)
-	if rec.AttemptCount != 3 || rec.Status() != StatusFailed || rec.Report == nil || *rec.Report.HTTPStatus != 503 {
+	if rec.AttemptCount != 3 || rec.Status() != downloader.TaskFailed || rec.Report == nil || *rec.Report.HTTPStatus != 503 {
 		t.Fatalf("after the last attempt: %+v", rec)
 	}
 	c := q.Counts()
@@ -202,7 +202,7 @@ func TestQueueRetryAfter(t *testing.T) {
 	if got := lease(t, q, 5); len(got) != 1 || got[0].URL != "http://b.test/1" {
 		t.Fatalf("during a.test's Retry-After leased %v, want b.test/1 alone", urls(got))
 	}
-	if st := taskRecord(t, q, res[1].TaskID).Status(); st != StatusFailed {
+	if st := taskRecord(t, q, res[1].TaskID).Status(); st != downloader.TaskFailed {
 		t.Fatalf("a Retry-After of two hours: status %s, want failed", st)
 	}
 	rec := taskRecord(t, q, res[0].TaskID)
