@@ -145,7 +145,7 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 			return nil, err
 		}
 	}
-	a, err := newEntryA(ctx, c, logger, clk, st, eng, gate)
+	a, err := newEntryA(ctx, c, logger, clk, st, eng, gate, fetcher)
 	if err != nil {
 		pool.Close()
 		closeStores()

@@ -82,3 +82,34 @@ func (q *Queue) TaskStatus(ctx context.Context, taskID string) (*downloader.Task
 	st := rec.TaskStatus()
 	return &st, nil
 }
+
+// RangeTasks calls f for every task of the local queue kept in s, in task id order, until
+// f returns false. It needs no open Queue and changes nothing, so that an export can read
+// a data directory the queue of which is not running; it reads the whole queue.
+func RangeTasks(ctx context.Context, s *Store, f func(r *TaskRecord) bool) error {
+	release, err := s.acquire(ctx, "list tasks")
+	if err != nil {
+		return err
+	}
+	defer release()
+	iter, err := s.db.NewIterWithContext(ctx, &pebble.IterOptions{
+		LowerBound: []byte(queueTaskPrefix), UpperBound: prefixEnd(queueTaskPrefix)})
+	if err != nil {
+		return fmt.Errorf("local queue: list tasks: %w", err)
+	}
+	defer iter.Close()
+	for ok := iter.First(); ok; ok = iter.Next() {
+		v, err := iter.ValueAndErr()
+		if err != nil {
+			return fmt.Errorf("local queue: list tasks: %w", err)
+		}
+		var rec queueRecord
+		if err := json.Unmarshal(v, &rec); err != nil {
+			return fmt.Errorf("local queue: decode task at %q: %w", iter.Key(), err)
+		}
+		if !f(rec.taskRecord()) {
+			return nil
+		}
+	}
+	return iter.Error()
+}
