@@ -122,7 +122,7 @@ func runCrawl(ctx context.Context, args []string, getenv func(string) string, st
 		return <-svcDone
 	}
 	q := svc.entryA.queue
-	fmt.Fprintf(stderr, "downloader: console on http://%s/ , API on http://%s/v1/ (data dir %s)\n", svc.addr, svc.addr, c.DataDir)
+	fmt.Fprintf(stderr, "downloader: console on http://%s/ (API under /v1/, data dir %s)\n", svc.addr, c.DataDir)
 
 	in, err := submitFile(ctx, q, f, path, time.Duration(c.DefaultMinIntervalMs)*time.Millisecond, stderr)
 	if err != nil {

@@ -44,7 +44,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "downloader: listening on http://%s\n", svc.addr)
+	fmt.Fprintf(stdout, "downloader: listening on http://%s\ndownloader: console on http://%s/\n", svc.addr, svc.addr)
 	return svc.wait(ctx)
 }
 
