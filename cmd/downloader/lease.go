@@ -108,7 +108,11 @@ func newEntryA(ctx context.Context, c *config, logger *slog.Logger, clk clock.Cl
 		}
 		a.queue, cfg.Source = q, q
 		cfg.PollMax = localPollMax
-		if c.Lease.ShouldObeyRobotsTxt {
+		if c.Lease.ShouldObeyRobotsTxt && c.Cluster.Store == storeTiKV {
+			// The robots.txt request would be admitted by this instance's limiter only, not
+			// cluster-wide (SPEC §2): in cluster mode robots.txt is the scheduler's.
+			logger.Warn("robots.txt is not read with --store tikv: the local queue's tasks are not checked against it; use a scheduler, or the embedded store for a standalone crawl")
+		} else if c.Lease.ShouldObeyRobotsTxt {
 			rr, err := robots.New(robots.Config{Next: eng, Limiter: eng.Limiter(), Gate: gate, Fetcher: fetcher, Clock: clk,
 				Logger: logger, UserAgent: c.UserAgent, Timeout: c.requestTimeout(), MaxAttemptCount: c.Lease.MaxAttemptCount,
 				CrawlDelay: q.SetCrawlDelay})
