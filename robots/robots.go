@@ -229,9 +229,12 @@ func (r *Runner) check(ctx context.Context, t *downloader.Task, u *url.URL, doma
 			r.sites[key] = s
 		}
 		s.fetching = make(chan struct{})
+		// Asking again (after 24 h, or after an unreachable answer) keeps the spacing
+		// the site asked for.
+		iv := max(interval, s.crawlDelay)
 		r.mu.Unlock()
 
-		out := r.fetch(ctx, t, u, domain, interval)
+		out := r.fetch(ctx, t, u, domain, iv)
 
 		r.mu.Lock()
 		r.learn(s, out, r.cfg.Clock.Now(), domain, key)

@@ -36,7 +36,7 @@ type TaskSubmission struct {
 	TaskID      string `json:"task_id"`
 	URL         string `json:"url"`
 	IsDuplicate bool   `json:"is_duplicate"` // queued before (any state): nothing was added
-	State       string `json:"state"`        // pending, leased or done
+	State       string `json:"state"`        // as stored: pending, leased, done or skipped
 }
 
 // submittedTask is one task of POST /v1/tasks: the task fields a caller may give. The
