@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -284,5 +285,54 @@ func TestETAEstimator(t *testing.T) {
 	}
 	if eta, _ := e.eta(10); eta < 8*time.Second || eta > 14*time.Second {
 		t.Fatalf("after a lasting 1/s: eta for 10 left %v, want ~10s", eta)
+	}
+}
+
+// TestCrawlRetries: through the whole program, a 503 is retried after its backoff and then
+// succeeds (two attempts), a 404 is final after one, and --output says so.
+func TestCrawlRetries(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[string]int{}
+	origin := origintest.New(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen[r.URL.Path]++
+		n := seen[r.URL.Path]
+		mu.Unlock()
+		switch {
+		case r.URL.Path == "/robots.txt" || r.URL.Path == "/gone":
+			http.NotFound(w, r)
+		case r.URL.Path == "/flaky" && n == 1:
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+		default:
+			origintest.Page(w, r)
+		}
+	}))
+	defer origin.Close()
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out.jsonl")
+	var stdout, stderr syncBuffer
+	args := append(crawlArgs(filepath.Join(dir, "data"), origin, "--default-min-interval-ms", "0", "--max-attempt-count", "2", "--output", out),
+		writeFile(t, "http://f.test/flaky", "http://f.test/gone"))
+	if err := run(context.Background(), args, noEnv, &stdout, &stderr); err != nil {
+		t.Fatalf("crawl: %v\n%s", err, stderr.String())
+	}
+	byURL := map[string]map[string]any{}
+	for _, l := range readLines(t, out) {
+		byURL[l["url"].(string)] = l
+	}
+	if l := byURL["http://f.test/flaky"]; l["state"] != "done" || l["attempt_count"] != float64(2) {
+		t.Errorf("flaky: %v", l)
+	}
+	if l := byURL["http://f.test/gone"]; l["state"] != "failed" || l["attempt_count"] != float64(1) || l["fail_reason"] != "http_status_error" {
+		t.Errorf("gone: %v", l)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if seen["/flaky"] != 2 || seen["/gone"] != 1 {
+		t.Errorf("requests %v, want /flaky twice and /gone once", seen)
+	}
+	if !strings.Contains(squash(stdout.String()), "retries 1") {
+		t.Errorf("summary:\n%s", stdout.String())
 	}
 }
