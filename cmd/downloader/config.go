@@ -209,6 +209,8 @@ func (c *config) check() error {
 		return errors.New("--egress-window-seconds must be at least 1")
 	case c.EgressMinDomainCount < 1:
 		return errors.New("--egress-min-domain-count must be at least 1")
+	case c.Lease.MaxAttemptCount < 1:
+		return errors.New("--max-attempt-count must be at least 1")
 	}
 	if err := c.Cluster.check(); err != nil {
 		return err

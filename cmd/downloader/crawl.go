@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -28,6 +29,19 @@ every one is done. FILE has one URL a line, or one JSON object a line with the t
 fields (url, and optionally domain, min_interval_ms, should_render, should_store,
 task_id); blank lines and lines starting with # are skipped. A task without
 min_interval_ms gets --default-min-interval-ms; should_store defaults to true.
+
+Each site's robots.txt is read first and obeyed (RFC 9309, for the product token of
+--user-agent; its Crawl-delay raises the interval); a disallowed URL is never fetched and
+is counted as skipped. --should-obey-robots-txt=false turns that off for your own sites.
+A task that reached the origin and failed transiently (5xx, 408, 429, a timeout, a reset)
+is retried after a backoff, at least the origin's Retry-After, up to --max-attempt-count
+attempts; one that failed for the downloader's own reasons is retried in place.
+
+--output FILE writes one JSON line per task when the crawl ends (its summary fields,
+task_id, url, final_url, page_key, state, attempt_count, skip_reason); --warc FILE writes
+the stored pages as WARC/1.1 (gzipped when FILE ends in .gz). 'downloader export' writes
+the same from a data dir later. While it runs, GET /v1/tasks/{task_id} and
+GET /v1/tasks?state= on the API show each task.
 
 Ctrl-C stops politely (in-flight requests finish within the grace period). Run the same
 command again to resume: a URL already queued in the data dir is never queued twice.
@@ -55,9 +69,12 @@ func runCrawl(ctx context.Context, args []string, getenv func(string) string, st
 	c.Listen = "127.0.0.1:0"
 	fs.Lookup("listen").DefValue = c.Listen
 	fs.Lookup("log-level").DefValue = "warn"
+	var outputPath, warcPath string
+	fs.StringVar(&outputPath, "output", "", "write one JSON line per task to this file when the crawl ends (- for standard output)")
+	fs.StringVar(&warcPath, "warc", "", "write the stored pages to this WARC/1.1 file when the crawl ends (gzipped per record when it ends in .gz)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, crawlUsage)
-		fs.PrintDefaults()
+		printFlags(stderr, fs, crawlFlagNames)
 	}
 	if err := parseFlags(fs, &c, args, getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -79,6 +96,11 @@ func runCrawl(ctx context.Context, args []string, getenv func(string) string, st
 		return fmt.Errorf("open %s: %w", path, err)
 	}
 	defer f.Close()
+	outputs, err := createOutputs(outputPath, warcPath, stdout)
+	if err != nil {
+		return err
+	}
+	defer outputs.close()
 
 	wires := &wireLog{}
 	c.observeWire = wires.observe
@@ -88,7 +110,7 @@ func runCrawl(ctx context.Context, args []string, getenv func(string) string, st
 	defer stopSvc()
 	svc, err := startService(svcCtx, &c, logger)
 	if err != nil {
-		return err
+		return dataDirInUse(err, c.DataDir)
 	}
 	svcDone := make(chan error, 1)
 	go func() { svcDone <- svc.wait(svcCtx) }()
@@ -97,7 +119,7 @@ func runCrawl(ctx context.Context, args []string, getenv func(string) string, st
 		return <-svcDone
 	}
 	q := svc.entryA.queue
-	fmt.Fprintf(stderr, "downloader: API and console on http://%s (data dir %s)\n", svc.addr, c.DataDir)
+	fmt.Fprintf(stderr, "downloader: console on http://%s/ (API under /v1/, data dir %s)\n", svc.addr, c.DataDir)
 
 	in, err := submitFile(ctx, q, f, path, time.Duration(c.DefaultMinIntervalMs)*time.Millisecond, stderr)
 	if err != nil {
@@ -116,6 +138,11 @@ func runCrawl(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	counts := q.Counts()
 	printSummary(stdout, counts, in, time.Since(start), wires, interrupted)
+	if outputs.isSet() {
+		if err := outputs.write(ctx, c.DataDir, c.UserAgent, stderr); err != nil {
+			return err
+		}
+	}
 
 	switch {
 	case interrupted:
@@ -242,8 +269,9 @@ func waitCrawl(ctx context.Context, q *embedded.Queue, tty bool, w io.Writer) (i
 	if tty {
 		every = ttyEvery
 	}
-	start := time.Now()
+	eta := &etaEstimator{}
 	first := q.Counts()
+	eta.observe(time.Now(), first.FinishedCount())
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	// Finishing is checked more often than the progress is shown.
@@ -253,7 +281,8 @@ func waitCrawl(ctx context.Context, q *embedded.Queue, tty bool, w io.Writer) (i
 		c := q.Counts()
 		if c.PendingCount == 0 && c.LeasedCount == 0 {
 			if tty {
-				fmt.Fprintf(w, "\r%s\n", progressLine(c, first, start, true))
+				eta.observe(time.Now(), c.FinishedCount())
+				fmt.Fprintf(w, "\r%s\n", progressLine(c, eta, true))
 			}
 			return false
 		}
@@ -263,41 +292,84 @@ func waitCrawl(ctx context.Context, q *embedded.Queue, tty bool, w io.Writer) (i
 				fmt.Fprintln(w)
 			}
 			return true
-		case <-tick.C:
+		case now := <-tick.C:
+			eta.observe(now, c.FinishedCount())
 			if tty {
-				fmt.Fprintf(w, "\r%s", progressLine(c, first, start, true))
+				fmt.Fprintf(w, "\r%s", progressLine(c, eta, true))
 			} else {
-				fmt.Fprintln(w, progressLine(c, first, start, false))
+				fmt.Fprintln(w, progressLine(c, eta, false))
 			}
 		case <-check.C:
 		}
 	}
 }
 
+// etaEstimator smooths the finishing rate exponentially over time (time constant etaTau),
+// so that the ETA neither jumps with each burst of finished tasks nor sticks to the
+// start's rate: a crawl slows down when only its slowest domains are left. Not safe for
+// concurrent use; its zero value is ready.
+type etaEstimator struct {
+	lastAt   time.Time
+	lastDone int
+	rate     float64 // tasks per second, smoothed
+	hasRate  bool
+}
+
+const etaTau = 20 * time.Second
+
+// observe takes the count of finished tasks at now.
+func (e *etaEstimator) observe(now time.Time, done int) {
+	if e.lastAt.IsZero() {
+		e.lastAt, e.lastDone = now, done
+		return
+	}
+	dt := now.Sub(e.lastAt).Seconds()
+	if dt <= 0 {
+		return
+	}
+	inst := float64(done-e.lastDone) / dt
+	if !e.hasRate {
+		e.rate, e.hasRate = inst, true
+	} else {
+		w := 1 - math.Exp(-dt/etaTau.Seconds())
+		e.rate += w * (inst - e.rate)
+	}
+	e.lastAt, e.lastDone = now, done
+}
+
+// eta is the time left for left tasks at the smoothed rate; ok is false while unknown.
+func (e *etaEstimator) eta(left int) (time.Duration, bool) {
+	if !e.hasRate || e.rate <= 1e-9 {
+		return 0, false
+	}
+	return time.Duration(float64(left) / e.rate * float64(time.Second)), true
+}
+
 // progressLine renders the progress: a bar on a terminal, a plain line otherwise.
-func progressLine(c, first embedded.QueueCounts, start time.Time, bar bool) string {
+func progressLine(c embedded.QueueCounts, e *etaEstimator, bar bool) string {
 	total := c.TotalCount()
-	done := c.DoneCount
-	failed := done - c.SucceededCount
-	elapsed := time.Since(start)
-	rate := float64(done-first.DoneCount) / max(elapsed.Seconds(), 0.001)
+	done := c.FinishedCount()
+	failed := c.DoneCount - c.SucceededCount
 	eta := "—"
-	if rate > 0 {
-		left := time.Duration(float64(total-done) / rate * float64(time.Second))
+	if left, ok := e.eta(total - done); ok {
 		eta = left.Round(time.Second).String()
 	}
 	pct := 100.0
 	if total > 0 {
 		pct = 100 * float64(done) / float64(total)
 	}
+	skipped := ""
+	if c.SkippedCount > 0 {
+		skipped = fmt.Sprintf(", %d skipped by robots.txt", c.SkippedCount)
+	}
 	if !bar {
-		return fmt.Sprintf("progress: %d/%d done (%.1f%%), %d failed, %d leased, %.1f tasks/s, eta %s",
-			done, total, pct, failed, c.LeasedCount, rate, eta)
+		return fmt.Sprintf("progress: %d/%d finished (%.1f%%), %d failed%s, %d leased, %.1f tasks/s, eta %s",
+			done, total, pct, failed, skipped, c.LeasedCount, e.rate, eta)
 	}
 	const width = 30
 	filled := int(pct / 100 * width)
-	return fmt.Sprintf("[%s%s] %5.1f%% %d/%d · %d failed · %d leased · %.1f/s · eta %s ",
-		strings.Repeat("#", filled), strings.Repeat(".", width-filled), pct, done, total, failed, c.LeasedCount, rate, eta)
+	return fmt.Sprintf("[%s%s] %5.1f%% %d/%d · %d failed%s · %d leased · %.1f/s · eta %s ",
+		strings.Repeat("#", filled), strings.Repeat(".", width-filled), pct, done, total, failed, skipped, c.LeasedCount, e.rate, eta)
 }
 
 // printSummary writes the crawl's summary table.
@@ -328,6 +400,7 @@ func printSummary(w io.Writer, c embedded.QueueCounts, in crawlInput, elapsed ti
 		fmt.Fprintf(tw, "  not done yet\t%d%s\n", left, note)
 	}
 	fmt.Fprintf(tw, "  pages stored\t%d\n", c.PageCount)
+	printQueueExtras(tw, c)
 	if in.invalidCount > 0 {
 		fmt.Fprintf(tw, "  invalid lines\t%d\tnot crawled\n", in.invalidCount)
 	}

@@ -67,9 +67,11 @@ func TestCrawl(t *testing.T) {
 		t.Errorf("no progress shown:\n%s", stderr.String())
 	}
 	t.Logf("origin min gaps: %v", origin.MinGaps())
-	perURL := map[string]int{}
-	for _, a := range origin.Arrivals() {
-		perURL[a.Host+a.Path]++
+	perURL := pageArrivals(origin)
+	for host, n := range robotsArrivals(origin) {
+		if n != 1 {
+			t.Errorf("%s: robots.txt fetched %d times, want once", host, n)
+		}
 	}
 	if len(perURL) != 21 {
 		t.Errorf("%d URLs fetched, want 21: %v", len(perURL), perURL)
@@ -89,8 +91,8 @@ func TestCrawl(t *testing.T) {
 	if !strings.Contains(stderr.String(), "(0 new, 22 queued before)") {
 		t.Errorf("second run stderr:\n%s", stderr.String())
 	}
-	if n := len(origin.Arrivals()); n != 21 {
-		t.Errorf("second run fetched again: %d requests", n)
+	if n := len(pageArrivals(origin)); n != 21 {
+		t.Errorf("second run fetched again: %d pages", n)
 	}
 }
 
@@ -132,10 +134,7 @@ func TestCrawlResumesAfterInterrupt(t *testing.T) {
 	if !strings.Contains(squash(stdout.String()), "succeeded 30") {
 		t.Errorf("resumed summary:\n%s", stdout.String())
 	}
-	perURL := map[string]int{}
-	for _, a := range origin.Arrivals() {
-		perURL[a.Host+a.Path]++
-	}
+	perURL := pageArrivals(origin)
 	if len(perURL) != 30 {
 		t.Errorf("%d URLs fetched, want 30", len(perURL))
 	}
@@ -252,4 +251,26 @@ Promise.all([fetch('/api/one').then(r => r.json()), fetch('/api/two').then(r => 
 			t.Errorf("summary lacks the row %q (main documents and hops only):\n%s", row, stdout.String())
 		}
 	}
+}
+
+// pageArrivals counts the requests per host and path the origin saw, robots.txt aside.
+func pageArrivals(o *origintest.Origin) map[string]int {
+	m := map[string]int{}
+	for _, a := range o.Arrivals() {
+		if a.Path != "/robots.txt" {
+			m[a.Host+a.Path]++
+		}
+	}
+	return m
+}
+
+// robotsArrivals counts the robots.txt requests per host.
+func robotsArrivals(o *origintest.Origin) map[string]int {
+	m := map[string]int{}
+	for _, a := range o.Arrivals() {
+		if a.Path == "/robots.txt" {
+			m[a.Host]++
+		}
+	}
+	return m
 }

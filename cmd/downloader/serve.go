@@ -44,7 +44,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "downloader: listening on http://%s\n", svc.addr)
+	fmt.Fprintf(stdout, "downloader: listening on http://%s\ndownloader: console on http://%s/\n", svc.addr, svc.addr)
 	return svc.wait(ctx)
 }
 
@@ -155,7 +155,7 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 			return nil, err
 		}
 	}
-	a, err := newEntryA(ctx, c, logger, clk, st, eng, gate)
+	a, err := newEntryA(ctx, c, logger, clk, st, eng, gate, fetcher)
 	if err != nil {
 		pool.Close()
 		closeStores()
