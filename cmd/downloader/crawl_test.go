@@ -245,8 +245,9 @@ Promise.all([fetch('/api/one').then(r => r.json()), fetch('/api/two').then(r => 
 			t.Errorf("summary lacks %q:\n%s", want, stdout.String())
 		}
 	}
-	// The rows: domain, requests, min gap, min_interval_ms.
-	for _, row := range []string{"xhr.test 2 ", "plain.test 2 "} {
+	// The rows: domain, requests, min gap, min_interval_ms. Each domain's robots.txt is a
+	// request the limiter admitted too: robots.txt, then two pages (or a page and its hop).
+	for _, row := range []string{"xhr.test 3 ", "plain.test 3 "} {
 		if !strings.Contains(out, row) {
 			t.Errorf("summary lacks the row %q (main documents and hops only):\n%s", row, stdout.String())
 		}
