@@ -66,7 +66,7 @@ func startClusterService(t *testing.T, c *tikvtest.Cluster, id string, args ...s
 	cfg.Cluster.openTiKV = func([]string, tikvstore.Options) (*tikvstore.Store, error) {
 		return tikvstore.New(c.NewClient(t).KV, tikvstore.Options{})
 	}
-	cfg.Cluster.runtime = tikvstore.RuntimeConfig{HeartbeatInterval: 100 * time.Millisecond, InstanceTTL: time.Second}
+	cfg.Cluster.runtime = tikvstore.RuntimeConfig{HeartbeatInterval: 100 * time.Millisecond, InstanceTTL: time.Second, TSOLag: time.Millisecond}
 	stderr := &syncBuffer{}
 	svc, err := startService(context.Background(), &cfg, newLogger(stderr, slog.LevelInfo))
 	if err != nil {

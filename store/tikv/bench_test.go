@@ -95,7 +95,8 @@ func benchAdmission(b *testing.B, instances, domains int, withDone bool, stripes
 		s, cl := openStore(b, c)
 		s.twoPC = twoPC
 		stores[i], clients[i] = s, cl
-		rt, err := NewRuntime(s, RuntimeConfig{InstanceID: fmt.Sprintf("bench-%d", i), Gate: limiter.NewGate(64, 64), stripeCount: stripes})
+		rt, err := NewRuntime(s, RuntimeConfig{InstanceID: fmt.Sprintf("bench-%d", i), Gate: limiter.NewGate(64, 64), stripeCount: stripes,
+			TSOLag: time.Millisecond}) // the mock's TSO follows the local clock
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -105,17 +106,19 @@ func benchAdmission(b *testing.B, instances, domains int, withDone bool, stripes
 	for i := range names {
 		names[i] = fmt.Sprintf("d%05d.example", i)
 	}
-	// The loss marker of the fresh table makes every domain wait one skew allowance.
-	if err := rts[0].Heartbeat(context.Background()); err != nil {
-		b.Fatal(err)
+	// Every instance registers; the loss marker of the fresh table makes every domain wait
+	// one skew allowance.
+	for _, rt := range rts {
+		if err := rt.Heartbeat(context.Background()); err != nil {
+			b.Fatal(err)
+		}
 	}
 	time.Sleep(2 * DefaultMaxClockSkew) // a benchmark runs on the real clock
+	// Run keeps the heartbeats (the lease Admit checks) and the write-back writer going.
 	runCtx, stop := context.WithCancel(context.Background())
 	var running sync.WaitGroup
-	if withDone {
-		for _, rt := range rts {
-			running.Go(func() { _ = rt.Run(runCtx) })
-		}
+	for _, rt := range rts {
+		running.Go(func() { _ = rt.Run(runCtx) })
 	}
 	defer func() { stop(); running.Wait() }()
 

@@ -72,7 +72,7 @@ func startNode(t *testing.T, c *tikvtest.Cluster, id string, guard *netguard.Gua
 	logger := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", id)
 	rt, err := NewRuntime(st, RuntimeConfig{InstanceID: id, Clock: clk, Logger: logger, Gate: gate, MaxConcurrentCount: capacity,
 		HeartbeatInterval: clusterHeartbeat, InstanceTTL: clusterTTL, MaxClockSkew: clusterSkew,
-		AdmitTimeout: 3 * time.Second, DefaultTimeout: clusterTimeout, ExpirySlack: clusterSlack})
+		AdmitTimeout: 3 * time.Second, DefaultTimeout: clusterTimeout, ExpirySlack: clusterSlack, TSOLag: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,6 +350,8 @@ func TestClusterThreeInstances(t *testing.T) {
 							sent[0].Add(1)
 						case out.Report != nil && out.Report.FailReason != nil && *out.Report.FailReason == downloader.FailSelfRateLimited:
 							refused.Add(1) // a redirect hop whose host stayed busy past the request's deadline
+						case out.Report != nil && out.Report.FailReason != nil && *out.Report.FailReason == downloader.FailRuntimeStoreUnavailable:
+							failedClosed.Add(1) // a redirect hop's admission failed closed
 						case out.Report != nil && ctxs[ni].Err() == nil:
 							failed.Add(1)
 							t.Errorf("%s: task failed: %+v (%v)", n.id, out.Report.Summary, *out.Report.FailReason)

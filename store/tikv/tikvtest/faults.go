@@ -57,6 +57,9 @@ type Faults struct {
 	Match func(*tikvrpc.Request) bool
 	// Seed makes the choice of failing requests repeatable.
 	Seed uint64
+	// Block, when not nil, holds the requests Match selects until it is closed (or their
+	// context ends): a stalled region, or a slow scan, for as long as the test wants.
+	Block <-chan struct{}
 }
 
 // injector applies one client's Faults.
@@ -108,6 +111,16 @@ func (in *injector) fault(req *tikvrpc.Request) (FaultKind, time.Duration, bool)
 	in.next++
 	in.faults.Add(1)
 	return k, in.f.TimeoutDelay, true
+}
+
+// block returns the channel req must wait on, if any.
+func (in *injector) block(req *tikvrpc.Request) <-chan struct{} {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.f.Block == nil || (in.f.Match != nil && !in.f.Match(req)) {
+		return nil
+	}
+	return in.f.Block
 }
 
 func (in *injector) isCut(req *tikvrpc.Request) bool {
@@ -185,6 +198,13 @@ func (f *faultyRPC) sendWithFaults(ctx context.Context, addr string, req *tikvrp
 	}
 	if err := wait(ctx, f.inj.delay()); err != nil {
 		return nil, err
+	}
+	if block := f.inj.block(req); block != nil {
+		select {
+		case <-block:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	kind, delay, ok := f.inj.fault(req)
 	if !ok {

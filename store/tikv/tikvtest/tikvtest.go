@@ -130,7 +130,9 @@ func (c *Cluster) NewClient(tb testing.TB) *Client {
 	n := &counters{}
 	inj := newInjector()
 	kv, err := tikvclient.NewTestTiKVStore(c.rpc, c.pd,
-		func(inner tikvclient.Client) tikvclient.Client { return &faultyRPC{Client: inner, down: down, n: n, inj: inj} },
+		func(inner tikvclient.Client) tikvclient.Client {
+			return &faultyRPC{Client: inner, down: down, n: n, inj: inj}
+		},
 		func(inner pd.Client) pd.Client { return &faultyPD{Client: inner, down: down, n: n, inj: inj} },
 		0)
 	if err != nil {
