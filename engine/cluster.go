@@ -28,9 +28,9 @@ type ClusterInstance struct {
 	// CapacityShareCount is the instance's share of the cluster-wide max_concurrent_count.
 	CapacityShareCount int    `json:"capacity_share_count"`
 	ClockOffsetMs      *int64 `json:"clock_offset_ms"` // the local clock minus PD's TSO, if measured
-	// Incarnation tells apart the processes that ran under one instance id (a PD
+	// IncarnationID tells apart the processes that ran under one instance id (a PD
 	// timestamp taken when the process registered).
-	Incarnation uint64 `json:"incarnation"`
+	IncarnationID uint64 `json:"incarnation_id"`
 	// ClaimCount is what the others count of the cap for it: max(in flight, share), and
 	// after its heartbeat expired, until every request it admitted must have ended.
 	ClaimCount     int   `json:"claim_count"`

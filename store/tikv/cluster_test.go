@@ -60,13 +60,18 @@ type node struct {
 
 func startNode(t *testing.T, c *tikvtest.Cluster, id string, guard *netguard.Guard, capacity int) *node {
 	t.Helper()
+	return startNodeOn(t, c, id, guard, capacity, clock.Real{})
+}
+
+// startNodeOn is startNode with the node's clock (a skewed one).
+func startNodeOn(t *testing.T, c *tikvtest.Cluster, id string, guard *netguard.Guard, capacity int, clk clock.Clock) *node {
+	t.Helper()
 	cl := c.NewClient(t)
 	st, err := New(cl.KV, Options{OpTimeout: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	clk := clock.Real{}
 	lim := limiter.New(clk)
 	gate := limiter.NewGate(capacity, 16)
 	logger := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", id)
@@ -200,18 +205,26 @@ type clusterOrigin struct {
 	holding     int
 	concurrent  int
 	maxParallel int
+	// byNode counts the requests in progress whose path names a node (/page/{node}/...).
+	byNode map[string]int
 }
 
 func newClusterOrigin() *clusterOrigin {
-	o := &clusterOrigin{release: make(chan struct{})}
+	o := &clusterOrigin{release: make(chan struct{}), byNode: map[string]int{}}
 	o.Origin = origintest.New(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		nodeID := ""
+		if rest, ok := strings.CutPrefix(r.URL.Path, "/page/"); ok {
+			nodeID, _, _ = strings.Cut(rest, "/")
+		}
 		o.mu.Lock()
 		o.concurrent++
+		o.byNode[nodeID]++
 		o.maxParallel = max(o.maxParallel, o.concurrent)
 		o.mu.Unlock()
 		defer func() {
 			o.mu.Lock()
 			o.concurrent--
+			o.byNode[nodeID]--
 			o.mu.Unlock()
 		}()
 		// Every request on a new connection, so that slow dials (loopbackDialer) happen often.
@@ -252,6 +265,13 @@ func (o *clusterOrigin) releaseAll() {
 	o.mu.Lock()
 	close(o.release)
 	o.mu.Unlock()
+}
+
+// inProgress is how many requests of node id the origin is serving now.
+func (o *clusterOrigin) inProgress(id string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.byNode[id]
 }
 
 func (o *clusterOrigin) state() (holding, concurrent, maxParallel int) {

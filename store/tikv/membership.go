@@ -167,7 +167,7 @@ func (r *Runtime) skew() time.Duration { return time.Duration(r.skewNs.Load()) }
 // instanceRecord is the value of downloader:domain_runtime::instance:{id}.
 type instanceRecord struct {
 	InstanceID         string    `json:"instance_id"`
-	Incarnation        uint64    `json:"incarnation,omitempty"`
+	IncarnationID      uint64    `json:"incarnation_id,omitempty"`
 	Address            string    `json:"address,omitempty"`
 	StartedAt          time.Time `json:"started_at"`
 	HeartbeatAt        time.Time `json:"heartbeat_at"`
@@ -385,7 +385,7 @@ func (r *Runtime) leave() {
 			return err
 		}
 		var in instanceRecord
-		if json.Unmarshal(v, &in) == nil && in.Incarnation != r.inc.Load() {
+		if json.Unmarshal(v, &in) == nil && in.IncarnationID != r.inc.Load() {
 			return nil // another process's now
 		}
 		return txn.Delete(key)
@@ -461,7 +461,7 @@ func (r *Runtime) Heartbeat(ctx context.Context) error {
 	r.checkClock(ctx)
 
 	r.mu.Lock()
-	rec := instanceRecord{InstanceID: r.id, Incarnation: inc, Address: r.address, StartedAt: r.startedAt.UTC(),
+	rec := instanceRecord{InstanceID: r.id, IncarnationID: inc, Address: r.address, StartedAt: r.startedAt.UTC(),
 		ClockOffsetMs: r.offsetMs, MaxClockSkewMs: r.cfg.MaxClockSkew.Milliseconds()}
 	if r.skewErr != nil {
 		rec.IsFenced, rec.FenceReason = true, fenceClockSkewed
@@ -592,11 +592,11 @@ func (r *Runtime) viewIn(ctx context.Context, txn *transaction.KVTxn, inc uint64
 	v.live = []string{r.id}
 	for _, in := range insts {
 		if in.InstanceID == r.id {
-			if in.Incarnation == inc {
+			if in.IncarnationID == inc {
 				continue
 			}
 			if in.isLive(v.now, v.skew) {
-				return v, &idInUseError{id: r.id, incarnation: in.Incarnation, heartbeatAt: in.HeartbeatAt, expiresAt: in.ExpiresAt}
+				return v, &idInUseError{id: r.id, incarnation: in.IncarnationID, heartbeatAt: in.HeartbeatAt, expiresAt: in.ExpiresAt}
 			}
 			// A dead predecessor's record: its requests may still be running; its claim is
 			// counted against this instance until it ends.
@@ -776,7 +776,7 @@ func (r *Runtime) Instances(ctx context.Context) ([]Instance, error) {
 	now := r.clk.Now()
 	out := make([]Instance, len(recs))
 	for i, in := range recs {
-		out[i] = Instance{InstanceID: in.InstanceID, Incarnation: in.Incarnation, Address: in.Address, StartedAt: in.StartedAt,
+		out[i] = Instance{InstanceID: in.InstanceID, IncarnationID: in.IncarnationID, Address: in.Address, StartedAt: in.StartedAt,
 			LastHeartbeatAt: in.HeartbeatAt, ExpiresAt: in.ExpiresAt, IsLive: in.isLive(now, r.skew()),
 			InFlightCount: in.InFlightCount, CapacityShareCount: in.CapacityShareCount, ClaimCount: in.claim(now, r.skew()),
 			ClockOffsetMs: in.ClockOffsetMs, MaxClockSkewMs: in.MaxClockSkewMs, IsFenced: in.IsFenced, FenceReason: in.FenceReason}

@@ -254,24 +254,24 @@ func (r *Runtime) InstanceID() string { return r.id }
 // domainRecord is the value of downloader:domain_runtime:{domain}.
 type domainRecord struct {
 	LastRequestAt time.Time `json:"last_request_at"`
-	// LastInstanceID set LastRequestAt, in its incarnation LastIncarnation; "" when it is
+	// LastInstanceID set LastRequestAt, in its incarnation LastIncarnationID; "" when it is
 	// the loss marker's (records written before incarnations have none: they count as
 	// another process's).
-	LastInstanceID   string     `json:"last_instance_id,omitempty"`
-	LastIncarnation  uint64     `json:"last_incarnation,omitempty"`
-	MinIntervalMs    int64      `json:"min_interval_ms"`
-	IntervalSource   string     `json:"interval_source,omitempty"`
-	InFlightRequests []inFlight `json:"in_flight_requests,omitempty"`
+	LastInstanceID    string     `json:"last_instance_id,omitempty"`
+	LastIncarnationID uint64     `json:"last_incarnation_id,omitempty"`
+	MinIntervalMs     int64      `json:"min_interval_ms"`
+	IntervalSource    string     `json:"interval_source,omitempty"`
+	InFlightRequests  []inFlight `json:"in_flight_requests,omitempty"`
 }
 
 // inFlight is one admitted request not yet written back.
 type inFlight struct {
 	InstanceID string `json:"instance_id"`
-	// Incarnation is the admitting process's (membership.go): an admission id is unique
+	// IncarnationID is the admitting process's (membership.go): an admission id is unique
 	// within it, so (instance_id, incarnation, admission_id) names one request for ever.
-	Incarnation uint64    `json:"incarnation,omitempty"`
-	AdmissionID uint64    `json:"admission_id"`
-	SlotAt      time.Time `json:"slot_at"`
+	IncarnationID uint64    `json:"incarnation_id,omitempty"`
+	AdmissionID   uint64    `json:"admission_id"`
+	SlotAt        time.Time `json:"slot_at"`
 	// WireAt is when the request went on the wire, once its instance wrote it back
 	// (SharedTicket.Wired); zero until then. A wired entry no longer blocks the domain:
 	// its moment is in last_request_at.
@@ -360,7 +360,7 @@ func (r *Runtime) foldExpired(rec *domainRecord, now time.Time) {
 	kept := rec.InFlightRequests[:0]
 	for _, f := range rec.InFlightRequests {
 		end := f.ExpiresAt
-		if !r.isMine(f.InstanceID, f.Incarnation) {
+		if !r.isMine(f.InstanceID, f.IncarnationID) {
 			end = end.Add(r.skew())
 		}
 		if end.After(now) {
@@ -373,7 +373,7 @@ func (r *Runtime) foldExpired(rec *domainRecord, now time.Time) {
 			sent = f.WireAt
 		}
 		if sent.After(rec.LastRequestAt) {
-			rec.LastRequestAt, rec.LastInstanceID, rec.LastIncarnation = sent, f.InstanceID, f.Incarnation
+			rec.LastRequestAt, rec.LastInstanceID, rec.LastIncarnationID = sent, f.InstanceID, f.IncarnationID
 		}
 	}
 	rec.InFlightRequests = kept
@@ -393,7 +393,7 @@ func (r *Runtime) decide(rec *domainRecord, a *engine.SharedAdmit, now time.Time
 	skew := r.skew()
 	r.foldExpired(rec, now)
 	base := rec.LastRequestAt
-	if !r.isMine(rec.LastInstanceID, rec.LastIncarnation) {
+	if !r.isMine(rec.LastInstanceID, rec.LastIncarnationID) {
 		base = base.Add(skew)
 	}
 	next := base.Add(a.MinInterval)
@@ -403,7 +403,7 @@ func (r *Runtime) decide(rec *domainRecord, a *engine.SharedAdmit, now time.Time
 	}
 	var foreign time.Time // the latest moment another instance's request may go out
 	for _, f := range rec.InFlightRequests {
-		if exp := f.ExpiresAt.Add(skew); !r.isMine(f.InstanceID, f.Incarnation) && f.WireAt.IsZero() && exp.After(foreign) {
+		if exp := f.ExpiresAt.Add(skew); !r.isMine(f.InstanceID, f.IncarnationID) && f.WireAt.IsZero() && exp.After(foreign) {
 			foreign = exp
 		}
 	}
@@ -472,9 +472,9 @@ func (r *Runtime) Admit(ctx context.Context, a engine.SharedAdmit) (engine.Share
 		if !d.admit {
 			return nil // nothing to write; the commit of an empty transaction is free
 		}
-		rec.LastRequestAt, rec.LastInstanceID, rec.LastIncarnation = d.slot.UTC(), r.id, inc
+		rec.LastRequestAt, rec.LastInstanceID, rec.LastIncarnationID = d.slot.UTC(), r.id, inc
 		rec.MinIntervalMs, rec.IntervalSource = a.MinInterval.Milliseconds(), string(a.IntervalSource)
-		rec.InFlightRequests = append(d.pruned, inFlight{InstanceID: r.id, Incarnation: inc, AdmissionID: id, SlotAt: d.slot.UTC(),
+		rec.InFlightRequests = append(d.pruned, inFlight{InstanceID: r.id, IncarnationID: inc, AdmissionID: id, SlotAt: d.slot.UTC(),
 			ExpiresAt: d.slot.Add(d.timeout + r.cfg.ExpirySlack).UTC()})
 		return r.put(txn, key, &rec)
 	})
