@@ -57,7 +57,9 @@ func BenchmarkAdmission(b *testing.B) {
 					if twoPC {
 						commit = "/2pc"
 					}
-					b.Run(name+commit, func(b *testing.B) { benchAdmission(b, benchRun{instances: n, domains: domains, withDone: withDone, twoPC: twoPC}) })
+					b.Run(name+commit, func(b *testing.B) {
+						benchAdmission(b, benchRun{instances: n, domains: domains, withDone: withDone, twoPC: twoPC})
+					})
 				}
 			}
 		}

@@ -1,6 +1,8 @@
 package tikv
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -15,6 +17,7 @@ import (
 
 	"downloader"
 	"downloader/clock"
+	"downloader/limiter"
 	"downloader/netguard"
 	"downloader/store/tikv/tikvtest"
 )
@@ -26,6 +29,8 @@ import (
 // netCluster is three nodes, their origin and their traffic.
 type netCluster struct {
 	t          *testing.T
+	cluster    *tikvtest.Cluster
+	guard      *netguard.Guard
 	origin     *clusterOrigin
 	nodes      []*node
 	intervalOf map[string]time.Duration
@@ -49,6 +54,7 @@ func newNetCluster(t *testing.T, clocks ...clock.Clock) *netCluster {
 	}
 	guard := netguard.New(netguard.Config{ConnectTo: []netguard.Rule{rule}, Dialer: loopbackDialer{t, &atomic.Int64{}}, Resolver: noResolver{t}})
 	c := tikvtest.NewCluster(t)
+	nc.cluster, nc.guard = c, guard
 	for i := range 3 {
 		var clk clock.Clock = clock.Real{}
 		if i < len(clocks) && clocks[i] != nil {
@@ -338,5 +344,74 @@ func TestClusterSkew(t *testing.T) {
 	}
 	skewed.SetOffset(0) // NTP fixed it: the next checks bound it again
 	nc.waitSent("traffic on node 2 once its clock is fixed", 5, 2)
+	nc.check()
+}
+
+// TestClusterFaultRestartFixedInstanceID: node 1 dies while its last request is held at
+// the origin and its wire moment was not written back (its write-backs fail), and a new
+// process starts under the same --instance-id: it waits for the dead one's heartbeat to
+// expire, then respects its entry until it expires (it may still go on the wire, for all
+// the new process knows). A second process started with the id of a live one is refused.
+func TestClusterFaultRestartFixedInstanceID(t *testing.T) {
+	nc := newNetCluster(t)
+	const held = "restart-held.test"
+	nc.intervalOf[held] = 100 * time.Millisecond // before the traffic reads the map
+	nc.waitShares()
+	nc.startTraffic(5)
+	nc.waitSent("traffic on every node", 5, 0, 1, 2)
+	old := nc.nodes[1]
+	// Its write-backs (batched: read with BatchGet) fail from now on; admissions (Get) work.
+	old.client.Cut(func(req *tikvrpc.Request) bool { return req.Type == tikvrpc.CmdBatchGet })
+	var holding sync.WaitGroup
+	holding.Go(func() {
+		_, _, _ = old.post("/v1/render", fmt.Sprintf(`{"url":"http://%s/hold","min_interval_ms":100,"should_render":false,"timeout_ms":%d}`,
+			held, heldTimeout.Milliseconds()))
+	})
+	defer holding.Wait()
+	defer nc.origin.releaseAll()
+	waitFor(t, "the held request at the origin", func() bool { h, _, _ := nc.origin.state(); return h == 1 })
+	close(nc.stop[1])
+	old.client.SetDown(true) // it dies: no write-back, no heartbeat, no goodbye
+	old.stop()
+	v, ok, err := nc.nodes[0].store.get(t.Context(), domainKey(held))
+	var rec domainRecord
+	if err != nil || !ok || json.Unmarshal(v, &rec) != nil || len(rec.InFlightRequests) != 1 || !rec.InFlightRequests[0].WireAt.IsZero() {
+		t.Fatalf("the dead process's entry: %s %v %v; want one, not wired", v, ok, err)
+	}
+	expiry := rec.InFlightRequests[0].ExpiresAt.Add(clusterSkew)
+
+	restarted := startNode(t, nc.cluster, "node-1", nc.guard, 24)
+	waitFor(t, "the restarted node-1 registered", func() bool { return restarted.rt.inc.Load() != 0 && restarted.gate.Capacity() > 0 })
+	if restarted.rt.inc.Load() == old.rt.inc.Load() {
+		t.Fatal("the restarted process has its predecessor's incarnation")
+	}
+	var admittedAt time.Time
+	waitFor(t, "the held domain admitted by the restarted process", func() bool {
+		code, m, err := restarted.post("/v1/probe", fmt.Sprintf(`{"url":"http://%s/page","min_interval_ms":100,"should_render":false}`, held))
+		if err != nil || code != http.StatusOK {
+			t.Fatalf("probe: %d %v %v", code, m, err)
+		}
+		if m["has_reached_origin"] == true {
+			admittedAt = time.Now()
+			return true
+		}
+		return false
+	})
+	if admittedAt.Before(expiry) {
+		t.Errorf("the restarted process admitted %s %v before its predecessor's unwired request expired", held, expiry.Sub(admittedAt))
+	}
+
+	// node-0 is live: a second process with its id is refused at start.
+	st, _ := openStore(t, nc.cluster)
+	dup, err := NewRuntime(st, RuntimeConfig{InstanceID: "node-0", Gate: limiter.NewGate(8, 8), HeartbeatInterval: clusterHeartbeat,
+		InstanceTTL: clusterTTL, MaxClockSkew: clusterSkew, TSOLag: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), clusterWait)
+	defer cancel()
+	if err := dup.Start(ctx); !isInstanceIDInUse(err) {
+		t.Errorf("a second process started as node-0: %v; want the id in use", err)
+	}
 	nc.check()
 }

@@ -32,7 +32,7 @@ import (
 // rules are the production ones.
 const (
 	clusterHeartbeat   = 100 * time.Millisecond
-	clusterTTL         = time.Second
+	clusterTTL         = 2 * time.Second // the lease: 20 heartbeats, so that a loaded machine does not fence an instance
 	clusterSkew        = 20 * time.Millisecond
 	clusterTimeout     = time.Second // request timeout of every instance
 	clusterSlack       = 300 * time.Millisecond

@@ -67,21 +67,20 @@ import (
 // # Time across machines
 //
 // Instants are the instances' own clocks (UTC wall time, NTP-disciplined), compared with
-// MaxClockSkew added whenever the instant came from another instance, so two instances'
-// requests are at least I apart at the origin as long as their clocks differ by less than
-// MaxClockSkew. PD's TSO would give one clock, but the wire moment is taken on the local
-// clock, and converting it costs a round trip per request; the heartbeat compares the
-// local clock with the TSO's physical time instead and warns when they drift apart.
+// the skew allowance added whenever the instant came from another process (another
+// instance, or an earlier incarnation of this one), so two instances' requests are at least
+// I apart at the origin as long as their clocks differ by less than the allowance. PD's TSO
+// would give one clock, but the wire moment is taken on the local clock, and converting it
+// costs a round trip per request; the heartbeat bounds the local clock's offset from the
+// TSO instead, and the instance stops admitting while it cannot keep it within half the
+// allowance (membership.go).
 //
-// # The cap across machines
+// # The cap across machines, incarnations, self-fencing
 //
 // max_concurrent_count is one cluster-wide setting (Store.Settings). Each instance's gate
-// gets an even share of it over the live instances (sorted by id, the first cap mod n
-// instances one more), recomputed at every heartbeat, so a change made through any
-// instance is obeyed by all within one HeartbeatInterval. A joining instance takes its
-// share only two heartbeats after it registered, when the others have shrunk theirs; an
-// instance whose heartbeat expired (InstanceTTL) no longer counts, and its share returns to
-// the others.
+// gets an even share of it over the live instances, within what the others' claims leave;
+// the heartbeat is a lease past which the instance admits nothing; every process is an
+// incarnation of its instance id. membership.go has the rules and the timing argument.
 type Runtime struct {
 	s   *Store
 	cfg RuntimeConfig
