@@ -342,3 +342,23 @@ func TestLatencySlowSweepKeepsHeartbeats(t *testing.T) {
 		}
 	}
 }
+
+// TestFaultPDOutage: with PD unreachable (no timestamps) an instance cannot admit: it fails
+// closed at once, and admits again when PD is back.
+func TestFaultPDOutage(t *testing.T) {
+	rg := newRig(t)
+	x := rg.instanceWith("x", 8, func(c *RuntimeConfig) { c.AdmitTimeout = 200 * time.Millisecond })
+	rg.clk.Advance(time.Hour)
+	x.renew(t)
+	x.client.SetPDDown(true)
+	if tk, _, err := x.rt.Admit(t.Context(), ask("pd.example", 0, rg.clk.Now())); tk != nil || downloader.ErrorCode(err) != downloader.EUNAVAILABLE {
+		t.Fatalf("Admit with PD down = %v, %v; want EUNAVAILABLE", tk, err)
+	}
+	if err := x.rt.Heartbeat(t.Context()); downloader.ErrorCode(err) != downloader.EUNAVAILABLE {
+		t.Errorf("Heartbeat with PD down = %v", err)
+	}
+	x.client.SetPDDown(false)
+	if tk, _ := x.admit(t, ask("pd.example", 0, rg.clk.Now())); tk == nil {
+		t.Error("refused after PD came back")
+	}
+}
