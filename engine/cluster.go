@@ -35,8 +35,8 @@ type ClusterInstance struct {
 	// after its heartbeat expired, until every request it admitted must have ended.
 	ClaimCount     int   `json:"claim_count"`
 	MaxClockSkewMs int64 `json:"max_clock_skew_ms"` // the allowance it runs with
-	// IsFenced: it admits nothing (FenceReason: heartbeat_late, clock_skewed,
-	// instance_id_in_use); requests fail closed as when TiKV is unreachable.
+	// IsFenced: it admits nothing (FenceReason: heartbeat_late, clock_skewed); its
+	// requests fail closed as when TiKV is unreachable.
 	IsFenced    bool   `json:"is_fenced"`
 	FenceReason string `json:"fence_reason"`
 }

@@ -97,12 +97,11 @@ func (b *standingBox) store(s standing) {
 	b.mu.Unlock()
 }
 
-// Fence reasons, as the instance list shows them (fence_reason).
+// Fence reasons, as the instance list shows them (fence_reason). A process that lost its
+// id to another shows none: the record is the other's.
 const (
-	fenceNotRegistered = "not_registered"
 	fenceHeartbeatLate = "heartbeat_late"
 	fenceClockSkewed   = "clock_skewed"
-	fenceIDInUse       = "instance_id_in_use"
 )
 
 var (
