@@ -55,8 +55,22 @@ func main() {
 	flag.StringVar(&opt.only, "only", "", "run only this part: polite-a, polite, throughput")
 	flag.IntVar(&opt.heldPerSlot, "held-per-slot-count", 4, "entry A holds up to this many tasks per global slot (as serve does)")
 	flag.BoolVar(&opt.noStore, "is-store-off", false, "polite workload with should_store=false")
+	var prof profiles
+	flag.StringVar(&prof.cpu, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	flag.StringVar(&prof.block, "blockprofile", "", "write a blocking profile (every blocking event) to this file")
+	flag.StringVar(&prof.mutex, "mutexprofile", "", "write a mutex contention profile (every event) to this file")
+	flag.StringVar(&prof.mem, "memprofile", "", "write an allocation profile (allocs, every 4 KiB sampled) to this file")
 	flag.Parse()
-	if err := run(opt, *hosts, *pages, time.Duration(*intervalMs)*time.Millisecond, time.Duration(*latencyMs)*time.Millisecond, *runs, *tHosts, *tPages, *concurrent); err != nil {
+	stopProf, err := prof.start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "leasebench:", err)
+		os.Exit(1)
+	}
+	err = run(opt, *hosts, *pages, time.Duration(*intervalMs)*time.Millisecond, time.Duration(*latencyMs)*time.Millisecond, *runs, *tHosts, *tPages, *concurrent)
+	if perr := stopProf(); perr != nil && err == nil {
+		err = perr
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "leasebench:", err)
 		os.Exit(1)
 	}
