@@ -52,6 +52,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"downloader"
@@ -154,6 +155,9 @@ func open(dir string, logger *slog.Logger, o options) (*Store, error) {
 		FormatMajorVersion: pebble.FormatNewest,
 		Logger:             pebbleLogger{logger},
 	}
+	// Bloom filters (every level inherits L0's) let a point read of an absent key skip the
+	// tables: PutPage asks for every new body's hash before writing it.
+	popts.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
 	db, err := pebble.Open(dir, popts)
 	if err != nil {
 		_ = fsCloser.Close()
