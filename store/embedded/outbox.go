@@ -156,19 +156,83 @@ func (o *Outbox) DeleteReport(ctx context.Context, r *downloader.Report) (bool, 
 	if err != nil || !ok {
 		return false, err
 	}
-	var stored struct {
-		FetchedAt time.Time `json:"fetched_at"`
-	}
-	if err := json.Unmarshal(v, &stored); err != nil {
+	at, err := reportFetchedAt(v)
+	if err != nil {
 		return false, fmt.Errorf("embedded store: decode report %s: %w", r.TaskID, err)
 	}
-	if !stored.FetchedAt.Equal(r.FetchedAt) {
+	if !at.Equal(r.FetchedAt) {
 		return false, nil
 	}
 	if err := o.s.db.Delete(key, pebble.NoSync); err != nil {
 		return false, fmt.Errorf("embedded store: delete report %s: %w", r.TaskID, err)
 	}
 	return true, nil
+}
+
+// DeleteReports is DeleteReport for each of rs, in one write: the sender deletes a page of
+// acknowledged reports at once. It holds the locks of rs's tasks (in lock order, so that
+// two callers cannot deadlock) across the checks and the write, never across an fsync (the
+// delete need not be durable, see DeleteReport).
+func (o *Outbox) DeleteReports(ctx context.Context, rs []downloader.Report) error {
+	if len(rs) == 0 {
+		return nil
+	}
+	release, err := o.s.acquire(ctx, "delete reports")
+	if err != nil {
+		return err
+	}
+	defer release()
+	var held [len(o.locks)]bool
+	for i := range rs {
+		if rs[i].TaskID == "" {
+			return downloader.Invalidf("task_id", "a report needs a task_id")
+		}
+		held[maphash.String(o.seed, rs[i].TaskID)%uint64(len(o.locks))] = true
+	}
+	for i, h := range held {
+		if h {
+			o.locks[i].Lock()
+			defer o.locks[i].Unlock()
+		}
+	}
+	b := o.s.db.NewBatch()
+	defer b.Close()
+	for i := range rs {
+		key := outboxKey(rs[i].TaskID)
+		v, ok, err := o.s.get(key)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		at, err := reportFetchedAt(v)
+		if err != nil {
+			return fmt.Errorf("embedded store: decode report %s: %w", rs[i].TaskID, err)
+		}
+		if !at.Equal(rs[i].FetchedAt) {
+			continue
+		}
+		if err := b.Delete(key, nil); err != nil {
+			return fmt.Errorf("embedded store: delete report %s: %w", rs[i].TaskID, err)
+		}
+	}
+	if b.Empty() {
+		return nil
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return fmt.Errorf("embedded store: delete reports: %w", err)
+	}
+	return nil
+}
+
+// reportFetchedAt reads only fetched_at of a stored report.
+func reportFetchedAt(v []byte) (time.Time, error) {
+	var stored struct {
+		FetchedAt time.Time `json:"fetched_at"`
+	}
+	err := json.Unmarshal(v, &stored)
+	return stored.FetchedAt, err
 }
 
 // ReportCount returns how many reports wait in the outbox. It walks the keys.
