@@ -231,8 +231,8 @@ func (f *fakeScheduler) report(w http.ResponseWriter, r *http.Request) {
 }
 
 type itemResult struct {
-	TaskID string `json:"task_id"`
-	Status int    `json:"status"`
+	TaskID     string `json:"task_id"`
+	HTTPStatus int    `json:"http_status"`
 }
 
 func (f *fakeScheduler) batched() bool {
@@ -265,7 +265,7 @@ func (f *fakeScheduler) reportBatch(w http.ResponseWriter, r *http.Request) {
 	if !down {
 		f.reports = append(f.reports, body.Reports...)
 		for _, rep := range body.Reports {
-			results = append(results, itemResult{TaskID: rep.TaskID, Status: http.StatusOK})
+			results = append(results, itemResult{TaskID: rep.TaskID, HTTPStatus: http.StatusOK})
 		}
 	}
 	f.mu.Unlock()
@@ -298,7 +298,7 @@ func (f *fakeScheduler) releaseBatch(w http.ResponseWriter, r *http.Request) {
 	f.releases = append(f.releases, body.Releases...)
 	var results []itemResult
 	for _, rel := range body.Releases {
-		results = append(results, itemResult{TaskID: rel.TaskID, Status: http.StatusNoContent})
+		results = append(results, itemResult{TaskID: rel.TaskID, HTTPStatus: http.StatusNoContent})
 	}
 	f.mu.Unlock()
 	f.notify()

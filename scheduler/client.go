@@ -190,9 +190,9 @@ type releaseBatch struct {
 // itemResult is the scheduler's answer for one report or release of a batch: status is
 // what the single form would have answered.
 type itemResult struct {
-	TaskID string `json:"task_id"`
-	Status int    `json:"status"`
-	Error  string `json:"error,omitempty"`
+	TaskID     string `json:"task_id"`
+	HTTPStatus int    `json:"http_status"`
+	Error      string `json:"error,omitempty"`
 }
 
 // batchAnswer is the 2xx answer of a batched call.
@@ -258,8 +258,8 @@ func (c *Client) batch(ctx context.Context, path string, body any, ids []string,
 				switch {
 				case !ok:
 					errs[i] = &downloader.Error{Code: downloader.EUNAVAILABLE, Message: fmt.Sprintf("scheduler %s: no result for task %q", path, id)}
-				case r.Status < 200 || r.Status > 299:
-					errs[i] = statusError(fmt.Sprintf("scheduler %s: task %q: %d: %s", path, id, r.Status, truncate(r.Error, 256)), r.Status)
+				case r.HTTPStatus < 200 || r.HTTPStatus > 299:
+					errs[i] = statusError(fmt.Sprintf("scheduler %s: task %q: %d: %s", path, id, r.HTTPStatus, truncate(r.Error, 256)), r.HTTPStatus)
 				}
 			}
 			return errs

@@ -177,8 +177,8 @@ func TestErrorClassification(t *testing.T) {
 // not acknowledged.
 func TestReportBatch(t *testing.T) {
 	rec := newRecorder(t)
-	rec.answer["/v1/reports"] = `{"results":[{"task_id":"t1","status":200},{"task_id":"t2","status":404,"error":"unknown task"},
-		{"task_id":"t3","status":503},{"task_id":"t5","status":400,"error":"bad report"}]}`
+	rec.answer["/v1/reports"] = `{"results":[{"task_id":"t1","http_status":200},{"task_id":"t2","http_status":404,"error":"unknown task"},
+		{"task_id":"t3","http_status":503},{"task_id":"t5","http_status":400,"error":"bad report"}]}`
 	c := newClient(t, rec.srv.URL)
 	rs := []downloader.Report{{TaskID: "t1"}, {TaskID: "t2"}, {TaskID: "t3"}, {TaskID: "t4"}, {TaskID: "t5"}}
 	errs := c.ReportBatch(context.Background(), rs)
@@ -240,7 +240,7 @@ func TestBatchFallsBackToSingle(t *testing.T) {
 // TestReleaseBatchShape pins the batched release body to docs/scheduler-contract.md.
 func TestReleaseBatchShape(t *testing.T) {
 	rec := newRecorder(t)
-	rec.answer["/v1/releases"] = `{"results":[{"task_id":"a","status":204},{"task_id":"b","status":410}]}`
+	rec.answer["/v1/releases"] = `{"results":[{"task_id":"a","http_status":204},{"task_id":"b","http_status":410}]}`
 	c := newClient(t, rec.srv.URL)
 	errs := c.ReleaseBatch(context.Background(), []string{"a", "b"}, []time.Duration{0, 61 * time.Second})
 	if errs[0] != nil || downloader.ErrorCode(errs[1]) != downloader.ENOTFOUND {
