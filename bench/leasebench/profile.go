@@ -6,6 +6,8 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"syscall"
+	"time"
 )
 
 // profiles are the profile files asked for on the command line; each covers the whole run
@@ -61,4 +63,21 @@ func write(path, name string) error {
 		return fmt.Errorf("%s profile: %w", name, err)
 	}
 	return f.Close()
+}
+
+// processCPU returns the CPU time (user + system) the process used so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// cpuPerPage is r's process CPU time per page, in milliseconds.
+func cpuPerPage(r result) float64 {
+	if r.pageCount == 0 {
+		return 0
+	}
+	return float64(r.cpu) / float64(r.pageCount) / float64(time.Millisecond)
 }
