@@ -49,6 +49,7 @@ import (
 	"net/http/httptrace"
 	"net/url"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"downloader"
@@ -96,6 +97,20 @@ const (
 // redirectDrainBytes bounds what is read of a redirect's body so its connection can be
 // reused.
 const redirectDrainBytes = 64 << 10
+
+// maxIdleConns bounds the idle connections kept across all hosts. An idle connection per
+// polite host is what makes its next request cheap; past the bound, net/http closes the
+// oldest under its one pool-wide lock on every connection returned, which serialised all
+// requests at 10^4 hosts (docs/benchmarks-lease.md). A quarter of the descriptor limit
+// (which Go raises to the hard limit at start) leaves the rest to requests in flight, the
+// store and the server, within 1024..65536.
+func maxIdleConns() int {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 1024
+	}
+	return int(min(max(lim.Cur/4, 1024), 65536))
+}
 
 // Fetcher does plain GETs. It owns one *http.Transport whose connections pass through the
 // guard. Safe for concurrent use; call Close when done.
@@ -175,7 +190,7 @@ func New(cfg Config) *Fetcher {
 		TLSHandshakeTimeout:    cfg.TLSTimeout,
 		ResponseHeaderTimeout:  cfg.ResponseTimeout,
 		DisableCompression:     true, // we ask for and decode encodings ourselves, under the cap
-		MaxIdleConns:           1024,
+		MaxIdleConns:           maxIdleConns(),
 		MaxIdleConnsPerHost:    4,
 		IdleConnTimeout:        90 * time.Second,
 		MaxResponseHeaderBytes: 1 << 20,
