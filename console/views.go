@@ -334,7 +334,7 @@ func (c *Console) probesPage(r *http.Request) (any, error) {
 	var reached []causeRow
 	for _, cc := range p.Causes {
 		row := causeRow{Key: "cause:" + string(cc.FailReason), Field: "probe_count_24h", Reason: cc.FailReason,
-			Label: cc.FailReason.Label(), Count: cc.ProbeCount24h}
+			Label: cc.FailReason.EnglishLabel() + " · " + cc.FailReason.Label(), Count: cc.ProbeCount24h}
 		if cc.HasReachedOrigin {
 			row.IsDetail = true
 			reached = append(reached, row)
@@ -388,7 +388,7 @@ func funcs() map[string]any {
 			if r == nil {
 				return "—"
 			}
-			return r.Label()
+			return r.EnglishLabel() + " · " + r.Label()
 		},
 		"reasonValue": func(r *downloader.FailReason) string {
 			if r == nil {
