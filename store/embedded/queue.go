@@ -856,31 +856,9 @@ func (q *Queue) Task(ctx context.Context, taskID string) (*TaskRecord, error) {
 // RangeDone calls f for every finished task's report (done or skipped), in task id order,
 // until f returns false. It reads the whole queue; use it for summaries, not per request.
 func (q *Queue) RangeDone(ctx context.Context, f func(t *downloader.Task, r *downloader.Report) bool) error {
-	release, err := q.s.acquire(ctx, "list tasks")
-	if err != nil {
-		return err
-	}
-	defer release()
-	iter, err := q.s.db.NewIterWithContext(ctx, &pebble.IterOptions{
-		LowerBound: []byte(queueTaskPrefix), UpperBound: prefixEnd(queueTaskPrefix)})
-	if err != nil {
-		return fmt.Errorf("local queue: list tasks: %w", err)
-	}
-	defer iter.Close()
-	for ok := iter.First(); ok; ok = iter.Next() {
-		v, err := iter.ValueAndErr()
-		if err != nil {
-			return fmt.Errorf("local queue: list tasks: %w", err)
-		}
-		var rec queueRecord
-		if err := json.Unmarshal(v, &rec); err != nil {
-			return fmt.Errorf("local queue: decode task at %q: %w", iter.Key(), err)
-		}
-		if (rec.State == TaskDone || rec.State == TaskSkipped) && rec.Report != nil && !f(&rec.Task, rec.Report) {
-			return nil
-		}
-	}
-	return nil
+	return rangeRecords(ctx, q.s, func(rec *queueRecord) bool {
+		return !(rec.State == TaskDone || rec.State == TaskSkipped) || rec.Report == nil || f(&rec.Task, rec.Report)
+	})
 }
 
 // expireLocked returns the leases that expired by now to pending. Requires q.mu held.
