@@ -228,6 +228,12 @@ func withConfig(fn func(*Config)) envOption {
 // fetch takes the first request's admission as a caller would, fetches, and finishes it.
 func (e *env) fetch(ctx context.Context, raw string) *downloader.Outcome {
 	e.t.Helper()
+	return e.fetchWith(ctx, raw, e.f.Fetch)
+}
+
+// fetchWith is fetch through do (Fetch or FetchOnce).
+func (e *env) fetchWith(ctx context.Context, raw string, do func(context.Context, *url.URL, *limiter.Admission) *downloader.Outcome) *downloader.Outcome {
+	e.t.Helper()
 	u, err := url.Parse(raw)
 	if err != nil {
 		e.t.Fatal(err)
@@ -242,7 +248,7 @@ func (e *env) fetch(ctx context.Context, raw string) *downloader.Outcome {
 	if err != nil {
 		e.t.Fatalf("no admission for %s: %v", domain, err)
 	}
-	out := e.f.Fetch(ctx, u, &adm)
+	out := do(ctx, u, &adm)
 	adm.Cancel()
 	return out
 }

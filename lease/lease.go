@@ -74,6 +74,15 @@ type BatchOutbox interface {
 	DeleteReports(ctx context.Context, rs []downloader.Report) error
 }
 
+// TaskOutbox is an Outbox that commits what the runner stores for a task (its page and
+// fetch_result) with the task's report, in one write (embedded.Outbox): the runner's
+// writes made under the returned context wait for PutReport under it. end commits what no
+// report took and must be called once the task is done.
+type TaskOutbox interface {
+	Outbox
+	WithTaskWrites(ctx context.Context) (taskCtx context.Context, end func() error)
+}
+
 // Runner runs one leased task (*engine.Engine). Stop makes every task waiting or in flight
 // come back as a release, at once.
 type Runner interface {
@@ -343,6 +352,15 @@ func (l *Loop) unhold() {
 
 // runTask runs t and hands its outcome back.
 func (l *Loop) runTask(ctx context.Context, t *downloader.Task) {
+	if to, ok := l.cfg.Outbox.(TaskOutbox); ok {
+		var end func() error
+		ctx, end = to.WithTaskWrites(ctx)
+		defer func() {
+			if err := end(); err != nil {
+				l.log.Error("store task writes", "task_id", t.TaskID, "error", err)
+			}
+		}()
+	}
 	defer func() {
 		if v := recover(); v != nil {
 			l.log.Error("task run panicked: released", "task_id", t.TaskID, "url", t.URL, "panic", v, "stack", string(debug.Stack()))

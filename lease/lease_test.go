@@ -333,6 +333,30 @@ func TestKillAndRestartMidCrawl(t *testing.T) {
 	if twice > maxHeld {
 		t.Errorf("%d URLs fetched twice, more than the %d leases that can be in flight", twice, maxHeld)
 	}
+	// Every acknowledged task's page and fetch_result survived the kill: they are committed
+	// with its report (embedded.Outbox.WithTaskWrites).
+	pages := 0
+	err = q2.RangeDone(t.Context(), func(task *downloader.Task, rep *downloader.Report) bool {
+		if rep.PageKey == "" {
+			t.Errorf("%s: done without a page key", task.URL)
+			return true
+		}
+		if _, err := r2.store.Page(t.Context(), rep.PageKey); err != nil {
+			t.Errorf("%s: page %s: %v", task.URL, rep.PageKey, err)
+		}
+		pages++
+		return true
+	})
+	if err != nil || pages != 60 {
+		t.Errorf("RangeDone: %d pages checked, %v", pages, err)
+	}
+	for i := range 6 {
+		d := fmt.Sprintf("k%d.test", i)
+		rs, _, err := r2.store.FetchResults(t.Context(), d, 100, "")
+		if err != nil || len(rs) < 10 {
+			t.Errorf("fetch results of %s: %d, %v; want at least its 10 tasks'", d, len(rs), err)
+		}
+	}
 	t.Logf("before the kill: %d fetched, %d done; after: %d fetched twice", fetchedBefore, before.DoneCount, twice)
 }
 

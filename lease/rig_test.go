@@ -40,6 +40,7 @@ var (
 	_ lease.Source = (*embedded.Queue)(nil)
 	_ lease.Runner = (*engine.Engine)(nil)
 	_ lease.Outbox = (*embedded.Outbox)(nil)
+	_ lease.TaskOutbox = (*embedded.Outbox)(nil)
 )
 
 // originLatencyAllowance is how much earlier than the interval the origin may see a

@@ -5,7 +5,9 @@
 # (bench/) so that the downloader itself does not depend on Colly. Extra arguments go to
 # the benchmark (e.g. -run-count 5, -host-count 50 -page-count 20 -min-interval-ms 100 -latency-ms 20).
 # Scale: -host-count 1000 -page-count 5 -max-concurrent-count 1000 -only polite (and 10000 × 2);
-# -only probe -probe-domain-count 10000 (entry C beside a bare net/http client).
+# -only probe -probe-domain-count 10000 (entry C beside a bare net/http client);
+# -only cpu (CPU-seconds per 1,000 plain pages beside Colly and Colly + a visible-text
+# extraction); -only rss (RSS per task with 10^5 tasks queued over 10^4 hosts).
 # Profiles of the whole run: -cpuprofile F -blockprofile F -mutexprofile F -memprofile F;
 # split a CPU profile by component with: python3 bench/profsplit.py BINARY F (build the
 # binary with: cd bench && go build -o /tmp/leasebench ./leasebench).

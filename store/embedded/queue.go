@@ -203,13 +203,22 @@ type Queue struct {
 	domains map[string]*queueDomain
 	ready   domainHeap           // domains with pending tasks, earliest due first
 	expiry  leaseHeap            // this process's leases, earliest expiry first
-	leased  map[string]time.Time // task id → expiry of its live lease
+	leased  map[string]liveLease // task id → its live lease
+
 	retries retryHeap            // tasks waiting out a backoff, earliest first
 	// holds: domain → no task before then (the origin's Retry-After); floors: domain →
 	// the least spacing of its tasks (robots.txt Crawl-delay). Both in memory only, one
 	// entry per domain that has one: a restart forgets them (robots.txt is read again).
 	holds  map[string]time.Time
 	floors map[string]time.Duration
+}
+
+// liveLease is a lease this process handed out: its expiry and the task record as Lease
+// stored it, which Report uses instead of reading it back. Only leased tasks (at most the
+// lease loop's held count) keep one.
+type liveLease struct {
+	expiresAt time.Time
+	rec       *queueRecord
 }
 
 // queueDomain is one domain with pending tasks.
@@ -237,7 +246,7 @@ func OpenQueue(ctx context.Context, s *Store, cfg QueueConfig) (*Queue, error) {
 	}
 	cfg.retryDefaults()
 	q := &Queue{s: s, clk: cfg.Clock, log: cfg.Logger.With("component", "local_queue"), cfg: cfg,
-		domains: map[string]*queueDomain{}, leased: map[string]time.Time{},
+		domains: map[string]*queueDomain{}, leased: map[string]liveLease{},
 		holds: map[string]time.Time{}, floors: map[string]time.Duration{},
 		counts: QueueCounts{FailedCount: map[downloader.FailReason]int{}}}
 	release, err := s.acquire(ctx, "open queue")
@@ -525,6 +534,7 @@ func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([
 	}
 	var (
 		out   []downloader.Task
+		recs  []*queueRecord
 		undos []undo
 	)
 	rollback := func() {
@@ -585,6 +595,7 @@ func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([
 			delete(q.domains, d.name)
 		}
 		out = append(out, rec.Task)
+		recs = append(recs, rec)
 	}
 	if len(undos) == 0 {
 		return nil, nil
@@ -593,9 +604,9 @@ func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([
 		rollback()
 		return nil, err
 	}
-	for _, t := range out {
-		q.leased[t.TaskID] = expires
-		heap.Push(&q.expiry, leaseEntry{taskID: t.TaskID, expiresAt: expires})
+	for _, rec := range recs {
+		q.leased[rec.TaskID] = liveLease{expiresAt: expires, rec: rec}
+		heap.Push(&q.expiry, leaseEntry{taskID: rec.TaskID, expiresAt: expires})
 	}
 	q.log.Debug("leased", "worker_id", workerID, "task_count", len(out))
 	return out, nil
@@ -624,12 +635,20 @@ func (q *Queue) Report(ctx context.Context, r *downloader.Report) error {
 	defer q.mu.Unlock()
 	b := q.s.db.NewBatch()
 	defer b.Close()
-	rec, ok, err := q.record(b, r.TaskID)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return downloader.Errorf(downloader.ENOTFOUND, "task %q is not in the local queue", r.TaskID)
+	var rec *queueRecord
+	if l, ok := q.leased[r.TaskID]; ok {
+		// Leased by this process: the record is as Lease wrote it (every change to a leased
+		// record ends its entry here), so it is not read back and decoded.
+		c := *l.rec
+		rec = &c
+	} else {
+		var ok bool
+		var err error
+		if rec, ok, err = q.record(b, r.TaskID); err != nil {
+			return err
+		} else if !ok {
+			return downloader.Errorf(downloader.ENOTFOUND, "task %q is not in the local queue", r.TaskID)
+		}
 	}
 	switch {
 	case rec.State == TaskDone || rec.State == TaskSkipped:
@@ -866,7 +885,7 @@ func (q *Queue) expireLocked(now time.Time) error {
 	var ids []string
 	for q.expiry.Len() > 0 && !q.expiry[0].expiresAt.After(now) {
 		e := heap.Pop(&q.expiry).(leaseEntry)
-		if at, ok := q.leased[e.taskID]; ok && at.Equal(e.expiresAt) {
+		if l, ok := q.leased[e.taskID]; ok && l.expiresAt.Equal(e.expiresAt) {
 			ids = append(ids, e.taskID)
 		}
 	}
