@@ -190,6 +190,7 @@ func domainKey(domain string) []byte { return []byte(domainRuntimePrefix + keys.
 var (
 	_ engine.SharedRuntime = (*Runtime)(nil)
 	_ engine.ClusterView   = (*Runtime)(nil)
+	_ engine.Fencer        = (*Runtime)(nil)
 )
 
 // NewRuntime returns the runtime of this instance over s. It does no I/O.
