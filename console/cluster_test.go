@@ -53,8 +53,9 @@ func TestRuntimeShowsInstancesAndEgress(t *testing.T) {
 	off := int64(-3)
 	fc := &fakeCluster{instances: []engine.ClusterInstance{
 		{InstanceID: "dl-1", Address: "10.0.0.1:8080", LastHeartbeatAt: clk.Now().UTC(), IsLive: true, InFlightCount: 3, CapacityShareCount: 6, ClockOffsetMs: &off},
-		{InstanceID: "dl-2", Address: "10.0.0.2:8080", LastHeartbeatAt: clk.Now().UTC(), IsLive: true, CapacityShareCount: 6},
-		{InstanceID: "dl-3", LastHeartbeatAt: clk.Now().Add(-30 * time.Second).UTC()},
+		{InstanceID: "dl-2", Address: "10.0.0.2:8080", LastHeartbeatAt: clk.Now().UTC(), IsLive: true, CapacityShareCount: 6,
+			IsFenced: true, FenceReason: engine.FenceClockSkewed},
+		{InstanceID: "dl-3", LastHeartbeatAt: clk.Now().Add(-30 * time.Second).UTC(), IsFenced: true, FenceReason: engine.FenceHeartbeatLate},
 	}}
 	det := egress.New(egress.Config{Clock: clk, MinDomainCount: 3})
 	down := clk.Now()
@@ -89,6 +90,9 @@ func TestRuntimeShowsInstancesAndEgress(t *testing.T) {
 		`data-row="instance:dl-1"`, `10.0.0.1:8080`, `<td class="n" data-field="clock_offset_ms">-3</td>`,
 		`data-field="live_instance_count">2<`, `data-field="egress" data-value="unavailable"`,
 		`data-field="unavailable_since_at">` + ts(down), `data-field="failing_domain_count">3<`, "集群实例", "本机出口网络",
+		`<td data-field="is_fenced" data-value="false" data-reason=""><span class="state normal">admitting<small>正常放行</small>`,
+		`<td data-field="is_fenced" data-value="true" data-reason="clock_skewed"><span class="state down">fenced: clock off PD by more than half of max_clock_skew_ms (check NTP)<small>已隔离：时钟偏差超过`,
+		`<td data-field="is_fenced" data-value="true" data-reason="heartbeat_late"><span class="state down">fenced: heartbeat late`,
 	} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the runtime page lacks %q", want)

@@ -398,6 +398,7 @@ func funcs() map[string]any {
 		},
 		"sourceLabel": sourceLabel,
 		"stateLabel":  stateLabel,
+		"fenceLabel":  fenceLabel,
 		"entryLabel":  entryLabel,
 		"bindingLabel": func(b *observe.Binding) string {
 			switch {
@@ -521,6 +522,25 @@ func stateLabel(s limiter.State) [2]string {
 		return [2]string{"rate-limited: probes not sent (C)", "入口 C 超限，探针未发出"}
 	}
 	return [2]string{string(s), ""}
+}
+
+// fenceLabel says in words, English and Chinese, why an instance admits nothing (its
+// fence_reason), or that it admits.
+func fenceLabel(in engine.ClusterInstance) [2]string {
+	if !in.IsFenced {
+		return [2]string{"admitting", "正常放行"}
+	}
+	switch in.FenceReason {
+	case engine.FenceHeartbeatLate:
+		return [2]string{"fenced: heartbeat late, admits nothing until one commits", "已隔离：心跳逾期，心跳恢复前不放行"}
+	case engine.FenceClockSkewed:
+		return [2]string{"fenced: clock off PD by more than half of max_clock_skew_ms (check NTP)", "已隔离：时钟偏差超过 max_clock_skew_ms 的一半（检查 NTP）"}
+	case engine.FenceNotRegistered:
+		return [2]string{"fenced: not registered yet", "已隔离：尚未注册"}
+	case engine.FenceInstanceIDTakenOver:
+		return [2]string{"fenced for good: another process took its instance_id (stop it)", "永久隔离：另一进程占用了其 instance_id（请停止本进程）"}
+	}
+	return [2]string{"fenced: " + in.FenceReason, "已隔离"}
 }
 
 func entryLabel(e downloader.Entry) string {

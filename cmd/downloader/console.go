@@ -31,7 +31,7 @@ type observability struct {
 }
 
 // live adds what metrics.Sources cannot take from the other arguments: the cluster-wide cap
-// (cluster mode) and the egress detector's state.
+// (cluster mode), the egress detector's state and the instance's fence.
 func newObservability(clk clock.Clock, logger *slog.Logger, lim *limiter.Limiter, gate *limiter.Gate, pool *render.Pool, live metrics.Sources) (*observability, error) {
 	o := &observability{clk: clk, log: logger, registry: prometheus.NewRegistry(),
 		domains: observe.NewDomainTable(lim, observe.DefaultSnapshotTTL)}
@@ -45,7 +45,7 @@ func newObservability(clk clock.Clock, logger *slog.Logger, lim *limiter.Limiter
 		return nil, fmt.Errorf("register process metrics: %w", err)
 	}
 	m, err := metrics.New(o.registry, metrics.Sources{Clock: clk, Gate: gate, Domains: o.domains, Renderer: o.renderer,
-		MaxConcurrentCount: live.MaxConcurrentCount, Egress: live.Egress})
+		MaxConcurrentCount: live.MaxConcurrentCount, Egress: live.Egress, Fence: live.Fence})
 	if err != nil {
 		return nil, err
 	}

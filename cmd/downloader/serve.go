@@ -128,9 +128,13 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 	}
 	det := egress.New(egress.Config{Clock: clk, Logger: logger, Canary: c.egressCanary(),
 		Window: time.Duration(c.EgressWindowSeconds) * time.Second, MinDomainCount: c.EgressMinDomainCount})
-	live := metrics.Sources{Egress: func() engine.EgressState { return engine.EgressStateOf(det.Status(clk.Now())) }}
+	live := metrics.Sources{Egress: func() engine.EgressState { return engine.EgressStateOf(det.Status(clk.Now())) },
+		Fence: func() engine.FenceState { return engine.FenceState{} }} // one machine is never fenced
 	if shared != nil {
 		live.MaxConcurrentCount = shared.MaxConcurrentCount // the cluster's; the gate holds this instance's share
+	}
+	if f, ok := shared.(engine.Fencer); ok {
+		live.Fence = func() engine.FenceState { return f.FenceState(clk.Now()) }
 	}
 	obs, err := newObservability(clk, logger, lim, gate, pool, live)
 	if err != nil {
