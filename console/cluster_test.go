@@ -62,14 +62,18 @@ func TestRuntimeShowsInstancesAndEgress(t *testing.T) {
 		det.Judge(clk.Now(), fmt.Sprintf("d%d.test", i), downloader.EntryRender, downloader.FailConnectTimeout, false)
 	}
 	obs := observe.New(observe.Config{Clock: clk})
-	eng := engine.New(engine.Config{Clock: clk, Limiter: lim, Gate: limiter.NewGate(6, 4), Fetcher: fetcher{clk},
+	gate := limiter.NewGate(6, 4)
+	eng := engine.New(engine.Config{Clock: clk, Limiter: lim, Gate: gate, Fetcher: fetcher{clk},
 		Observer: obs, Shared: fc, Egress: det, DefaultMinInterval: time.Second})
-	con, err := New(Config{Clock: clk, Engine: eng, Observer: obs, Domains: observe.NewDomainTable(lim, time.Nanosecond),
-		Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
+	egressOf := func(now time.Time) (engine.EgressState, bool) { return engine.EgressStateOf(det.Status(now)), true }
+	con, err := New(Config{Clock: clk, Settings: eng, Limiter: lim, Gate: gate, Cluster: fc, Egress: egressOf, Observer: obs,
+		Domains: observe.NewDomainTable(lim, time.Nanosecond), Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{clk: clk, eng: eng, obs: obs, srv: httptest.NewServer(server.New(server.Config{Engine: eng, Clock: clk, Extra: con.Register}))}
+	srv := server.New(server.Config{Probe: eng, Render: eng, Settings: eng, Domains: lim, Slots: gate, Cluster: fc, Egress: egressOf,
+		Clock: clk, Extra: con.Register})
+	h := &harness{clk: clk, eng: eng, lim: lim, gate: gate, obs: obs, srv: httptest.NewServer(srv)}
 	t.Cleanup(h.srv.Close)
 
 	var rt Runtime

@@ -80,9 +80,11 @@ func (w testWriter) Write(p []byte) (int, error) {
 }
 
 type harness struct {
-	clk *clock.Fake
-	eng *engine.Engine
-	obs *observe.Observer
+	clk  *clock.Fake
+	eng  *engine.Engine
+	lim  *limiter.Limiter
+	gate *limiter.Gate
+	obs  *observe.Observer
 	srv *httptest.Server
 }
 
@@ -92,15 +94,17 @@ func newHarness(t *testing.T, renderer func() observe.RendererStats) *harness {
 	lim := limiter.New(clk)
 	clk.Advance(2 * time.Hour)
 	obs := observe.New(observe.Config{Clock: clk})
-	eng := engine.New(engine.Config{Clock: clk, Limiter: lim, Gate: limiter.NewGate(8, 4), Fetcher: fetcher{clk},
+	gate := limiter.NewGate(8, 4)
+	eng := engine.New(engine.Config{Clock: clk, Limiter: lim, Gate: gate, Fetcher: fetcher{clk},
 		Settings: &memSettings{}, Observer: obs, DefaultMinInterval: time.Second})
-	con, err := New(Config{Clock: clk, Engine: eng, Observer: obs, Domains: observe.NewDomainTable(lim, time.Nanosecond), Renderer: renderer,
+	con, err := New(Config{Clock: clk, Settings: eng, Limiter: lim, Gate: gate, Observer: obs,
+		Domains: observe.NewDomainTable(lim, time.Nanosecond), Renderer: renderer,
 		Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := server.New(server.Config{Engine: eng, Clock: clk, Extra: con.Register})
-	h := &harness{clk: clk, eng: eng, obs: obs, srv: httptest.NewServer(srv)}
+	srv := server.New(server.Config{Probe: eng, Render: eng, Settings: eng, Domains: lim, Slots: gate, Clock: clk, Extra: con.Register})
+	h := &harness{clk: clk, eng: eng, lim: lim, gate: gate, obs: obs, srv: httptest.NewServer(srv)}
 	t.Cleanup(h.srv.Close)
 	return h
 }
@@ -511,8 +515,8 @@ func TestSettingsThroughTheAPI(t *testing.T) {
 	resp.Body.Close()
 	var rt Runtime
 	h.getJSON(t, "/v1/console/runtime", &rt)
-	if rt.MaxConcurrentCount != 3 || h.eng.Gate().Capacity() != 3 {
-		t.Errorf("max_concurrent_count %d, gate %d", rt.MaxConcurrentCount, h.eng.Gate().Capacity())
+	if rt.MaxConcurrentCount != 3 || h.gate.Capacity() != 3 {
+		t.Errorf("max_concurrent_count %d, gate %d", rt.MaxConcurrentCount, h.gate.Capacity())
 	}
 	_, page := h.get(t, "/")
 	if got := fields(t, page)[""]["max_concurrent_count"]; got != "3" {
@@ -592,8 +596,9 @@ func BenchmarkRuntimePage(b *testing.B) {
 		a.Done()
 	}
 	obs := observe.New(observe.Config{Clock: clk})
-	eng := engine.New(engine.Config{Clock: clk, Limiter: lim, Gate: limiter.NewGate(8, 4), Fetcher: fetcher{clk}, Observer: obs})
-	con, err := New(Config{Clock: clk, Engine: eng, Observer: obs, Domains: observe.NewDomainTable(lim, 0)})
+	gate := limiter.NewGate(8, 4)
+	eng := engine.New(engine.Config{Clock: clk, Limiter: lim, Gate: gate, Fetcher: fetcher{clk}, Observer: obs})
+	con, err := New(Config{Clock: clk, Settings: eng, Limiter: lim, Gate: gate, Observer: obs, Domains: observe.NewDomainTable(lim, 0)})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -318,7 +318,7 @@ func TestEntriesTogetherNoViolations(t *testing.T) {
 	r := newRig(t, rigOptions{})
 	s := newFakeScheduler(t)
 	hosts := []string{"x0.test", "x1.test", "x2.test"}
-	api := httptest.NewServer(server.New(server.Config{Engine: r.eng}))
+	api := httptest.NewServer(server.New(server.Config{Probe: r.eng, Render: r.eng, Settings: r.eng, Domains: r.lim, Slots: r.gate}))
 	t.Cleanup(api.Close)
 	client := &http.Client{Transport: &http.Transport{}}
 	t.Cleanup(client.CloseIdleConnections)

@@ -82,9 +82,12 @@ func TestClusterMode(t *testing.T) {
 	for i := range 3 { // three distinct domains failing at network level through entry B: down
 		det.Judge(clk.Now(), fmt.Sprintf("d%d.test", i), downloader.EntryRender, downloader.FailConnectTimeout, false)
 	}
-	eng := engine.New(engine.Config{Clock: clk, Limiter: lim, Gate: limiter.NewGate(6, 2), Fetcher: &fakeFetcher{clk: clk},
+	gate := limiter.NewGate(6, 2)
+	eng := engine.New(engine.Config{Clock: clk, Limiter: lim, Gate: gate, Fetcher: &fakeFetcher{clk: clk},
 		Shared: fc, Egress: det, DefaultMinInterval: time.Second, DefaultTimeout: 5 * time.Second})
-	h := &harness{clk: clk, eng: eng, srv: New(Config{Engine: eng, Clock: clk})}
+	egressOf := func(now time.Time) (engine.EgressState, bool) { return engine.EgressStateOf(det.Status(now)), true }
+	h := &harness{clk: clk, eng: eng, lim: lim, gate: gate, srv: New(Config{Probe: eng, Render: eng, Settings: eng,
+		Domains: lim, Slots: gate, Cluster: fc, Egress: egressOf, Clock: clk})}
 
 	rec, m := h.do(t, "GET", "/v1/cluster", "")
 	if rec.Code != 200 || m["store_backend"] != "tikv" || m["instance_id"] != "dl-2" || m["live_instance_count"] != float64(2) ||

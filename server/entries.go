@@ -61,7 +61,7 @@ func (s *Server) target(rawURL, domain string, minIntervalMs *int64) (*url.URL, 
 	}
 	req := downloader.Request{URL: u.String(), Domain: host}
 	if minIntervalMs == nil {
-		req.MinInterval = s.cfg.Engine.DefaultMinInterval()
+		req.MinInterval = s.cfg.Settings.DefaultMinInterval()
 		req.IntervalSource = downloader.IntervalSourceDefault
 	} else {
 		req.MinInterval = time.Duration(*minIntervalMs) * time.Millisecond
@@ -113,7 +113,7 @@ func (s *Server) handleProbe() http.Handler {
 			return
 		}
 		req.ShouldRender = body.ShouldRender != nil && *body.ShouldRender
-		writeJSON(w, http.StatusOK, s.cfg.Engine.Probe(r.Context(), req, u))
+		writeJSON(w, http.StatusOK, s.cfg.Probe.Probe(r.Context(), req, u))
 	})
 }
 
@@ -142,7 +142,7 @@ func (s *Server) handleRender() http.Handler {
 			}
 			req.Timeout = time.Duration(ms) * time.Millisecond
 		}
-		res, err := s.cfg.Engine.Render(r.Context(), req, u)
+		res, err := s.cfg.Render.Render(r.Context(), req, u)
 		var ol *engine.OverLimitError
 		if errors.As(err, &ol) {
 			n := ol.RetryAfterSeconds()

@@ -62,6 +62,7 @@ func (m *memSettings) SaveSettings(_ context.Context, s downloader.Settings) err
 type harness struct {
 	clk  *clock.Fake
 	eng  *engine.Engine
+	lim  *limiter.Limiter
 	gate *limiter.Gate
 	srv  *Server
 	set  *memSettings
@@ -79,7 +80,8 @@ func newHarness(t testing.TB, f engine.Fetcher) *harness {
 	set := &memSettings{}
 	eng := engine.New(engine.Config{Clock: clk, Limiter: lim, Gate: gate, Fetcher: f, Settings: set,
 		DefaultMinInterval: time.Second, DefaultTimeout: 5 * time.Second})
-	return &harness{clk: clk, eng: eng, gate: gate, set: set, srv: New(Config{Engine: eng, Clock: clk})}
+	return &harness{clk: clk, eng: eng, lim: lim, gate: gate, set: set,
+		srv: New(Config{Probe: eng, Render: eng, Settings: eng, Domains: lim, Slots: gate, Clock: clk})}
 }
 
 func (h *harness) do(t *testing.T, method, path, body string) (*httptest.ResponseRecorder, map[string]any) {
@@ -228,7 +230,7 @@ func TestQueueFull(t *testing.T) {
 		t.Errorf("render with queue full: %d %v", rec.Code, m)
 	}
 	// The refused render gave its admission back: the domain is free again.
-	if st, ok := h.eng.Limiter().Domain(h.clk.Now(), "qy.test"); !ok || st.InFlightCount != 0 {
+	if st, ok := h.lim.Domain(h.clk.Now(), "qy.test"); !ok || st.InFlightCount != 0 {
 		t.Errorf("qy.test state after refusal: %+v", st)
 	}
 	close(release)
@@ -250,7 +252,7 @@ func TestSettingsTakeEffectAndPersist(t *testing.T) {
 	// A restart: a new engine on the same settings store starts with 7.
 	h2 := newHarness(t, &fakeFetcher{})
 	h2.set.s = h.set.s
-	eng := engine.New(engine.Config{Clock: h2.clk, Limiter: h2.eng.Limiter(), Gate: h2.gate, Fetcher: &fakeFetcher{}, Settings: h.set})
+	eng := engine.New(engine.Config{Clock: h2.clk, Limiter: h2.lim, Gate: h2.gate, Fetcher: &fakeFetcher{}, Settings: h.set})
 	if err := eng.LoadSettings(context.Background()); err != nil {
 		t.Fatal(err)
 	}

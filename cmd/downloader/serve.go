@@ -15,6 +15,7 @@ import (
 
 	"downloader"
 	"downloader/clock"
+	"downloader/console"
 	"downloader/egress"
 	"downloader/engine"
 	"downloader/fetch"
@@ -161,14 +162,23 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 		closeStores()
 		return nil, err
 	}
-	extra, err := obs.routes(eng) // the console and /metrics
+	// What the HTTP layer and the console read: the engine runs the entries and owns the
+	// settings; the limiter, the gate, the cluster runtime and the egress detector are
+	// shown as they are (server.Config, console.Config).
+	var clusterView server.ClusterView // nil on the embedded store
+	if cl != nil {
+		clusterView = cl.runtime
+	}
+	egressOf := func(now time.Time) (engine.EgressState, bool) { return engine.EgressStateOf(det.Status(now)), true }
+	extra, err := obs.routes(console.Config{Settings: eng, Limiter: lim, Gate: gate, Cluster: clusterView, Egress: egressOf}) // the console and /metrics
 	if err != nil {
 		a.close()
 		pool.Close()
 		closeStores()
 		return nil, err
 	}
-	srv := server.New(server.Config{Engine: eng, Guard: guard, Logger: logger, Clock: clk, Extra: extra,
+	srv := server.New(server.Config{Probe: eng, Render: eng, Settings: eng, Domains: lim, Slots: gate,
+		Cluster: clusterView, Egress: egressOf, Guard: guard, Logger: logger, Clock: clk, Extra: extra,
 		Tasks: a.taskQueue(), Results: results, Pages: pages, APIToken: c.APIToken, AdminToken: c.AdminToken,
 		MetricsToken: c.MetricsToken, StartedAt: clk.Now()})
 	ln, err := net.Listen("tcp", c.Listen)
