@@ -13,7 +13,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"downloader"
 	"downloader/clock"
 	"downloader/engine"
+	"downloader/internal/testkit"
 	"downloader/limiter"
 	"downloader/observe"
 	"downloader/server"
@@ -49,27 +49,6 @@ func (f fetcher) Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission) 
 	return &downloader.Outcome{HTTPStatus: 200, FinalURL: u.String(), RawTextLength: &n, Body: []byte("<p>hi</p>"), Text: "hi"}
 }
 
-type memSettings struct {
-	mu sync.Mutex
-	s  *downloader.Settings
-}
-
-func (m *memSettings) Settings(context.Context) (downloader.Settings, bool, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.s == nil {
-		return downloader.Settings{}, false, nil
-	}
-	return *m.s, true, nil
-}
-
-func (m *memSettings) SaveSettings(_ context.Context, s downloader.Settings) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.s = &s
-	return nil
-}
-
 // testWriter logs through t, so that errors the console logs show in the test output.
 type testWriter struct{ t *testing.T }
 
@@ -85,7 +64,7 @@ type harness struct {
 	lim  *limiter.Limiter
 	gate *limiter.Gate
 	obs  *observe.Observer
-	srv *httptest.Server
+	srv  *httptest.Server
 }
 
 func newHarness(t *testing.T, renderer func() observe.RendererStats) *harness {
@@ -96,7 +75,7 @@ func newHarness(t *testing.T, renderer func() observe.RendererStats) *harness {
 	obs := observe.New(observe.Config{Clock: clk})
 	gate := limiter.NewGate(8, 4)
 	eng := engine.New(engine.Config{Clock: clk, Limiter: lim, Gate: gate, Fetcher: fetcher{clk},
-		Settings: &memSettings{}, Observer: obs, DefaultMinInterval: time.Second})
+		Settings: &testkit.SettingsStore{}, Observer: obs, DefaultMinInterval: time.Second})
 	con, err := New(Config{Clock: clk, Settings: eng, Limiter: lim, Gate: gate, Observer: obs,
 		Domains: observe.NewDomainTable(lim, time.Nanosecond), Renderer: renderer,
 		Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})

@@ -8,24 +8,13 @@ import (
 	"downloader"
 	"downloader/clock"
 	"downloader/engine"
+	"downloader/internal/testkit"
 	"downloader/limiter"
 	"downloader/observe"
 )
 
 // Fakes of the console's dependencies (deps.go): structs of function fields, so a test
-// sets only the calls it expects.
-
-type fakeSettings struct {
-	SettingsFn           func() downloader.Settings
-	SetSettingsFn        func(ctx context.Context, s downloader.Settings, actor string) (downloader.Settings, error)
-	DefaultMinIntervalFn func() time.Duration
-}
-
-func (f *fakeSettings) Settings() downloader.Settings { return f.SettingsFn() }
-func (f *fakeSettings) SetSettings(ctx context.Context, s downloader.Settings, actor string) (downloader.Settings, error) {
-	return f.SetSettingsFn(ctx, s, actor)
-}
-func (f *fakeSettings) DefaultMinInterval() time.Duration { return f.DefaultMinIntervalFn() }
+// sets only the calls it expects. The fakes the server shares are in internal/testkit.
 
 type fakeLimiterStats struct {
 	StatsFn func(now time.Time) limiter.Stats
@@ -41,21 +30,11 @@ func (f *fakeGate) InFlight() int    { return f.InFlightFn() }
 func (f *fakeGate) Waiting() int     { return f.WaitingFn() }
 func (f *fakeGate) QueueLength() int { return f.QueueLengthFn() }
 
-type fakeClusterView struct {
-	InstanceIDFn func() string
-	InstancesFn  func(ctx context.Context) ([]engine.ClusterInstance, error)
-}
-
-func (f *fakeClusterView) InstanceID() string { return f.InstanceIDFn() }
-func (f *fakeClusterView) Instances(ctx context.Context) ([]engine.ClusterInstance, error) {
-	return f.InstancesFn(ctx)
-}
-
 var (
-	_ SettingsService = (*fakeSettings)(nil)
+	_ SettingsService = (*testkit.SettingsService)(nil)
 	_ LimiterStats    = (*fakeLimiterStats)(nil)
 	_ GateView        = (*fakeGate)(nil)
-	_ ClusterView     = (*fakeClusterView)(nil)
+	_ ClusterView     = (*testkit.ClusterView)(nil)
 )
 
 // TestPagesOnFakes: the runtime and stats numbers come from the dependencies they name,
@@ -64,13 +43,13 @@ func TestPagesOnFakes(t *testing.T) {
 	clk := clock.NewFake(t0)
 	lim := limiter.New(clk)
 	con, err := New(Config{Clock: clk, Observer: observe.New(observe.Config{Clock: clk}), Domains: observe.NewDomainTable(lim, 0),
-		Settings: &fakeSettings{
+		Settings: &testkit.SettingsService{
 			SettingsFn:           func() downloader.Settings { return downloader.Settings{MaxConcurrentCount: 11} },
 			DefaultMinIntervalFn: func() time.Duration { return 2 * time.Second },
 		},
 		Limiter: &fakeLimiterStats{StatsFn: func(time.Time) limiter.Stats { return limiter.Stats{DomainCount: 4, InFlightCount: 2} }},
 		Gate:    &fakeGate{InFlightFn: func() int { return 3 }, WaitingFn: func() int { return 1 }, QueueLengthFn: func() int { return 5 }},
-		Cluster: &fakeClusterView{InstanceIDFn: func() string { return "dl-9" },
+		Cluster: &testkit.ClusterView{InstanceIDFn: func() string { return "dl-9" },
 			InstancesFn: func(context.Context) ([]engine.ClusterInstance, error) {
 				return []engine.ClusterInstance{{InstanceID: "dl-9", IsLive: true}, {InstanceID: "dl-8"}}, nil
 			}},

@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"context"
+	"downloader/internal/testkit"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -321,14 +322,6 @@ func (d loopbackDialer) DialContext(ctx context.Context, network, address string
 	return nd.DialContext(ctx, network, address)
 }
 
-// noResolver fails the test if anything is resolved: every host is mapped to the origin.
-type noResolver struct{ t *testing.T }
-
-func (r noResolver) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
-	r.t.Errorf("test resolver asked for %s", host)
-	return nil, errors.New("test resolver: no lookups")
-}
-
 func newRig(t *testing.T, o rigOptions) *rig {
 	t.Helper()
 	origin := o.origin
@@ -356,7 +349,7 @@ func newRig(t *testing.T, o rigOptions) *rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	guard := netguard.New(netguard.Config{ConnectTo: []netguard.Rule{rule}, Dialer: loopbackDialer{t}, Resolver: noResolver{t}})
+	guard := netguard.New(netguard.Config{ConnectTo: []netguard.Rule{rule}, Dialer: loopbackDialer{t}, Resolver: testkit.NoResolver{T: t}})
 	lim := limiter.New(clk)
 	gate := limiter.NewGate(16, 16)
 	f := fetch.New(fetch.Config{Clock: clk, Guard: guard, Hops: engine.Hops{Limiter: lim, DefaultMinInterval: time.Second}})

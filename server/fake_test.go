@@ -12,11 +12,13 @@ import (
 	"downloader"
 	"downloader/clock"
 	"downloader/engine"
+	"downloader/internal/testkit"
 	"downloader/limiter"
 )
 
 // Fakes of the server's dependencies (deps.go): structs of function fields, so a test
-// sets only the calls it expects; an unexpected call panics with a nil function.
+// sets only the calls it expects; an unexpected call panics with a nil function. The
+// fakes the console shares are in internal/testkit.
 
 type fakeProber struct {
 	ProbeFn func(ctx context.Context, req downloader.Request, u *url.URL) downloader.Summary
@@ -34,38 +36,12 @@ func (f *fakeRenderer) Render(ctx context.Context, req downloader.Request, u *ur
 	return f.RenderFn(ctx, req, u)
 }
 
-type fakeSettings struct {
-	SettingsFn           func() downloader.Settings
-	SetSettingsFn        func(ctx context.Context, s downloader.Settings, actor string) (downloader.Settings, error)
-	DefaultMinIntervalFn func() time.Duration
-}
-
-func (f *fakeSettings) Settings() downloader.Settings { return f.SettingsFn() }
-func (f *fakeSettings) SetSettings(ctx context.Context, s downloader.Settings, actor string) (downloader.Settings, error) {
-	return f.SetSettingsFn(ctx, s, actor)
-}
-func (f *fakeSettings) DefaultMinInterval() time.Duration { return f.DefaultMinIntervalFn() }
-
 type fakeDomains struct {
 	DomainFn func(now time.Time, domain string) (limiter.DomainState, bool)
 }
 
 func (f *fakeDomains) Domain(now time.Time, domain string) (limiter.DomainState, bool) {
 	return f.DomainFn(now, domain)
-}
-
-type fakeClusterView struct {
-	InstanceIDFn func() string
-	InstancesFn  func(ctx context.Context) ([]engine.ClusterInstance, error)
-	DomainFn     func(ctx context.Context, domain string) (engine.ClusterDomain, error)
-}
-
-func (f *fakeClusterView) InstanceID() string { return f.InstanceIDFn() }
-func (f *fakeClusterView) Instances(ctx context.Context) ([]engine.ClusterInstance, error) {
-	return f.InstancesFn(ctx)
-}
-func (f *fakeClusterView) Domain(ctx context.Context, domain string) (engine.ClusterDomain, error) {
-	return f.DomainFn(ctx, domain)
 }
 
 type fakeSlots struct {
@@ -79,9 +55,9 @@ func (f *fakeSlots) Capacity() int { return f.CapacityFn() }
 var (
 	_ Prober          = (*fakeProber)(nil)
 	_ Renderer        = (*fakeRenderer)(nil)
-	_ SettingsService = (*fakeSettings)(nil)
+	_ SettingsService = (*testkit.SettingsService)(nil)
 	_ DomainView      = (*fakeDomains)(nil)
-	_ ClusterView     = (*fakeClusterView)(nil)
+	_ ClusterView     = (*testkit.ClusterView)(nil)
 	_ SlotView        = (*fakeSlots)(nil)
 )
 
@@ -90,7 +66,7 @@ var (
 func TestHandlersOnFakes(t *testing.T) {
 	clk := clock.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
 	var probed downloader.Request
-	settings := &fakeSettings{
+	settings := &testkit.SettingsService{
 		SettingsFn:           func() downloader.Settings { return downloader.Settings{MaxConcurrentCount: 9} },
 		DefaultMinIntervalFn: func() time.Duration { return 1500 * time.Millisecond },
 	}
@@ -103,7 +79,7 @@ func TestHandlersOnFakes(t *testing.T) {
 			return nil, &engine.OverLimitError{Reason: downloader.FailSelfRateLimited, RetryAfter: 2500 * time.Millisecond}
 		}},
 		Domains: &fakeDomains{DomainFn: func(time.Time, string) (limiter.DomainState, bool) { return limiter.DomainState{}, false }},
-		Cluster: &fakeClusterView{
+		Cluster: &testkit.ClusterView{
 			InstanceIDFn: func() string { return "dl-1" },
 			InstancesFn: func(context.Context) ([]engine.ClusterInstance, error) {
 				return nil, downloader.Errorf(downloader.EUNAVAILABLE, "tikv unreachable")
