@@ -76,7 +76,7 @@ type entryA struct {
 
 // newEntryA builds entry A on st: with c.Lease.SchedulerURL set it leases from the
 // scheduler, else from the local queue kept in st.
-func newEntryA(ctx context.Context, c *config, logger *slog.Logger, clk clock.Clock, st *embedded.Store, eng *engine.Engine, gate *limiter.Gate, fetcher engine.Fetcher) (*entryA, error) {
+func newEntryA(ctx context.Context, c *config, logger *slog.Logger, clk clock.Clock, st *embedded.Store, eng *engine.Engine, lim *limiter.Limiter, gate *limiter.Gate, fetcher engine.Fetcher) (*entryA, error) {
 	a := &entryA{log: logger, defaultIv: time.Duration(c.DefaultMinIntervalMs) * time.Millisecond}
 	cfg := lease.Config{
 		Runner: eng, Outbox: embedded.NewOutbox(st), Clock: clk, Logger: logger, WorkerID: c.Lease.WorkerID,
@@ -102,7 +102,7 @@ func newEntryA(ctx context.Context, c *config, logger *slog.Logger, clk clock.Cl
 			// cluster-wide (SPEC §2): in cluster mode robots.txt is the scheduler's.
 			logger.Warn("robots.txt is not read with --store tikv: the local queue's tasks are not checked against it; use a scheduler, or the embedded store for a standalone crawl")
 		} else if c.Lease.ShouldObeyRobotsTxt {
-			rr, err := robots.New(robots.Config{Next: eng, Limiter: eng.Limiter(), Gate: gate, Fetcher: fetcher, Clock: clk,
+			rr, err := robots.New(robots.Config{Next: eng, Limiter: lim, Gate: gate, Fetcher: fetcher, Clock: clk,
 				Logger: logger, UserAgent: c.UserAgent, Timeout: c.requestTimeout(), MaxAttemptCount: c.Lease.MaxAttemptCount,
 				CrawlDelay: q.SetCrawlDelay})
 			if err != nil {

@@ -156,7 +156,7 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 			return nil, err
 		}
 	}
-	a, err := newEntryA(ctx, c, logger, clk, st, eng, gate, fetcher)
+	a, err := newEntryA(ctx, c, logger, clk, st, eng, lim, gate, fetcher)
 	if err != nil {
 		pool.Close()
 		closeStores()
