@@ -13,7 +13,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"downloader"
 	"downloader/clock"
 	"downloader/engine"
+	"downloader/internal/testkit"
 	"downloader/limiter"
 	"downloader/observe"
 	"downloader/server"
@@ -49,27 +49,6 @@ func (f fetcher) Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission) 
 	return &downloader.Outcome{HTTPStatus: 200, FinalURL: u.String(), RawTextLength: &n, Body: []byte("<p>hi</p>"), Text: "hi"}
 }
 
-type memSettings struct {
-	mu sync.Mutex
-	s  *downloader.Settings
-}
-
-func (m *memSettings) Settings(context.Context) (downloader.Settings, bool, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.s == nil {
-		return downloader.Settings{}, false, nil
-	}
-	return *m.s, true, nil
-}
-
-func (m *memSettings) SaveSettings(_ context.Context, s downloader.Settings) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.s = &s
-	return nil
-}
-
 // testWriter logs through t, so that errors the console logs show in the test output.
 type testWriter struct{ t *testing.T }
 
@@ -80,10 +59,12 @@ func (w testWriter) Write(p []byte) (int, error) {
 }
 
 type harness struct {
-	clk *clock.Fake
-	eng *engine.Engine
-	obs *observe.Observer
-	srv *httptest.Server
+	clk  *clock.Fake
+	eng  *engine.Engine
+	lim  *limiter.Limiter
+	gate *limiter.Gate
+	obs  *observe.Observer
+	srv  *httptest.Server
 }
 
 func newHarness(t *testing.T, renderer func() observe.RendererStats) *harness {
@@ -92,15 +73,17 @@ func newHarness(t *testing.T, renderer func() observe.RendererStats) *harness {
 	lim := limiter.New(clk)
 	clk.Advance(2 * time.Hour)
 	obs := observe.New(observe.Config{Clock: clk})
-	eng := engine.New(engine.Config{Clock: clk, Limiter: lim, Gate: limiter.NewGate(8, 4), Fetcher: fetcher{clk},
-		Settings: &memSettings{}, Observer: obs, DefaultMinInterval: time.Second})
-	con, err := New(Config{Clock: clk, Engine: eng, Observer: obs, Domains: observe.NewDomainTable(lim, time.Nanosecond), Renderer: renderer,
+	gate := limiter.NewGate(8, 4)
+	eng := engine.New(engine.Config{Clock: clk, Limiter: lim, Gate: gate, Fetcher: fetcher{clk},
+		Settings: &testkit.SettingsStore{}, Observer: obs, DefaultMinInterval: time.Second})
+	con, err := New(Config{Clock: clk, Settings: eng, Limiter: lim, Gate: gate, Observer: obs,
+		Domains: observe.NewDomainTable(lim, time.Nanosecond), Renderer: renderer,
 		Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := server.New(server.Config{Engine: eng, Clock: clk, Extra: con.Register})
-	h := &harness{clk: clk, eng: eng, obs: obs, srv: httptest.NewServer(srv)}
+	srv := server.New(server.Config{Probe: eng, Render: eng, Settings: eng, Domains: lim, Slots: gate, Clock: clk, Extra: con.Register})
+	h := &harness{clk: clk, eng: eng, lim: lim, gate: gate, obs: obs, srv: httptest.NewServer(srv)}
 	t.Cleanup(h.srv.Close)
 	return h
 }
@@ -511,8 +494,8 @@ func TestSettingsThroughTheAPI(t *testing.T) {
 	resp.Body.Close()
 	var rt Runtime
 	h.getJSON(t, "/v1/console/runtime", &rt)
-	if rt.MaxConcurrentCount != 3 || h.eng.Gate().Capacity() != 3 {
-		t.Errorf("max_concurrent_count %d, gate %d", rt.MaxConcurrentCount, h.eng.Gate().Capacity())
+	if rt.MaxConcurrentCount != 3 || h.gate.Capacity() != 3 {
+		t.Errorf("max_concurrent_count %d, gate %d", rt.MaxConcurrentCount, h.gate.Capacity())
 	}
 	_, page := h.get(t, "/")
 	if got := fields(t, page)[""]["max_concurrent_count"]; got != "3" {
@@ -592,8 +575,9 @@ func BenchmarkRuntimePage(b *testing.B) {
 		a.Done()
 	}
 	obs := observe.New(observe.Config{Clock: clk})
-	eng := engine.New(engine.Config{Clock: clk, Limiter: lim, Gate: limiter.NewGate(8, 4), Fetcher: fetcher{clk}, Observer: obs})
-	con, err := New(Config{Clock: clk, Engine: eng, Observer: obs, Domains: observe.NewDomainTable(lim, 0)})
+	gate := limiter.NewGate(8, 4)
+	eng := engine.New(engine.Config{Clock: clk, Limiter: lim, Gate: gate, Fetcher: fetcher{clk}, Observer: obs})
+	con, err := New(Config{Clock: clk, Settings: eng, Limiter: lim, Gate: gate, Observer: obs, Domains: observe.NewDomainTable(lim, 0)})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -52,17 +52,19 @@ type ClusterStatus struct {
 // RuntimeOf).
 func (c *Console) Runtime() Runtime {
 	now := c.cfg.Clock.Now()
-	st := c.cfg.Engine.Limiter().Stats(now)
+	st := c.cfg.Limiter.Stats(now)
 	counts := c.cfg.Observer.Counts(now)
 	rt := Runtime{
 		GeneratedAt: now.UTC(), DomainCount: st.DomainCount, InFlightCount: st.InFlightCount,
-		MaxConcurrentCount:   c.cfg.Engine.Settings().MaxConcurrentCount,
-		DefaultMinIntervalMs: c.cfg.Engine.DefaultMinInterval().Milliseconds(),
+		MaxConcurrentCount:   c.cfg.Settings.Settings().MaxConcurrentCount,
+		DefaultMinIntervalMs: c.cfg.Settings.DefaultMinInterval().Milliseconds(),
 		RequestCount24h:      counts.RequestCount24h, OverLimitCount24h: counts.OverLimitCount24h,
 		OverLimitRatio: counts.OverLimitRatio, Entries: counts.Entries,
 	}
-	if eg, ok := c.cfg.Engine.Egress(now); ok {
-		rt.Egress = &eg
+	if c.cfg.Egress != nil {
+		if eg, ok := c.cfg.Egress(now); ok {
+			rt.Egress = &eg
+		}
 	}
 	return rt
 }
@@ -71,7 +73,7 @@ func (c *Console) Runtime() Runtime {
 // mode); a failed read is shown, not fatal: the page is most needed when TiKV is down.
 func (c *Console) RuntimeOf(ctx context.Context) Runtime {
 	rt := c.Runtime()
-	cv := c.cfg.Engine.Cluster()
+	cv := c.cfg.Cluster
 	if cv == nil {
 		return rt
 	}
@@ -133,8 +135,8 @@ func (c *Console) Stats() Stats {
 	now := c.cfg.Clock.Now()
 	d := c.cfg.Domains.Summary(now)
 	r := c.cfg.Observer.Recent(now)
-	gate := c.cfg.Engine.Gate()
-	cap := c.cfg.Engine.Settings().MaxConcurrentCount
+	gate := c.cfg.Gate
+	cap := c.cfg.Settings.Settings().MaxConcurrentCount
 	s := Stats{
 		GeneratedAt: now.UTC(), Ceilings: observe.CeilingsOf(d, r, cap),
 		DomainCount: d.DomainCount, ActiveDomainCount: d.ActiveDomainCount, UnboundedDomainCount: d.UnboundedDomainCount,

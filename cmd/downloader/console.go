@@ -53,10 +53,13 @@ func newObservability(clk clock.Clock, logger *slog.Logger, lim *limiter.Limiter
 	return o, nil
 }
 
-// routes returns the console's and /metrics' routes for server.Config.Extra.
-func (o *observability) routes(eng *engine.Engine) (func(*http.ServeMux), error) {
-	con, err := console.New(console.Config{Clock: o.clk, Engine: eng, Observer: o.observer,
-		Domains: o.domains, Renderer: o.renderer, Logger: o.log, Session: server.Session})
+// routes returns the console's and /metrics' routes for server.Config.Extra. views holds
+// what the console reads from the other components (settings, limiter, gate, cluster,
+// egress); the rest of its configuration is the observability's own.
+func (o *observability) routes(views console.Config) (func(*http.ServeMux), error) {
+	views.Clock, views.Observer, views.Domains, views.Renderer = o.clk, o.observer, o.domains, o.renderer
+	views.Logger, views.Session = o.log, server.Session
+	con, err := console.New(views)
 	if err != nil {
 		return nil, err
 	}

@@ -79,7 +79,6 @@ const (
 	DefaultLookahead     = 500 * time.Millisecond
 	// MaxSubmitCount bounds one Submit call.
 	MaxSubmitCount = 10_000
-	maxTaskIDBytes = 128
 )
 
 // Task states, as stored. A pending task may be waiting out a retry backoff
@@ -373,33 +372,19 @@ func CanonicalURL(u *url.URL) string {
 // absent. Errors are EINVALID naming the field. The task id may be given (it must then be
 // unique) or left for the queue to assign; lease_expires_at is the queue's to set.
 func CheckTask(t downloader.Task, defaultInterval time.Duration) (downloader.Task, error) {
-	u, host, err := downloader.ParseTargetURL("url", strings.TrimSpace(t.URL))
+	u, host, err := downloader.ValidateTarget(strings.TrimSpace(t.URL), t.Domain, t.MinIntervalMs)
 	if err != nil {
 		return t, err
-	}
-	if t.Domain != "" {
-		d, err := downloader.NormalizeDomain(t.Domain)
-		if err != nil || d != host {
-			return t, downloader.Invalidf("domain", "domain %q is not the URL's host %q: the limiter is keyed by the URL's host", t.Domain, host)
-		}
 	}
 	if t.MinIntervalMs == nil {
 		ms := defaultInterval.Milliseconds()
 		t.MinIntervalMs = &ms
 	} else {
 		ms := *t.MinIntervalMs
-		if ms < 0 || ms > downloader.MaxMinInterval.Milliseconds() {
-			return t, downloader.Invalidf("min_interval_ms", "min_interval_ms must be between 0 and %d (one hour)", downloader.MaxMinInterval.Milliseconds())
-		}
 		t.MinIntervalMs = &ms
 	}
-	if len(t.TaskID) > maxTaskIDBytes {
-		return t, downloader.Invalidf("task_id", "task_id is longer than %d bytes", maxTaskIDBytes)
-	}
-	for _, c := range t.TaskID {
-		if c <= ' ' || c == 0x7f {
-			return t, downloader.Invalidf("task_id", "task_id must be printable, without spaces")
-		}
+	if err := downloader.CheckTaskID(t.TaskID); err != nil {
+		return t, err
 	}
 	if !t.LeaseExpiresAt.IsZero() {
 		return t, downloader.Invalidf("lease_expires_at", "lease_expires_at is set by the queue when it leases the task")
