@@ -229,7 +229,7 @@ func TestRuntime(t *testing.T) {
 	}
 	// 5 probes, 2 renders: 7 requests; 1 C and 1 B refused.
 	want := map[string]float64{"domain_count": 5, "in_flight_count": 0, "max_concurrent_count": 8,
-		"request_count_24h": 7, "over_limit_count_24h": 2, "default_min_interval_ms": 1000}
+		"request_24h_count": 7, "over_limit_24h_count": 2, "default_min_interval_ms": 1000}
 	for k, w := range want {
 		if rt[k] != w {
 			t.Errorf("%s = %v, want %v", k, rt[k], w)
@@ -244,7 +244,7 @@ func TestRuntime(t *testing.T) {
 		t.Fatalf("page: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
 	f := fields(t, page)
-	for _, k := range []string{"domain_count", "in_flight_count", "max_concurrent_count", "request_count_24h", "over_limit_count_24h"} {
+	for _, k := range []string{"domain_count", "in_flight_count", "max_concurrent_count", "request_24h_count", "over_limit_24h_count"} {
 		if f[""][k] != shown(rt[k]) {
 			t.Errorf("page %s = %q, JSON %v", k, f[""][k], rt[k])
 		}
@@ -255,7 +255,7 @@ func TestRuntime(t *testing.T) {
 	for _, e := range rt["entries"].([]any) {
 		e := e.(map[string]any)
 		row := f["entry:"+e["entry"].(string)]
-		for _, k := range []string{"over_limit_count_24h", "request_count_24h", "local_queue_full_count_24h"} {
+		for _, k := range []string{"over_limit_24h_count", "request_24h_count", "local_queue_full_24h_count"} {
 			if row[k] != shown(e[k]) {
 				t.Errorf("entry %s %s: page %q, JSON %v", e["entry"], k, row[k], e[k])
 			}
@@ -272,7 +272,7 @@ func TestRuntime(t *testing.T) {
 		row := f["domain:"+d.Domain]
 		want := map[string]string{"domain": d.Domain, "min_interval_ms": num(d.MinIntervalMs),
 			"interval_source": string(d.IntervalSource), "last_request_at": ts(d.LastRequestAt),
-			"in_flight_count": num(d.InFlightCount), "request_count_24h": num(d.RequestCount24h), "state": string(d.State)}
+			"in_flight_count": num(d.InFlightCount), "request_24h_count": num(d.Request24hCount), "state": string(d.State)}
 		for k, w := range want {
 			if row[k] != w {
 				t.Errorf("%s %s: page %q, JSON %q", d.Domain, k, row[k], w)
@@ -379,8 +379,8 @@ func TestProbes(t *testing.T) {
 	h.traffic(t)
 	var p map[string]any
 	h.getJSON(t, "/v1/console/probes", &p)
-	want := map[string]float64{"probe_count_24h": 5, "reached_origin_count_24h": 3, "not_reached_origin_count_24h": 2,
-		"render_probe_count_24h": 1, "reached_failed_count_24h": 2}
+	want := map[string]float64{"probe_24h_count": 5, "reached_origin_24h_count": 3, "not_reached_origin_24h_count": 2,
+		"render_probe_24h_count": 1, "reached_failed_24h_count": 2}
 	for k, w := range want {
 		if p[k] != w {
 			t.Errorf("%s = %v, want %v", k, p[k], w)
@@ -389,7 +389,7 @@ func TestProbes(t *testing.T) {
 	_, page := h.get(t, "/probes")
 	f := fields(t, page)
 	for k := range want {
-		if k == "reached_failed_count_24h" {
+		if k == "reached_failed_24h_count" {
 			if f["cause:reached_failed"][k] != shown(p[k]) {
 				t.Errorf("page %s = %q", k, f["cause:reached_failed"][k])
 			}
@@ -401,8 +401,8 @@ func TestProbes(t *testing.T) {
 	}
 	for _, c := range p["causes"].([]any) {
 		c := c.(map[string]any)
-		if got := f["cause:"+c["fail_reason"].(string)]["probe_count_24h"]; got != shown(c["probe_count_24h"]) {
-			t.Errorf("cause %s: page %q, JSON %v", c["fail_reason"], got, c["probe_count_24h"])
+		if got := f["cause:"+c["fail_reason"].(string)]["probe_24h_count"]; got != shown(c["probe_24h_count"]) {
+			t.Errorf("cause %s: page %q, JSON %v", c["fail_reason"], got, c["probe_24h_count"])
 		}
 	}
 	samples := p["samples"].([]any)

@@ -153,7 +153,7 @@ func TestOverLimitNoteFollowsTheRatio(t *testing.T) {
 	}
 	for _, tt := range tests {
 		v := &runtimeView{Base: Base{Page: "runtime"}}
-		v.RequestCount24h, v.OverLimitCount24h = tt.requests, tt.over
+		v.Request24hCount, v.OverLimit24hCount = tt.requests, tt.over
 		if tt.requests > 0 {
 			v.OverLimitRatio = float64(tt.over) / float64(tt.requests)
 		}

@@ -27,9 +27,9 @@ type Runtime struct {
 	InFlightCount        int    `json:"in_flight_count"`
 	MaxConcurrentCount   int    `json:"max_concurrent_count"`
 	DefaultMinIntervalMs int64  `json:"default_min_interval_ms"`
-	RequestCount24h      uint64 `json:"request_count_24h"`
-	OverLimitCount24h    uint64 `json:"over_limit_count_24h"`
-	// OverLimitRatio is OverLimitCount24h ÷ RequestCount24h (the page shows a percentage).
+	Request24hCount      uint64 `json:"request_24h_count"`
+	OverLimit24hCount    uint64 `json:"over_limit_24h_count"`
+	// OverLimitRatio is OverLimit24hCount ÷ Request24hCount (the page shows a percentage).
 	OverLimitRatio float64               `json:"over_limit_ratio"`
 	Entries        []observe.EntryCounts `json:"entries"`
 	// Egress is this instance's egress detector (nil without one).
@@ -58,7 +58,7 @@ func (c *Console) Runtime() Runtime {
 		GeneratedAt: now.UTC(), DomainCount: st.DomainCount, InFlightCount: st.InFlightCount,
 		MaxConcurrentCount:   c.cfg.Settings.Settings().MaxConcurrentCount,
 		DefaultMinIntervalMs: c.cfg.Settings.DefaultMinInterval().Milliseconds(),
-		RequestCount24h:      counts.RequestCount24h, OverLimitCount24h: counts.OverLimitCount24h,
+		Request24hCount:      counts.Request24hCount, OverLimit24hCount: counts.OverLimit24hCount,
 		OverLimitRatio: counts.OverLimitRatio, Entries: counts.Entries,
 	}
 	if c.cfg.Egress != nil {
@@ -263,7 +263,7 @@ func (c *Console) runtimePage(r *http.Request) (any, error) {
 // 1%), elevated (up to the alert's 5%) or high.
 func (v *runtimeView) OverLimitLevel() string {
 	switch {
-	case v.RequestCount24h == 0:
+	case v.Request24hCount == 0:
 		return "none"
 	case v.OverLimitRatio <= overLimitUsualRatio:
 		return "usual"
@@ -335,8 +335,8 @@ func (c *Console) probesPage(r *http.Request) (any, error) {
 	first := true
 	var reached []causeRow
 	for _, cc := range p.Causes {
-		row := causeRow{Key: "cause:" + string(cc.FailReason), Field: "probe_count_24h", Reason: cc.FailReason,
-			Label: cc.FailReason.EnglishLabel() + " · " + cc.FailReason.Label(), Count: cc.ProbeCount24h}
+		row := causeRow{Key: "cause:" + string(cc.FailReason), Field: "probe_24h_count", Reason: cc.FailReason,
+			Label: cc.FailReason.EnglishLabel() + " · " + cc.FailReason.Label(), Count: cc.Probe24hCount}
 		if cc.HasReachedOrigin {
 			row.IsDetail = true
 			reached = append(reached, row)
@@ -348,8 +348,8 @@ func (c *Console) probesPage(r *http.Request) (any, error) {
 		}
 		v.Causes = append(v.Causes, row)
 	}
-	v.Causes = append(v.Causes, causeRow{Key: "cause:reached_failed", Field: "reached_failed_count_24h",
-		Label: "reached the site, failed there · 到达对方但失败", Count: p.ReachedFailedCount24h, Action: "normal backoff · 正常退避"})
+	v.Causes = append(v.Causes, causeRow{Key: "cause:reached_failed", Field: "reached_failed_24h_count",
+		Label: "reached the site, failed there · 到达对方但失败", Count: p.ReachedFailed24hCount, Action: "normal backoff · 正常退避"})
 	v.Causes = append(v.Causes, reached...)
 	return v, nil
 }

@@ -131,8 +131,8 @@ func TestRunTaskDelaysToItsSlot(t *testing.T) {
 	if gap := f.at[1].Sub(f.at[0]); gap != 500*time.Millisecond {
 		t.Errorf("gap between wire moments = %v, want 500ms", gap)
 	}
-	if st := e.Limiter().Stats(clk.Now()); st.TriggerCount24h[downloader.EntryLease] != 1 {
-		t.Errorf("entry A triggers = %d, want 1", st.TriggerCount24h[downloader.EntryLease])
+	if st := e.Limiter().Stats(clk.Now()); st.Trigger24hCount[downloader.EntryLease] != 1 {
+		t.Errorf("entry A triggers = %d, want 1", st.Trigger24hCount[downloader.EntryLease])
 	}
 }
 

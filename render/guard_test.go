@@ -194,7 +194,7 @@ func TestRenderLoadsNoOtherSite(t *testing.T) {
 		t.Errorf("admissions asked for: %v, want the iframe's [victim.test] only", got)
 	}
 	if got := e.requestCount("victim.test"); got != 1 {
-		t.Errorf("victim.test: request_count_24h=%d, want only the reservation", got)
+		t.Errorf("victim.test: request_24h_count=%d, want only the reservation", got)
 	}
 	getFixture(t).noViolations(t)
 }

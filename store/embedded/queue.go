@@ -204,7 +204,7 @@ type Queue struct {
 	expiry  leaseHeap            // this process's leases, earliest expiry first
 	leased  map[string]liveLease // task id → its live lease
 
-	retries retryHeap            // tasks waiting out a backoff, earliest first
+	retries retryHeap // tasks waiting out a backoff, earliest first
 	// holds: domain → no task before then (the origin's Retry-After); floors: domain →
 	// the least spacing of its tasks (robots.txt Crawl-delay). Both in memory only, one
 	// entry per domain that has one: a restart forgets them (robots.txt is read again).

@@ -17,6 +17,7 @@ type Summary struct {
 	Stored         bool          `json:"is_stored"`       // want go_name
 	Requests       int           `json:"requests"`        // want count_suffix
 	Size           int           `json:"size"`            // want count_suffix
+	RequestCount24h int          `json:"request_count_24h"` // want count_suffix
 	Timeout        time.Duration `json:"timeout"`         // want duration_unit
 	Delay          int64         `json:"delay"`           // want duration_unit count_suffix
 	FetchedTime    time.Time     `json:"fetched_time"`    // want instant_at
