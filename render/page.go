@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	jsonv2 "github.com/chromedp/cdproto/cdp/jsonv2"
@@ -104,6 +105,54 @@ func renderedHTMLExpr(capUnits int64, walk bool) string {
   }
   return parts.join("");
 })(` + strconv.FormatInt(capUnits, 10) + `, ` + strconv.FormatBool(walk) + `)`
+}
+
+// renderedTextExpr reads the text a reader sees on the rendered page, as the browser itself
+// lays it out: the root element's innerText, which leaves out whatever is not rendered
+// (display:none, the hidden attribute, visibility:hidden, <template> content, <script>,
+// <style>, <noscript> with scripting on, the head and its <title>). A document whose root
+// has no innerText (an XML document) gives its textContent. At most capUnits+1 UTF-16
+// code units are returned, as renderedHTMLExpr does.
+func renderedTextExpr(capUnits int64) string {
+	return `((cap) => {
+  const d = document.documentElement;
+  if (!d) return "";
+  const s = typeof d.innerText === "string" ? d.innerText : (d.textContent || "");
+  return s.length > cap ? s.slice(0, cap + 1) : s;
+})(` + strconv.FormatInt(capUnits, 10) + `)`
+}
+
+// renderedExpr reads both the rendered HTML and its text in one round trip.
+func renderedExpr(capUnits int64) string {
+	return `({html: ` + renderedHTMLExpr(capUnits, false) + `, text: ` + renderedTextExpr(capUnits) + `})`
+}
+
+// renderedPage is what renderedExpr returns.
+type renderedPage struct {
+	HTML string `json:"html"`
+	Text string `json:"text"`
+}
+
+// collapseSpace is text with its white-space runs (Unicode White_Space, as htmltext counts
+// them) turned into one space, leading and trailing white space dropped: the rule that
+// raw_text_length follows, so that text_length and raw_text_length stay comparable (the
+// innerText's line breaks count as the one space a block boundary is in htmltext).
+func collapseSpace(text string) string {
+	var sb strings.Builder
+	sb.Grow(len(text))
+	pending := false
+	for _, r := range text {
+		if unicode.In(r, unicode.White_Space) {
+			pending = sb.Len() > 0
+			continue
+		}
+		if pending {
+			sb.WriteByte(' ')
+			pending = false
+		}
+		sb.WriteRune(r)
+	}
+	return sb.String()
 }
 
 // capHTML cuts s to at most maxBytes, at a character boundary, and reports whether it cut.
@@ -321,20 +370,20 @@ func (j *renderJob) wait(ctx context.Context, t *tab) error {
 // read reads the rendered DOM and the main document as served, and builds the outcome.
 func (j *renderJob) read(ctx context.Context, t *tab) *downloader.Outcome {
 	res, err := chromedp.Call(ctx, runtime.Evaluate, runtime.EvaluateParams{
-		Expression:    renderedHTMLExpr(maxRenderedHTMLBytes, false),
+		Expression:    renderedExpr(maxRenderedHTMLBytes),
 		ReturnByValue: new(true),
 	})
 	if err == nil && res.ExceptionDetails != nil {
 		err = errors.New(res.ExceptionDetails.Text)
 	}
-	var rendered string
+	var page renderedPage
 	if err == nil && res.Result != nil {
-		err = jsonv2.Unmarshal(res.Result.Value, &rendered)
+		err = jsonv2.Unmarshal(res.Result.Value, &page)
 	}
 	if err != nil {
 		return downloader.Failed(j.stopped(ctx, t, err))
 	}
-	rendered, truncated := capHTML(rendered, maxRenderedHTMLBytes)
+	rendered, truncated := capHTML(page.HTML, maxRenderedHTMLBytes)
 	if truncated {
 		// As a plain fetch says of a body over the cap.
 		j.p.log.Info("render: rendered HTML over the cap, truncated", "url", j.u.Redacted(), "max_body_bytes", maxRenderedHTMLBytes, "is_body_truncated", true)
@@ -350,7 +399,9 @@ func (j *renderJob) read(ctx context.Context, t *tab) *downloader.Outcome {
 	}
 	if out.FailReason == "" || out.FailReason == downloader.FailHTTPStatusError {
 		j.rawText(ctx, md, out)
-		text, _ := htmltext.VisibleText(strings.NewReader(rendered)) // a string reader never fails
+		// What the browser shows, not every text node of the DOM (SPEC §3): an empty shell
+		// with its content in hidden blocks is an empty shell.
+		text, _ := capHTML(collapseSpace(page.Text), maxRenderedHTMLBytes)
 		n := utf8.RuneCountInString(text)
 		out.TextLength = &n
 		out.Text = text
