@@ -175,6 +175,7 @@ type renderJob struct {
 	st       *renderState
 	start    time.Time
 	deadline time.Time
+	skip     skipSet                  // the resource types not loaded
 	done     chan *downloader.Outcome // buffered: the job never blocks on it
 }
 
@@ -263,6 +264,9 @@ func (j *renderJob) renderTab(ctx context.Context, t *tab) *downloader.Outcome {
 		}
 	}()
 
+	if err := t.setSkip(runCtx, j.skip); err != nil {
+		return downloader.Failed(j.stopped(runCtx, t, err))
+	}
 	nav, err := chromedp.Call(runCtx, page.Navigate, page.NavigateParams{URL: j.u.String()})
 	if err != nil {
 		return downloader.Failed(j.stopped(runCtx, t, err))
@@ -436,6 +440,7 @@ func (j *renderJob) base(md mainDocument, t *tab) *downloader.Outcome {
 	hs.XHRCount, hs.XHRFailedCount = &c.xhr, &c.xhrFailed
 	hs.SubrequestCount, hs.SubrequestFailedCount = &c.sub, &c.subFailed
 	hs.BlockedRequestCount = &blocked
+	hs.SkippedRequestCount = &c.skipped
 	switch {
 	case md.proxyReason != "":
 		out.FailReason = md.proxyReason

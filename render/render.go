@@ -119,6 +119,11 @@ type Config struct {
 
 	DefaultTimeout time.Duration // a render's timeout when Render is given none
 
+	// SkipResourceTypes are the sub-requests a render does not make unless its request
+	// says otherwise (RenderOptions): nil means downloader.DefaultSkipResourceTypes (images,
+	// media, fonts), an empty non-nil list loads everything.
+	SkipResourceTypes []downloader.ResourceType
+
 	// NetworkQuiet is how long the network must stay quiet (no request in flight) after
 	// the load event before the page is read. NetworkIdleMax bounds that wait: a page that
 	// is still busy NetworkIdleMax after its load event is read as it is.
@@ -163,6 +168,8 @@ type Pool struct {
 	// leaves the machine.
 	deny       net.Listener
 	deniedConn atomic.Int64 // connections the deny listener refused
+
+	skipDefault skipSet // Config.SkipResourceTypes as the browser names them
 
 	mu         sync.Mutex
 	state      browserState
@@ -231,6 +238,9 @@ func New(cfg Config) (*Pool, error) {
 	if cfg.ProxyHost == "" {
 		cfg.ProxyHost = DefaultProxyHost
 	}
+	if cfg.SkipResourceTypes == nil {
+		cfg.SkipResourceTypes = downloader.DefaultSkipResourceTypes()
+	}
 	if cfg.LaunchTimeout <= 0 {
 		cfg.LaunchTimeout = DefaultLaunchTimeout
 	}
@@ -241,12 +251,13 @@ func New(cfg Config) (*Pool, error) {
 		}
 	}
 	p := &Pool{
-		cfg:        cfg,
-		clk:        cfg.Clock,
-		log:        cfg.Logger.With("component", "render"),
-		gate:       limiter.NewGate(cfg.Concurrency, cfg.QueueLength),
-		changed:    make(chan struct{}),
-		spareReady: make(chan struct{}),
+		cfg:         cfg,
+		clk:         cfg.Clock,
+		log:         cfg.Logger.With("component", "render"),
+		gate:        limiter.NewGate(cfg.Concurrency, cfg.QueueLength),
+		changed:     make(chan struct{}),
+		spareReady:  make(chan struct{}),
+		skipDefault: newSkipSet(cfg.SkipResourceTypes),
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	if cfg.Endpoint == "" {
@@ -356,7 +367,13 @@ var (
 // closed → shutting_down. A main document that fails on the network is classified like a
 // plain fetch; a non-2xx main document is http_status_error (with its rendered content).
 func (p *Pool) Render(ctx context.Context, u *url.URL, adm *limiter.Admission, timeout time.Duration) *downloader.Outcome {
-	return p.renderTimed(ctx, u, adm, timeout, false)
+	return p.renderTimed(ctx, u, adm, downloader.RenderOptions{Timeout: timeout}, false)
+}
+
+// RenderWith is Render with the request's options: its timeout and the resource types it
+// skips (SPEC §3).
+func (p *Pool) RenderWith(ctx context.Context, u *url.URL, adm *limiter.Admission, opts downloader.RenderOptions) *downloader.Outcome {
+	return p.renderTimed(ctx, u, adm, opts, false)
 }
 
 // AcquireSlot takes one of the pool's render slots ahead of RenderInSlot, waiting in the
@@ -382,12 +399,13 @@ func (p *Pool) AcquireSlot(ctx context.Context) (release func(), failed *downloa
 
 // RenderInSlot is Render under a slot the caller took with AcquireSlot (and gives back
 // after this returns).
-func (p *Pool) RenderInSlot(ctx context.Context, u *url.URL, adm *limiter.Admission, timeout time.Duration) *downloader.Outcome {
-	return p.renderTimed(ctx, u, adm, timeout, true)
+func (p *Pool) RenderInSlot(ctx context.Context, u *url.URL, adm *limiter.Admission, opts downloader.RenderOptions) *downloader.Outcome {
+	return p.renderTimed(ctx, u, adm, opts, true)
 }
 
-func (p *Pool) renderTimed(ctx context.Context, u *url.URL, adm *limiter.Admission, timeout time.Duration, held bool) *downloader.Outcome {
+func (p *Pool) renderTimed(ctx context.Context, u *url.URL, adm *limiter.Admission, opts downloader.RenderOptions, held bool) *downloader.Outcome {
 	start := p.clk.Now()
+	timeout := opts.Timeout
 	if timeout <= 0 {
 		timeout = p.cfg.DefaultTimeout
 	}
@@ -409,14 +427,18 @@ func (p *Pool) renderTimed(ctx context.Context, u *url.URL, adm *limiter.Admissi
 	defer func() { <-timerDone }()
 	defer cancel(nil)
 
-	out := p.render(rctx, u, adm, start, start.Add(timeout), held)
+	skip := p.skipDefault
+	if opts.SkipResourceTypes != nil {
+		skip = newSkipSet(opts.SkipResourceTypes)
+	}
+	out := p.render(rctx, u, adm, skip, start, start.Add(timeout), held)
 	out.HealthSignal.ElapsedMs = p.clk.Now().Sub(start).Milliseconds()
 	return out
 }
 
 // render runs one render; held: the caller holds a slot (AcquireSlot), else one is taken
 // here for the render's duration.
-func (p *Pool) render(ctx context.Context, u *url.URL, adm *limiter.Admission, start, deadline time.Time, held bool) *downloader.Outcome {
+func (p *Pool) render(ctx context.Context, u *url.URL, adm *limiter.Admission, skip skipSet, start, deadline time.Time, held bool) *downloader.Outcome {
 	if u == nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
 		return downloader.Failed(downloader.FailInvalidTask)
 	}
@@ -435,7 +457,7 @@ func (p *Pool) render(ctx context.Context, u *url.URL, adm *limiter.Admission, s
 		defer p.gate.Release()
 	}
 	st := newRenderState(p.clk, domain, adm)
-	job := &renderJob{p: p, u: u, st: st, start: start, deadline: deadline, done: make(chan *downloader.Outcome, 1)}
+	job := &renderJob{p: p, u: u, st: st, skip: skip, start: start, deadline: deadline, done: make(chan *downloader.Outcome, 1)}
 	if !p.goTracked(func() { job.run(ctx) }) {
 		return downloader.Failed(downloader.FailShuttingDown)
 	}

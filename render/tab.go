@@ -3,6 +3,7 @@ package render
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -29,6 +30,8 @@ type tab struct {
 	proxy    *proxy
 	tr       *tracker
 	pause    *pauser        // nil when the pool admits no hops
+	skip     *skipper       // fails the requests of skipped types
+	skipping skipSet        // the types the browser pauses for skip now
 	wg       sync.WaitGroup // the dialog handler, the pauser and its admission waits
 	closeOne sync.Once
 }
@@ -50,11 +53,12 @@ func (p *Pool) newTab(ctx context.Context, b *browser) (*tab, error) {
 		}),
 		chromedp.WithListener(tr.onEvent),
 	}
-	t := &tab{b: b, proxy: px, tr: tr}
+	t := &tab{b: b, proxy: px, tr: tr, skip: newSkipper(tr), skipping: p.skipDefault}
 	if p.cfg.Hops != nil {
 		t.pause = newPauser(p.cfg.Hops, p.cfg.frames, p.log, &t.wg)
-		opts = append(opts, chromedp.WithListener(t.pause.onEvent))
 	}
+	opts = append(opts, chromedp.WithListener(t.pausedRouter))
+	patterns := fetchPatterns(t.skipping, t.pause != nil)
 	tctx, cancel := chromedp.NewContext(b.ctx, opts...)
 	t.ctx, t.cancel = tctx, cancel
 
@@ -66,13 +70,14 @@ func (p *Pool) newTab(ctx context.Context, b *browser) (*tab, error) {
 			if _, err := cdp.Call(ctx, tg, emulation.SetUserAgentOverride, p.userAgentOverride()); err != nil {
 				return err
 			}
-			if t.pause == nil {
+			if len(patterns) == 0 {
 				return nil
 			}
-			// Every document request waits for the pauser's word. An endpoint that cannot
-			// pause requests cannot render under the limiter: the tab fails (fail closed).
-			if _, err := cdp.Call(ctx, tg, fetch.Enable, fetch.EnableParams{Patterns: documentPatterns}); err != nil {
-				return fmt.Errorf("pause document requests (Fetch.enable): %w", err)
+			// Every document request waits for the pauser's word, and every request of a
+			// skipped type is paused to be failed. An endpoint that cannot pause requests
+			// cannot render under the limiter: the tab fails (fail closed).
+			if _, err := cdp.Call(ctx, tg, fetch.Enable, fetch.EnableParams{Patterns: patterns}); err != nil {
+				return fmt.Errorf("pause requests (Fetch.enable): %w", err)
 			}
 			return nil
 		}))
@@ -95,6 +100,7 @@ func (p *Pool) newTab(ctx context.Context, b *browser) (*tab, error) {
 		t.pause.setMainFrame(cdp.FrameID(c.Target.TargetID))
 		t.wg.Go(func() { t.pause.run(tctx) })
 	}
+	t.wg.Go(func() { t.skip.run(tctx) })
 	if t.detached, err = chromedp.Detached(tctx); err != nil {
 		t.close()
 		return nil, fmt.Errorf("new tab: %w", err)
@@ -119,6 +125,25 @@ func (p *Pool) newTab(ctx context.Context, b *browser) (*tab, error) {
 		}
 	})
 	return t, nil
+}
+
+// setSkip makes the browser skip the resource types of set from now on (one protocol
+// round trip when they differ from the tab's).
+func (t *tab) setSkip(ctx context.Context, set skipSet) error {
+	if slices.Equal(set, t.skipping) {
+		return nil
+	}
+	var err error
+	if patterns := fetchPatterns(set, t.pause != nil); len(patterns) == 0 {
+		_, err = chromedp.Call(ctx, fetch.Disable, cdp.Empty{})
+	} else {
+		_, err = chromedp.Call(ctx, fetch.Enable, fetch.EnableParams{Patterns: patterns})
+	}
+	if err != nil {
+		return fmt.Errorf("skip resource types (Fetch): %w", err)
+	}
+	t.skipping = set
+	return nil
 }
 
 // userAgentOverride replaces the user agent and its client hints (Sec-CH-UA,

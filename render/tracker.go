@@ -29,8 +29,9 @@ type tracker struct {
 	domReady  bool              // DOMContentLoaded of the current main document
 	loaded    bool              // load event of the current main document
 	crashed   bool
-	crash     chan struct{} // closed at the first crash
-	notify    chan struct{} // signalled (never blocking) after every change
+	skipped   map[network.RequestID]bool // requests failed because their type is skipped
+	crash     chan struct{}              // closed at the first crash
+	notify    chan struct{}              // signalled (never blocking) after every change
 }
 
 // request is what the tracker knows of one request.
@@ -50,7 +51,7 @@ type request struct {
 }
 
 func newTracker() *tracker {
-	return &tracker{reqs: make(map[network.RequestID]*request), crash: make(chan struct{}), notify: make(chan struct{}, 1)}
+	return &tracker{reqs: make(map[network.RequestID]*request), skipped: make(map[network.RequestID]bool), crash: make(chan struct{}), notify: make(chan struct{}, 1)}
 }
 
 // crashedCh is closed when the tab's renderer crashes or the inspector detaches.
@@ -214,20 +215,27 @@ func (tr *tracker) main() mainDocument {
 	}
 }
 
-// counts are the sub-request items of the health signal.
-type counts struct {
-	xhr, xhrFailed, sub, subFailed int
+// markSkipped records that the request id was not made because its type is skipped.
+func (tr *tracker) markSkipped(id network.RequestID) {
+	tr.mu.Lock()
+	tr.skipped[id] = true
+	tr.mu.Unlock()
 }
 
-// counts counts every request but the main frame's documents. A request failed when it
-// failed on the network (not when the page cancelled it), when our proxy answered it, or
-// when its HTTP status is 400 or more.
+// counts are the sub-request items of the health signal.
+type counts struct {
+	xhr, xhrFailed, sub, subFailed, skipped int
+}
+
+// counts counts every request but the main frame's documents and the skipped ones, which
+// are counted apart. A request failed when it failed on the network (not when the page
+// cancelled it), when our proxy answered it, or when its HTTP status is 400 or more.
 func (tr *tracker) counts() counts {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	var c counts
-	for _, r := range tr.reqs {
-		if r.isMain {
+	c := counts{skipped: len(tr.skipped)}
+	for id, r := range tr.reqs {
+		if r.isMain || tr.skipped[id] {
 			continue
 		}
 		failed := (r.failed && r.errorText != "net::ERR_ABORTED") || r.proxyReason != "" || r.status >= 400

@@ -1,0 +1,124 @@
+package render
+
+import (
+	"context"
+	"slices"
+	"sync"
+
+	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
+
+	"downloader"
+)
+
+// What a render does not download (SPEC §3, skip_resource_types). The browser pauses only
+// the requests of the skipped types (Fetch.enable with one pattern per type), and each is
+// failed at once, as blocked by the client: it never reaches our proxy or the origin. A
+// request of any other type is not paused, so it costs no protocol round trip and keeps
+// the HTTP cache (interception of every request would cost one round trip per request).
+// Network.setBlockedURLs, the other mechanism without a round trip, matches URLs only,
+// and a URL does not say what a request is for. docs/benchmarks.md has the measurement.
+
+// cdpResourceTypes maps our resource type names to the browser's.
+var cdpResourceTypes = map[downloader.ResourceType]network.ResourceType{
+	downloader.ResourceStylesheet:  network.ResourceTypeStylesheet,
+	downloader.ResourceImage:       network.ResourceTypeImage,
+	downloader.ResourceMedia:       network.ResourceTypeMedia,
+	downloader.ResourceFont:        network.ResourceTypeFont,
+	downloader.ResourceScript:      network.ResourceTypeScript,
+	downloader.ResourceTextTrack:   network.ResourceTypeTextTrack,
+	downloader.ResourceXHR:         network.ResourceTypeXHR,
+	downloader.ResourceFetch:       network.ResourceTypeFetch,
+	downloader.ResourcePrefetch:    network.ResourceTypePrefetch,
+	downloader.ResourceEventSource: network.ResourceTypeEventSource,
+	downloader.ResourceManifest:    network.ResourceTypeManifest,
+	downloader.ResourcePing:        network.ResourceTypePing,
+	downloader.ResourceOther:       network.ResourceTypeOther,
+}
+
+// skipSet is a sorted, duplicate-free list of the browser's resource types to skip.
+type skipSet []network.ResourceType
+
+func newSkipSet(types []downloader.ResourceType) skipSet {
+	var s skipSet
+	for _, t := range types {
+		if c, ok := cdpResourceTypes[t]; ok && !slices.Contains(s, c) {
+			s = append(s, c)
+		}
+	}
+	slices.Sort(s)
+	return s
+}
+
+// fetchPatterns are the Fetch.enable patterns of a tab: its skipped types, and every
+// document request when a pauser decides on them.
+func fetchPatterns(skip skipSet, withDocuments bool) []*fetch.RequestPattern {
+	var out []*fetch.RequestPattern
+	if withDocuments {
+		out = append(out, documentPatterns...)
+	}
+	for _, t := range skip {
+		out = append(out, &fetch.RequestPattern{URLPattern: "*", ResourceType: t, RequestStage: fetch.RequestStageRequest})
+	}
+	return out
+}
+
+// skipper fails a tab's paused requests of skipped types and tells the tracker which they
+// were. onEvent runs on the tab's event loop and only queues; run answers on its own
+// goroutine. Safe for concurrent use.
+type skipper struct {
+	tr    *tracker
+	mu    sync.Mutex
+	queue []*fetch.EventRequestPaused
+	wake  chan struct{}
+}
+
+func newSkipper(tr *tracker) *skipper {
+	return &skipper{tr: tr, wake: make(chan struct{}, 1)}
+}
+
+func (s *skipper) add(e *fetch.EventRequestPaused) {
+	if e.NetworkID != "" {
+		s.tr.markSkipped(e.NetworkID)
+	}
+	s.mu.Lock()
+	s.queue = append(s.queue, e)
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run fails the queued requests until the tab's context ends.
+func (s *skipper) run(tctx context.Context) {
+	for {
+		s.mu.Lock()
+		q := s.queue
+		s.queue = nil
+		s.mu.Unlock()
+		for _, e := range q {
+			chromedp.Call(tctx, fetch.FailRequest, fetch.FailRequestParams{RequestID: e.RequestID, ErrorReason: network.ErrorReasonBlockedByClient})
+		}
+		select {
+		case <-s.wake:
+		case <-tctx.Done():
+			return
+		}
+	}
+}
+
+// pausedRouter is the tab's listener for paused requests: documents go to the pauser (the
+// limiter's hops), everything else was paused only because its type is skipped.
+func (t *tab) pausedRouter(ev any) {
+	e, ok := ev.(*fetch.EventRequestPaused)
+	if !ok {
+		return
+	}
+	if e.ResourceType == network.ResourceTypeDocument && t.pause != nil {
+		t.pause.onEvent(ev)
+		return
+	}
+	t.skip.add(e)
+}
