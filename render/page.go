@@ -198,7 +198,7 @@ func (j *renderJob) run(ctx context.Context) {
 		}
 		return
 	}
-	t, err = p.takeTab(ctx, b)
+	t, err = p.takeTab(ctx, b, j.st.domain)
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:
@@ -211,6 +211,7 @@ func (j *renderJob) run(ctx context.Context) {
 		}
 		return
 	}
+	t.site, t.rendered = j.st.domain, true
 	out := j.renderIn(ctx, t)
 	p.refill()
 	p.mu.Lock()
@@ -273,6 +274,17 @@ func (j *renderJob) renderTab(ctx context.Context, t *tab) *downloader.Outcome {
 	}
 	if nav.ErrorText != "" || nav.IsDownload {
 		return j.navigationFailed(runCtx, t, nav)
+	}
+	if t.tr.main().fromCache {
+		// The main document is always the origin's (SPEC §3): a context that keeps its
+		// HTTP cache (IsolationWipe) had this URL fresh from an earlier render. Load it
+		// again past the cache; it costs this render its cached bundles too, and happens
+		// only when one context renders the same cacheable URL twice.
+		j.p.log.Debug("render: main document came from the cache; reloading it from the origin", "url", j.u.Redacted())
+		t.tr.expectNewMain()
+		if _, err := chromedp.Call(runCtx, page.Reload, page.ReloadParams{IgnoreCache: new(true)}); err != nil {
+			return downloader.Failed(j.stopped(runCtx, t, err))
+		}
 	}
 	if err := j.wait(runCtx, t); err != nil {
 		return downloader.Failed(j.stopped(runCtx, t, err))

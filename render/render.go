@@ -137,6 +137,13 @@ type Config struct {
 	ProxyHost string
 
 	LaunchTimeout time.Duration // bound on one launch or connection attempt
+
+	// Isolation is how renders are kept apart (--render-isolation): IsolationWipe (the
+	// default) or IsolationContext.
+	Isolation Isolation
+	// MaxContextRenders is how many renders a long-lived context serves (IsolationWipe);
+	// default DefaultMaxContextRenders.
+	MaxContextRenders int
 }
 
 // Stats is a snapshot of the pool for health pages and metrics.
@@ -150,6 +157,10 @@ type Stats struct {
 	IsRemote      bool   `json:"is_remote"`
 	LastError     string `json:"last_error,omitempty"`
 	RenderedCount int64  `json:"rendered_count"`
+	// ContextCount is the long-lived browser contexts alive (IsolationWipe);
+	// RecycledContextCount how many were disposed of so far.
+	ContextCount         int   `json:"context_count"`
+	RecycledContextCount int64 `json:"recycled_context_count"`
 }
 
 // Pool renders pages. Create it with New and stop it with Close. Safe for concurrent use.
@@ -177,9 +188,12 @@ type Pool struct {
 	changed    chan struct{} // closed and replaced at every change of state
 	lastErr    error
 	restarts   int
-	spares     []*tab        // warm tabs of cur
-	warming    int           // warm-ups in progress
-	spareReady chan struct{} // closed and replaced when a warm-up ends
+	spares     []*tab         // warm tabs of cur
+	idle       []*siteContext // long-lived contexts with no tab (IsolationWipe)
+	contexts   int            // long-lived contexts alive
+	recycled   int64          // long-lived contexts disposed of
+	warming    int            // warm-ups in progress
+	spareReady chan struct{}  // closed and replaced when a warm-up ends
 	closed     bool
 	rendered   int64
 }
@@ -238,6 +252,16 @@ func New(cfg Config) (*Pool, error) {
 	if cfg.ProxyHost == "" {
 		cfg.ProxyHost = DefaultProxyHost
 	}
+	switch cfg.Isolation {
+	case "":
+		cfg.Isolation = IsolationWipe
+	case IsolationWipe, IsolationContext:
+	default:
+		return nil, downloader.Invalidf("render_isolation", "render: isolation %q is neither %q nor %q", cfg.Isolation, IsolationWipe, IsolationContext)
+	}
+	if cfg.MaxContextRenders <= 0 {
+		cfg.MaxContextRenders = DefaultMaxContextRenders
+	}
 	if cfg.SkipResourceTypes == nil {
 		cfg.SkipResourceTypes = downloader.DefaultSkipResourceTypes()
 	}
@@ -291,14 +315,16 @@ func (p *Pool) Stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := Stats{
-		SlotCount:     p.gate.Capacity(),
-		BusyCount:     p.gate.InFlight(),
-		QueuedCount:   p.gate.Waiting(),
-		WarmTabCount:  len(p.spares),
-		RestartCount:  p.restarts,
-		IsBrowserUp:   p.state == stateUp,
-		IsRemote:      p.cfg.Endpoint != "",
-		RenderedCount: p.rendered,
+		SlotCount:            p.gate.Capacity(),
+		BusyCount:            p.gate.InFlight(),
+		QueuedCount:          p.gate.Waiting(),
+		WarmTabCount:         len(p.spares),
+		RestartCount:         p.restarts,
+		IsBrowserUp:          p.state == stateUp,
+		IsRemote:             p.cfg.Endpoint != "",
+		RenderedCount:        p.rendered,
+		ContextCount:         p.contexts,
+		RecycledContextCount: p.recycled,
 	}
 	if p.lastErr != nil {
 		s.LastError = p.lastErr.Error()
@@ -322,6 +348,13 @@ func (p *Pool) Close() error {
 	p.mu.Unlock()
 	for _, t := range spares {
 		t.close()
+	}
+	p.mu.Lock()
+	idle := p.idle
+	p.idle = nil
+	p.mu.Unlock()
+	for _, sc := range idle {
+		sc.dispose()
 	}
 	p.cancel()
 	if p.deny != nil {

@@ -293,7 +293,8 @@ func TestRenderBlockedSubrequest(t *testing.T) {
 	f := getFixture(t)
 	p := sharedPool(t)
 	mark := f.mark()
-	out := render(t, p, "blocked.test/", 20*time.Second)
+	// Images are skipped by default; load them, for the guard to refuse.
+	out := p.RenderWith(context.Background(), f.url("blocked.test/"), nil, downloader.RenderOptions{Timeout: 20 * time.Second, SkipResourceTypes: []downloader.ResourceType{}})
 	if out.FailReason != "" || out.HTTPStatus != 200 {
 		t.Fatalf("fail_reason=%s http_status=%d, want null and 200", failReason(out), out.HTTPStatus)
 	}
@@ -533,7 +534,7 @@ func TestRenderRemoteEndpoint(t *testing.T) {
 			t.Errorf("User-Agent %q, want %q", ua, testUserAgent)
 		}
 	}
-	out = render(t, p, "blocked.test/", 20*time.Second)
+	out = p.RenderWith(context.Background(), f.url("blocked.test/"), nil, downloader.RenderOptions{Timeout: 20 * time.Second, SkipResourceTypes: []downloader.ResourceType{}})
 	if out.FailReason != "" {
 		t.Errorf("blocked.test: fail_reason=%s", failReason(out))
 	}

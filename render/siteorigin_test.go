@@ -2,7 +2,6 @@ package render
 
 import (
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -123,5 +122,3 @@ func serveFile(name, contentType string) http.HandlerFunc {
 func hasPathPrefix(prefix string) func(host, path string) bool {
 	return func(_, path string) bool { return strings.HasPrefix(path, prefix) }
 }
-
-var _ = slog.Default

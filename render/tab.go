@@ -23,7 +23,12 @@ const closeTimeout = 5 * time.Second
 // tab is one fresh tab in its own new browser context, with its own proxy. It serves one
 // render at most and is then closed with its context.
 type tab struct {
+	p        *Pool
 	b        *browser
+	sc       *siteContext    // the long-lived context it is in (IsolationWipe); nil: its own
+	site     string          // the domain it rendered, once it has
+	rendered bool            // it served a render
+	healthy  bool            // made whole (its context wiped): sc may serve again
 	ctx      context.Context // chromedp context of the tab
 	cancel   context.CancelFunc
 	detached <-chan struct{} // closed when the browser detaches the tab
@@ -36,24 +41,44 @@ type tab struct {
 	closeOne sync.Once
 }
 
-// newTab makes a tab in a new browser context whose proxy is a new proxy of ours, and
-// sets our user agent in it. It gives up when ctx ends.
-func (p *Pool) newTab(ctx context.Context, b *browser) (*tab, error) {
+// newTab makes a tab with a new proxy of ours, and sets our user agent in it. With
+// IsolationContext the tab is in a new browser context whose proxy is that proxy; with
+// IsolationWipe it is in a long-lived context (one that rendered site, if one is idle),
+// whose relay then leads to that proxy, and the context is wiped first. It gives up when
+// ctx ends.
+func (p *Pool) newTab(ctx context.Context, b *browser, site string) (*tab, error) {
+	var sc *siteContext
+	var dirty []string
+	if p.cfg.Isolation == IsolationWipe {
+		var err error
+		if sc, err = p.contextFor(ctx, b, site); err != nil {
+			return nil, err
+		}
+		p.mu.Lock()
+		dirty = slices.Clone(sc.dirty)
+		p.mu.Unlock()
+	}
 	px, err := p.newProxy()
 	if err != nil {
+		if sc != nil {
+			p.contextDone(sc, "", nil, false)
+		}
 		return nil, err
 	}
 	tr := newTracker()
-	opts := []chromedp.ContextOption{
-		chromedp.WithNewBrowserContext(func(params *target.CreateBrowserContextParams) {
+	opts := []chromedp.ContextOption{chromedp.WithListener(tr.onEvent)}
+	if sc != nil {
+		sc.relay.attach(px.addr())
+		opts = append(opts, chromedp.WithExistingBrowserContext(sc.id))
+	} else {
+		opts = append(opts, chromedp.WithNewBrowserContext(func(params *target.CreateBrowserContextParams) {
 			params.ProxyServer = "http://" + px.addr()
 			// Chrome sends loopback destinations around a proxy unless told not to; ours
 			// must see them (the guard refuses them unless --connect-to maps them).
 			params.ProxyBypassList = "<-loopback>"
-		}),
-		chromedp.WithListener(tr.onEvent),
+		}))
 	}
-	t := &tab{b: b, proxy: px, tr: tr, skip: newSkipper(tr), skipping: p.skipDefault}
+	t := &tab{p: p, b: b, sc: sc, proxy: px, tr: tr, skip: newSkipper(tr), skipping: p.skipDefault}
 	if p.cfg.Hops != nil {
 		t.pause = newPauser(p.cfg.Hops, p.cfg.frames, p.log, &t.wg)
 	}
@@ -67,6 +92,13 @@ func (p *Pool) newTab(ctx context.Context, b *browser) (*tab, error) {
 	done := make(chan error, 1)
 	go func() {
 		done <- chromedp.Do(tctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			if sc != nil {
+				// Before anything can load: no page of this context may find what the
+				// last one left.
+				if err := sc.wipe(ctx, tg, dirty); err != nil {
+					return err
+				}
+			}
 			if _, err := cdp.Call(ctx, tg, emulation.SetUserAgentOverride, p.userAgentOverride()); err != nil {
 				return err
 			}
@@ -94,6 +126,12 @@ func (p *Pool) newTab(ctx context.Context, b *browser) (*tab, error) {
 		t.close()
 		return nil, fmt.Errorf("new tab: %w", err)
 	}
+	if sc != nil {
+		p.mu.Lock()
+		sc.dirty = slices.DeleteFunc(sc.dirty, func(o string) bool { return slices.Contains(dirty, o) })
+		p.mu.Unlock()
+	}
+	t.healthy = true
 	c := chromedp.FromContext(tctx)
 	tr.setMainFrame(cdp.FrameID(c.Target.TargetID))
 	if t.pause != nil {
@@ -161,37 +199,71 @@ func (p *Pool) userAgentOverride() emulation.SetUserAgentOverrideParams {
 	}
 }
 
-// close closes the tab and disposes of its browser context, then closes its proxy. It
-// blocks until done (a few milliseconds; at most a few seconds with a hung browser).
+// close closes the tab and disposes of its own browser context, then closes its proxy; a
+// long-lived context is given back to the pool instead, with the origins the tab touched
+// to wipe. It blocks until done (a few milliseconds; at most a few seconds with a hung
+// browser).
 func (t *tab) close() {
 	t.closeOne.Do(func() {
 		c := chromedp.FromContext(t.ctx)
 		t.cancel() // closes the target and disposes of the context it created
 		t.wg.Wait()
 		// A context created while its tab never attached is not disposed by chromedp.
-		if c.Target == nil && c.BrowserContextID != "" && t.b.alive() {
+		if t.sc == nil && c.Target == nil && c.BrowserContextID != "" && t.b.alive() {
 			ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 			cdp.Call(ctx, t.b.b, target.DisposeBrowserContext, target.DisposeBrowserContextParams{BrowserContextID: c.BrowserContextID})
 			cancel()
 		}
+		if t.sc != nil {
+			t.sc.relay.detach() // before the proxy goes: nothing of this tab's stays open
+		}
 		t.proxy.close()
+		if t.sc != nil {
+			if t.healthy {
+				t.p.contextDone(t.sc, t.site, t.tr.origins(), t.rendered)
+			} else {
+				t.sc.dispose() // its wipe failed, or its tab never came: start afresh
+			}
+		}
 	})
 }
 
-// takeTab returns a warm tab of b: one that is ready, else the next one being made, else a
-// new one made now (then starting warm-ups, since there are too few).
-func (p *Pool) takeTab(ctx context.Context, b *browser) (*tab, error) {
+// takeTab returns a tab of b for a render of site: a warm one that is ready (in a context
+// that rendered site, if there is one), else a new one made now in an idle context that
+// rendered site (IsolationWipe: its cache is worth the tab's start), else the next warm
+// tab being made, else a new one made now (then starting warm-ups, since there are too
+// few).
+func (p *Pool) takeTab(ctx context.Context, b *browser, site string) (*tab, error) {
 	for {
 		p.mu.Lock()
 		var t *tab
-		for len(p.spares) > 0 && t == nil {
-			s := p.spares[0]
-			p.spares = p.spares[1:]
-			if s.b == b && b.alive() && !s.isDetached() && !s.tr.state().crashed {
-				t = s
+		kept := p.spares[:0]
+		for _, s := range p.spares {
+			if s.b != b || !b.alive() || s.isDetached() || s.tr.state().crashed {
+				p.wg.Go(s.close) // an old browser's or a dead tab; p.mu held, so not closed yet
 				continue
 			}
-			p.wg.Go(s.close) // an old browser's or a dead tab; p.mu held, so not closed yet
+			kept = append(kept, s)
+		}
+		p.spares = kept
+		pick := -1
+		for i, s := range p.spares {
+			if s.sc != nil && s.sc.sites[site] {
+				pick = i
+				break
+			}
+		}
+		if pick < 0 && len(p.spares) > 0 {
+			if p.idleHasSiteLocked(b, site) {
+				p.mu.Unlock()
+				p.refill()
+				return p.newTab(ctx, b, site)
+			}
+			pick = 0
+		}
+		if pick >= 0 {
+			t = p.spares[pick]
+			p.spares = slices.Delete(p.spares, pick, pick+1)
 		}
 		warming, ready := p.warming, p.spareReady
 		p.mu.Unlock()
@@ -212,7 +284,17 @@ func (p *Pool) takeTab(ctx context.Context, b *browser) (*tab, error) {
 		}
 	}
 	p.refill()
-	return p.newTab(ctx, b)
+	return p.newTab(ctx, b, site)
+}
+
+// idleHasSiteLocked reports whether an idle context of b rendered site. Requires p.mu held.
+func (p *Pool) idleHasSiteLocked(b *browser, site string) bool {
+	for _, sc := range p.idle {
+		if sc.b == b && sc.sites[site] {
+			return true
+		}
+	}
+	return false
 }
 
 func (t *tab) isDetached() bool {
@@ -239,7 +321,7 @@ func (p *Pool) refill() {
 }
 
 func (p *Pool) warm(b *browser) {
-	t, err := p.newTab(p.ctx, b)
+	t, err := p.newTab(p.ctx, b, "")
 	p.mu.Lock()
 	p.warming--
 	close(p.spareReady) // wake renders waiting for this warm-up, whatever its result

@@ -29,6 +29,7 @@ type tracker struct {
 	domReady  bool              // DOMContentLoaded of the current main document
 	loaded    bool              // load event of the current main document
 	crashed   bool
+	awaitMain bool                       // a reload was asked for: the page is not loaded until its request starts
 	skipped   map[network.RequestID]bool // requests failed because their type is skipped
 	crash     chan struct{}              // closed at the first crash
 	notify    chan struct{}              // signalled (never blocking) after every change
@@ -48,6 +49,7 @@ type request struct {
 	failed      bool
 	errorText   string
 	proxyReason downloader.FailReason // set when the answer came from our proxy
+	fromCache   bool                  // the browser answered it from its HTTP cache
 }
 
 func newTracker() *tracker {
@@ -133,6 +135,7 @@ func (tr *tracker) onEvent(ev any) {
 		r.mime = ev.Response.MimeType
 		r.headers = ev.Response.Headers
 		r.proxyReason = proxyReasonOf(r.headers, tr.token)
+		r.fromCache = ev.Response.FromDiskCache || ev.Response.FromPrefetchCache
 	case *network.EventLoadingFinished:
 		tr.end(ev.RequestID, false, "")
 	case *network.EventLoadingFailed:
@@ -140,6 +143,11 @@ func (tr *tracker) onEvent(ev any) {
 	case *page.EventFrameNavigated:
 		if ev.Frame != nil && ev.Frame.ParentID == "" {
 			tr.committed = ev.Frame.URL + ev.Frame.URLFragment
+			if tr.awaitMain {
+				// The reloaded document committed: the old one's events are over.
+				tr.awaitMain = false
+				tr.domReady, tr.loaded = false, false
+			}
 		}
 	case *page.EventNavigatedWithinDocument:
 		if ev.FrameID == tr.mainFrame {
@@ -183,7 +191,15 @@ type pageState struct {
 func (tr *tracker) state() pageState {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	return pageState{domReady: tr.domReady, loaded: tr.loaded, crashed: tr.crashed, inflight: tr.inflight, activity: tr.activity}
+	return pageState{domReady: tr.domReady && !tr.awaitMain, loaded: tr.loaded && !tr.awaitMain, crashed: tr.crashed, inflight: tr.inflight, activity: tr.activity}
+}
+
+// expectNewMain makes the page count as not loaded until the main frame commits its next
+// document (a reload was asked for; the old document's events may still come).
+func (tr *tracker) expectNewMain() {
+	tr.mu.Lock()
+	tr.awaitMain = true
+	tr.mu.Unlock()
 }
 
 // mainDocument is what the outcome needs of the main document.
@@ -199,6 +215,7 @@ type mainDocument struct {
 	failed      bool
 	errorText   string
 	proxyReason downloader.FailReason
+	fromCache   bool
 }
 
 func (tr *tracker) main() mainDocument {
@@ -211,7 +228,7 @@ func (tr *tracker) main() mainDocument {
 	return mainDocument{
 		id: tr.mainReq, found: true, url: r.url, committed: tr.committed,
 		status: r.status, mime: r.mime, headers: r.headers, redirects: r.redirects,
-		failed: r.failed, errorText: r.errorText, proxyReason: r.proxyReason,
+		failed: r.failed, errorText: r.errorText, proxyReason: r.proxyReason, fromCache: r.fromCache,
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"downloader"
 	"downloader/egress"
 	"downloader/netguard"
+	"downloader/render"
 )
 
 // config is every flag of serve (and crawl, which runs the same service).
@@ -30,6 +31,7 @@ type config struct {
 	UserAgent            string
 	RequestTimeoutMs     int64
 	RenderConcurrency    int
+	RenderIsolation      string
 	RendererEndpoint     string
 	ChromiumPath         string
 	LogLevel             slog.Level
@@ -99,6 +101,7 @@ func newFlagSet(name string, c *config, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.UserAgent, "user-agent", defaultUserAgent, "User-Agent of every request, plain and rendered")
 	fs.Int64Var(&c.RequestTimeoutMs, "request-timeout-ms", 30000, "default timeout of one fetch or render")
 	fs.IntVar(&c.RenderConcurrency, "render-concurrency", runtime.NumCPU(), "renders at once (the browser pool size)")
+	fs.StringVar(&c.RenderIsolation, "render-isolation", "wipe", "how renders are kept apart: wipe (long-lived contexts, every touched origin's state wiped between renders, HTTP and code cache kept) or context (a new browser context per render)")
 	fs.StringVar(&c.RendererEndpoint, "renderer-endpoint", "", "remote CDP endpoint (e.g. ws://obscura:9222/devtools/browser); empty launches local Chromium")
 	fs.StringVar(&c.ChromiumPath, "chromium-path", "/usr/lib/chromium/chromium-headless-shell", "local headless Chromium binary")
 	fs.Var(levelFlag{&c.LogLevel}, "log-level", "debug, info, warn or error")
@@ -184,6 +187,8 @@ func (c *config) check() error {
 		return errors.New("--request-timeout-ms must be at least 1")
 	case c.RenderConcurrency < 1:
 		return errors.New("--render-concurrency must be at least 1")
+	case c.RenderIsolation != string(render.IsolationWipe) && c.RenderIsolation != string(render.IsolationContext):
+		return errors.New("--render-isolation must be wipe or context")
 	case c.ShutdownGraceSeconds < 0:
 		return errors.New("--shutdown-grace-seconds must not be negative")
 	case c.DataDir == "":

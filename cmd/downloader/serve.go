@@ -110,7 +110,8 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 	pool, err := render.New(render.Config{
 		Clock: clk, Logger: logger, BinaryPath: c.ChromiumPath, Endpoint: c.RendererEndpoint,
 		Concurrency: c.RenderConcurrency, QueueLength: c.LocalQueueLength, UserAgent: c.UserAgent,
-		Guard: guard, DefaultTimeout: c.requestTimeout(), Hops: engine.Hops{Limiter: lim, DefaultMinInterval: defaultInterval, Shared: shared, DefaultTimeout: c.requestTimeout()},
+		Isolation: render.Isolation(c.RenderIsolation),
+		Guard:     guard, DefaultTimeout: c.requestTimeout(), Hops: engine.Hops{Limiter: lim, DefaultMinInterval: defaultInterval, Shared: shared, DefaultTimeout: c.requestTimeout()},
 	})
 	if err != nil {
 		closeStores()
