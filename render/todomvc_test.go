@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -154,6 +155,15 @@ func heavyBlob(n int) []byte {
 		b[i] = byte(i * 31)
 	}
 	return b
+}
+
+// url parses raw, which the origin serves.
+func (o *crawlOrigin) url(raw string) *url.URL {
+	u, err := url.Parse(raw)
+	if err != nil {
+		panic(err)
+	}
+	return u
 }
 
 // todomvcURL is app's page on host.
