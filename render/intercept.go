@@ -64,23 +64,23 @@ func fetchPatterns(skip skipSet, withDocuments bool) []*fetch.RequestPattern {
 	return out
 }
 
-// skipper fails a tab's paused requests of skipped types and tells the tracker which they
-// were. onEvent runs on the tab's event loop and only queues; run answers on its own
-// goroutine. Safe for concurrent use.
+// skipper fails a tab's paused requests of skipped types and tells the tab's current
+// tracker which they were. add runs on the tab's event loop and only queues; run answers
+// on its own goroutine. Safe for concurrent use.
 type skipper struct {
-	tr    *tracker
+	t     *tab
 	mu    sync.Mutex
 	queue []*fetch.EventRequestPaused
 	wake  chan struct{}
 }
 
-func newSkipper(tr *tracker) *skipper {
-	return &skipper{tr: tr, wake: make(chan struct{}, 1)}
+func newSkipper(t *tab) *skipper {
+	return &skipper{t: t, wake: make(chan struct{}, 1)}
 }
 
 func (s *skipper) add(e *fetch.EventRequestPaused) {
-	if e.NetworkID != "" {
-		s.tr.markSkipped(e.NetworkID)
+	if u := s.t.cur.Load(); u != nil && e.NetworkID != "" {
+		u.tr.markSkipped(e.NetworkID)
 	}
 	s.mu.Lock()
 	s.queue = append(s.queue, e)
@@ -116,9 +116,11 @@ func (t *tab) pausedRouter(ev any) {
 	if !ok {
 		return
 	}
-	if e.ResourceType == network.ResourceTypeDocument && t.pause != nil {
-		t.pause.onEvent(ev)
-		return
+	if e.ResourceType == network.ResourceTypeDocument {
+		if u := t.cur.Load(); u != nil && u.pause != nil {
+			u.pause.onEvent(ev)
+			return
+		}
 	}
 	t.skip.add(e)
 }

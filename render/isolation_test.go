@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -59,6 +60,10 @@ func TestRenderIsolationModes(t *testing.T) {
 				if c := r.Header.Get("Cookie"); c != "" {
 					t.Errorf("a document request to %s carried %q from an earlier render", r.Host, c)
 				}
+			}
+			if st := p.Stats(); mode == IsolationWipe && (st.RecycledContextCount != 0 || st.ContextCount != 1) {
+				// Not vacuous either: one tab and context served all eight, wiped in place.
+				t.Errorf("context_count=%d recycled_context_count=%d, want one long-lived context that was never replaced", st.ContextCount, st.RecycledContextCount)
 			}
 			// The check is not vacuous: each ping carried what its own render set, and
 			// nothing else.
@@ -149,12 +154,31 @@ func TestRenderContextRecycling(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := p.Stats()
-	// 7 renders of at most 2 each took at least 4 contexts; what is left in the browser is
-	// at most a warm tab's, the last render's (closing behind Render) and one idle per slot.
+	// 7 renders of at most 2 each took at least 4 contexts (one long-lived tab each); what
+	// is left in the browser is the slot's tab's and, while the last one closes behind
+	// Render, its replacement's.
 	if made := int64(st.ContextCount) + st.RecycledContextCount; made < 4 || st.RecycledContextCount < 2 {
-		t.Errorf("context_count=%d recycled_context_count=%d after 7 renders of 2 per context, want >= 4 made", st.ContextCount, st.RecycledContextCount)
+		t.Errorf("context_count=%d recycled_context_count=%d after 7 renders of 2 per context, want >= 4 made, >= 2 gone", st.ContextCount, st.RecycledContextCount)
 	}
-	if n := len(res.BrowserContextIDs); n > 4 {
-		t.Errorf("the browser has %d contexts (the pool counts %d), want at most 4", n, st.ContextCount)
+	// The one a recycled tab leaves may still be going.
+	if n := len(res.BrowserContextIDs); n > 3 {
+		t.Errorf("the browser has %d contexts (the pool counts %d), want at most 3", n, st.ContextCount)
+	}
+	targets, err := cdp.Call(ctx, b.b, target.GetTargets, target.GetTargetsParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages := 0
+	for _, ti := range targets.TargetInfos {
+		if ti.Type == "page" && ti.BrowserContextID != "" && slices.Contains(res.BrowserContextIDs, ti.BrowserContextID) {
+			pages++
+		}
+	}
+	if pages > 3 {
+		t.Errorf("%d tabs in the pool's contexts, want at most 3", pages)
+	}
+	p.Close()
+	if st := p.Stats(); st.ContextCount != 0 {
+		t.Errorf("context_count=%d after Close, want 0", st.ContextCount)
 	}
 }

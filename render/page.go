@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/url"
@@ -182,9 +183,10 @@ type renderJob struct {
 func (j *renderJob) run(ctx context.Context) {
 	p := j.p
 	var t *tab
+	site := "" // the domain rendered, once the tab served it
 	defer func() {
 		if t != nil {
-			t.close()
+			p.release(t, site)
 		}
 	}()
 	b, err := p.browserFor(ctx)
@@ -200,6 +202,9 @@ func (j *renderJob) run(ctx context.Context) {
 	}
 	t, err = p.takeTab(ctx, b, j.st.domain)
 	if err != nil {
+		t = nil
+	}
+	if err != nil {
 		switch {
 		case ctx.Err() != nil:
 			j.done <- downloader.Failed(stopReason(ctx))
@@ -211,7 +216,7 @@ func (j *renderJob) run(ctx context.Context) {
 		}
 		return
 	}
-	t.site, t.rendered = j.st.domain, true
+	site = j.st.domain
 	out := j.renderIn(ctx, t)
 	p.refill()
 	p.mu.Lock()
@@ -268,6 +273,15 @@ func (j *renderJob) renderTab(ctx context.Context, t *tab) *downloader.Outcome {
 	if err := t.setSkip(runCtx, j.skip); err != nil {
 		return downloader.Failed(j.stopped(runCtx, t, err))
 	}
+	// The main document is always the origin's (SPEC §3), while a long-lived context keeps
+	// its HTTP cache (IsolationWipe): the cache holds only what the context's earlier
+	// renders requested, so when this URL is among them, this render goes without the
+	// cache (its bundles too: the same URL twice in one context is rare).
+	if t.sc != nil && t.sc.hasRequested(j.u.String()) {
+		if err := t.setCacheDisabled(runCtx, true); err != nil {
+			return downloader.Failed(j.stopped(runCtx, t, err))
+		}
+	}
 	nav, err := chromedp.Call(runCtx, page.Navigate, page.NavigateParams{URL: j.u.String()})
 	if err != nil {
 		return downloader.Failed(j.stopped(runCtx, t, err))
@@ -276,20 +290,40 @@ func (j *renderJob) renderTab(ctx context.Context, t *tab) *downloader.Outcome {
 		return j.navigationFailed(runCtx, t, nav)
 	}
 	if t.tr.main().fromCache {
-		// The main document is always the origin's (SPEC §3): a context that keeps its
-		// HTTP cache (IsolationWipe) had this URL fresh from an earlier render. Load it
-		// again past the cache; it costs this render its cached bundles too, and happens
-		// only when one context renders the same cacheable URL twice.
-		j.p.log.Debug("render: main document came from the cache; reloading it from the origin", "url", j.u.Redacted())
-		t.tr.expectNewMain()
-		if _, err := chromedp.Call(runCtx, page.Reload, page.ReloadParams{IgnoreCache: new(true)}); err != nil {
+		// Still from the cache: a redirect led to a URL an earlier render requested. Load
+		// the page again without the cache, once the cached document is in place (the tab
+		// is between two documents until then).
+		j.p.log.Debug("render: main document came from the cache; loading it again from the origin", "url", j.u.Redacted())
+		if err := j.waitDOM(runCtx, t); err != nil {
 			return downloader.Failed(j.stopped(runCtx, t, err))
+		}
+		if err := t.setCacheDisabled(runCtx, true); err != nil {
+			return downloader.Failed(j.stopped(runCtx, t, err))
+		}
+		t.tr.expectNewMain()
+		if nav, err = chromedp.Call(runCtx, page.Navigate, page.NavigateParams{URL: j.u.String()}); err != nil {
+			return downloader.Failed(j.stopped(runCtx, t, fmt.Errorf("load again: %w", err)))
+		}
+		if nav.ErrorText != "" || nav.IsDownload {
+			return j.navigationFailed(runCtx, t, nav)
 		}
 	}
 	if err := j.wait(runCtx, t); err != nil {
 		return downloader.Failed(j.stopped(runCtx, t, err))
 	}
 	return j.read(runCtx, t)
+}
+
+// waitDOM waits for the main document's DOMContentLoaded.
+func (j *renderJob) waitDOM(ctx context.Context, t *tab) error {
+	for !t.tr.state().domReady {
+		select {
+		case <-t.tr.notify:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	return nil
 }
 
 // stopped is the fail reason of a render that could not go on because of err.
@@ -397,7 +431,7 @@ func (j *renderJob) read(ctx context.Context, t *tab) *downloader.Outcome {
 		err = jsonv2.Unmarshal(res.Result.Value, &page)
 	}
 	if err != nil {
-		return downloader.Failed(j.stopped(ctx, t, err))
+		return downloader.Failed(j.stopped(ctx, t, fmt.Errorf("read the page: %w", err)))
 	}
 	rendered, truncated := capHTML(page.HTML, maxRenderedHTMLBytes)
 	if truncated {

@@ -141,8 +141,8 @@ type Config struct {
 	// Isolation is how renders are kept apart (--render-isolation): IsolationWipe (the
 	// default) or IsolationContext.
 	Isolation Isolation
-	// MaxContextRenders is how many renders a long-lived context serves (IsolationWipe);
-	// default DefaultMaxContextRenders.
+	// MaxContextRenders is how many renders a long-lived tab and its context serve
+	// (IsolationWipe) before they are replaced; default DefaultMaxContextRenders.
 	MaxContextRenders int
 }
 
@@ -188,12 +188,13 @@ type Pool struct {
 	changed    chan struct{} // closed and replaced at every change of state
 	lastErr    error
 	restarts   int
-	spares     []*tab         // warm tabs of cur
-	idle       []*siteContext // long-lived contexts with no tab (IsolationWipe)
-	contexts   int            // long-lived contexts alive
-	recycled   int64          // long-lived contexts disposed of
-	warming    int            // warm-ups in progress
-	spareReady chan struct{}  // closed and replaced when a warm-up ends
+	spares     []*tab        // warm tabs of cur
+	making     int           // warm-ups making a new tab
+	live       int           // long-lived tabs alive, busy or not (IsolationWipe)
+	contexts   int           // long-lived contexts alive
+	recycled   int64         // long-lived contexts disposed of
+	warming    int           // warm-ups in progress
+	spareReady chan struct{} // closed and replaced when a warm-up ends
 	closed     bool
 	rendered   int64
 }
@@ -348,13 +349,6 @@ func (p *Pool) Close() error {
 	p.mu.Unlock()
 	for _, t := range spares {
 		t.close()
-	}
-	p.mu.Lock()
-	idle := p.idle
-	p.idle = nil
-	p.mu.Unlock()
-	for _, sc := range idle {
-		sc.dispose()
 	}
 	p.cancel()
 	if p.deny != nil {

@@ -2,6 +2,7 @@ package render
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -12,19 +13,26 @@ import (
 
 	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/domstorage"
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/storage"
 	"github.com/chromedp/cdproto/target"
+	"github.com/chromedp/chromedp"
 )
 
 // Isolation is how renders are kept apart (--render-isolation).
 type Isolation string
 
 const (
-	// IsolationWipe keeps a few long-lived browser contexts and wipes, between two renders
-	// in one, the state of every origin the last render touched (cookies, storage,
-	// service workers, permissions). The HTTP cache and V8's code cache stay, so a site's
-	// next page loads its bundles from the cache (Chrome keys both by top-level site, so
-	// only the same site's are reused). A context is recycled after MaxContextRenders.
+	// IsolationWipe keeps a long-lived tab per slot, each in a long-lived browser context
+	// of its own, and wipes, between two renders, the state of every origin the last
+	// render touched (cookies, storage, sessionStorage, service workers, permissions). The
+	// HTTP cache and V8's code cache stay, so a site's next page loads its bundles from the
+	// cache (Chrome keys both by top-level site, so only the same site's are reused), and
+	// the tab's renderer process is reused as a long-lived tab's is. A tab and its context
+	// are recycled after MaxContextRenders renders.
 	IsolationWipe Isolation = "wipe"
 	// IsolationContext gives every render a new browser context of its own, disposed of
 	// after it: nothing at all carries over, and every render starts cold.
@@ -41,10 +49,9 @@ const DefaultMaxContextRenders = 100
 // shader_cache is a cache too). Cookies are cleared for the whole context apart.
 const wipeStorageTypes = "local_storage,indexeddb,cache_storage,service_workers,file_systems,websql,storage_buckets,interest_groups,shared_storage"
 
-// siteContext is a long-lived browser context (IsolationWipe) with its stable proxy
-// address: a relay that forwards each connection to the proxy of the render in progress.
-// It serves one render at a time, each in a new tab (so sessionStorage, which belongs to a
-// tab, never carries over).
+// siteContext is a long-lived browser context (IsolationWipe), the one of a long-lived tab,
+// with its stable proxy address: a relay that forwards each connection to the proxy of the
+// tab's render in progress.
 type siteContext struct {
 	p     *Pool
 	b     *browser
@@ -52,9 +59,28 @@ type siteContext struct {
 	relay *relay
 
 	// Guarded by the pool's mu.
-	renders int             // renders served so far
-	dirty   []string        // origins the last render touched, to wipe before the next
-	sites   map[string]bool // sites (domains) rendered in this context, for its cache
+	renders   int             // renders served so far
+	sites     map[string]bool // sites (domains) rendered in this context, for its cache
+	requested map[string]bool // every URL its renders requested: what its cache can hold
+}
+
+// hasRequested reports whether an earlier render in sc requested u.
+func (sc *siteContext) hasRequested(u string) bool {
+	sc.p.mu.Lock()
+	defer sc.p.mu.Unlock()
+	return sc.requested[u]
+}
+
+// setCacheDisabled turns the tab's HTTP cache off or on (Network.setCacheDisabled).
+func (t *tab) setCacheDisabled(ctx context.Context, off bool) error {
+	if t.isCacheOff == off {
+		return nil
+	}
+	if _, err := chromedp.Call(ctx, network.SetCacheDisabled, network.SetCacheDisabledParams{CacheDisabled: off}); err != nil {
+		return fmt.Errorf("cache disabled=%v: %w", off, err)
+	}
+	t.isCacheOff = off
+	return nil
 }
 
 // newSiteContext makes a browser context whose proxy is a new relay of ours.
@@ -75,7 +101,7 @@ func (p *Pool) newSiteContext(ctx context.Context, b *browser) (*siteContext, er
 	p.mu.Lock()
 	p.contexts++
 	p.mu.Unlock()
-	return &siteContext{p: p, b: b, id: res.BrowserContextID, relay: r, sites: make(map[string]bool)}, nil
+	return &siteContext{p: p, b: b, id: res.BrowserContextID, relay: r, sites: make(map[string]bool), requested: make(map[string]bool)}, nil
 }
 
 // dispose disposes of the browser context (its tabs are closed already) and closes its
@@ -93,33 +119,99 @@ func (sc *siteContext) dispose() {
 	sc.relay.close()
 }
 
-// wipe clears what the context's last render left: every cookie of the context (set by
-// JavaScript or Set-Cookie), the storage of every origin it touched, and the permissions
-// it was granted. It runs on tg, a new blank tab of the context (Storage.clearDataForOrigin
-// acts on its target's storage partition, which is the context's).
-func (sc *siteContext) wipe(ctx context.Context, tg cdp.Session, origins []string) error {
+// errReplaceTab says a long-lived tab cannot be wiped in place: a frame of an origin whose
+// sessionStorage the render may have written is gone, so nothing can reach that storage
+// but the tab's end.
+var errReplaceTab = errors.New("render: a document origin of the render has no frame left")
+
+// wipe makes a long-lived tab whose render is over ready for the next. It stops the page's
+// scripts (nothing more is written, no unload handler runs), clears the sessionStorage of
+// every origin the render had a document of (it belongs to this tab, and can be reached
+// only through a frame of that origin: errReplaceTab when one is gone), leaves the page
+// (about:blank) and forgets the tab's history (a later page can go back to none of it).
+// Then it clears every cookie of the context (set by JavaScript or Set-Cookie), the
+// storage of every origin the render touched, and the permissions granted. The HTTP cache
+// and the code cache are not storage types and stay. Storage.clearDataForOrigin acts on
+// its target's storage partition, the context's.
+func (t *tab) wipe(origins, docOrigins []string) error {
+	ctx, cancel := context.WithTimeout(t.ctx, closeTimeout)
+	defer cancel()
+	if _, err := chromedp.Call(ctx, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: true}); err != nil {
+		return fmt.Errorf("wipe: stop scripts: %w", err)
+	}
+	tree, err := chromedp.Call(ctx, page.GetFrameTree, cdp.Empty{})
+	if err != nil {
+		return fmt.Errorf("wipe: frames: %w", err)
+	}
+	framed := frameOrigins(tree.FrameTree, nil)
+	for _, o := range docOrigins {
+		if !slices.Contains(framed, o) {
+			return errReplaceTab
+		}
+		if _, err := chromedp.Call(ctx, domstorage.Clear, domstorage.ClearParams{StorageID: &domstorage.StorageID{SecurityOrigin: o, IsLocalStorage: false}}); err != nil {
+			return fmt.Errorf("wipe %s: sessionStorage: %w", o, err)
+		}
+	}
+	// chromedp.Navigate waits for about:blank's load: until then the tab's session may be
+	// between two documents.
+	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
+		return fmt.Errorf("wipe: leave the page: %w", err)
+	}
+	if _, err := chromedp.Call(ctx, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: false}); err != nil {
+		return fmt.Errorf("wipe: scripts back on: %w", err)
+	}
+	if _, err := chromedp.Call(ctx, page.ResetNavigationHistory, cdp.Empty{}); err != nil {
+		return fmt.Errorf("wipe: history: %w", err)
+	}
+	if err := t.setCacheDisabled(ctx, false); err != nil {
+		return fmt.Errorf("wipe: %w", err)
+	}
+	sc := t.sc
 	if _, err := cdp.Call(ctx, sc.b.b, storage.ClearCookies, storage.ClearCookiesParams{BrowserContextID: sc.id}); err != nil {
-		return fmt.Errorf("wipe cookies: %w", err)
+		return fmt.Errorf("wipe: cookies: %w", err)
 	}
 	for _, o := range origins {
-		if _, err := cdp.Call(ctx, tg, storage.ClearDataForOrigin, storage.ClearDataForOriginParams{Origin: o, StorageTypes: wipeStorageTypes}); err != nil {
+		if _, err := chromedp.Call(ctx, storage.ClearDataForOrigin, storage.ClearDataForOriginParams{Origin: o, StorageTypes: wipeStorageTypes}); err != nil {
 			return fmt.Errorf("wipe %s: %w", o, err)
 		}
 	}
 	if len(origins) > 0 {
 		if _, err := cdp.Call(ctx, sc.b.b, cdpbrowser.ResetPermissions, cdpbrowser.ResetPermissionsParams{BrowserContextID: sc.id}); err != nil {
-			return fmt.Errorf("wipe permissions: %w", err)
+			return fmt.Errorf("wipe: permissions: %w", err)
 		}
 	}
 	return nil
 }
 
+// frameOrigins adds the security origins of the frames of ft to out.
+func frameOrigins(ft *page.FrameTree, out []string) []string {
+	if ft == nil {
+		return out
+	}
+	if ft.Frame != nil && !slices.Contains(out, ft.Frame.SecurityOrigin) {
+		out = append(out, ft.Frame.SecurityOrigin)
+	}
+	for _, c := range ft.ChildFrames {
+		out = frameOrigins(c, out)
+	}
+	return out
+}
+
 // origins returns the origins (scheme://host[:port]) of every request the render made or
-// tried, its main document's and its frames' included: the places its pages could have
-// written state to.
-func (tr *tracker) origins() []string {
+// tried, its main document's and its frames' included (the places its pages could have
+// written state to), and those of its documents alone (the only ones that can reach
+// sessionStorage).
+func (tr *tracker) origins() (all, docs []string) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
+	for _, r := range tr.reqs {
+		if r.typ == network.ResourceTypeDocument && !r.failed && r.status >= 200 && r.status <= 299 {
+			docs = addOrigin(docs, r.url)
+		}
+	}
+	if tr.committed != "" {
+		docs = addOrigin(docs, tr.committed)
+	}
 	var out []string
 	add := func(raw string) {
 		u, err := url.Parse(raw)
@@ -136,72 +228,21 @@ func (tr *tracker) origins() []string {
 	}
 	add(tr.committed)
 	slices.Sort(out)
+	slices.Sort(docs)
+	return out, docs
+}
+
+// addOrigin adds the origin of raw (http and https only) to out.
+func addOrigin(out []string, raw string) []string {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return out
+	}
+	o := u.Scheme + "://" + strings.ToLower(u.Host)
+	if !slices.Contains(out, o) {
+		out = append(out, o)
+	}
 	return out
-}
-
-// takeContext returns an idle long-lived context of b for a new tab (preferring one that
-// rendered site; any when site is ""), or nil when there is none. Requires p.mu held.
-func (p *Pool) takeContextLocked(b *browser, site string) *siteContext {
-	best := -1
-	for i, sc := range p.idle {
-		if sc.b != b {
-			continue
-		}
-		if best < 0 || (site != "" && sc.sites[site] && !p.idle[best].sites[site]) {
-			best = i
-		}
-	}
-	if best < 0 {
-		return nil
-	}
-	sc := p.idle[best]
-	p.idle = slices.Delete(p.idle, best, best+1)
-	return sc
-}
-
-// contextFor returns a long-lived context for a new tab: an idle one of b, else a new one.
-func (p *Pool) contextFor(ctx context.Context, b *browser, site string) (*siteContext, error) {
-	p.mu.Lock()
-	stale := p.pruneIdleLocked()
-	sc := p.takeContextLocked(b, site)
-	p.mu.Unlock()
-	for _, o := range stale {
-		o.dispose()
-	}
-	if sc != nil {
-		return sc, nil
-	}
-	return p.newSiteContext(ctx, b)
-}
-
-// contextDone takes sc back after a render (or a tab that never rendered) in it: idle,
-// with the origins to wipe before its next tab, or disposed of when it has served its
-// renders, its browser is gone or the pool is closing.
-func (p *Pool) contextDone(sc *siteContext, site string, origins []string, rendered bool) {
-	p.mu.Lock()
-	if rendered {
-		sc.renders++
-		if site != "" {
-			sc.sites[site] = true
-		}
-	}
-	for _, o := range origins {
-		if !slices.Contains(sc.dirty, o) {
-			sc.dirty = append(sc.dirty, o)
-		}
-	}
-	stale := p.pruneIdleLocked()
-	keep := !p.closed && p.cur == sc.b && sc.b.alive() && sc.renders < p.cfg.MaxContextRenders &&
-		len(p.idle) < p.cfg.Concurrency+p.cfg.WarmTabs
-	if keep {
-		p.idle = append(p.idle, sc)
-	} else {
-		stale = append(stale, sc)
-	}
-	p.mu.Unlock()
-	for _, o := range stale {
-		o.dispose()
-	}
 }
 
 // relay is a long-lived context's proxy address. The context's proxy setting cannot change,
@@ -320,16 +361,15 @@ func (r *relay) close() {
 	r.wg.Wait()
 }
 
-// pruneIdleLocked takes the idle contexts of a browser that is gone out of the idle list,
-// for the caller to dispose of outside the lock. Requires p.mu held.
-func (p *Pool) pruneIdleLocked() []*siteContext {
-	var stale []*siteContext
-	p.idle = slices.DeleteFunc(p.idle, func(o *siteContext) bool {
-		if o.b != p.cur || !o.b.alive() {
-			stale = append(stale, o)
-			return true
-		}
-		return false
-	})
-	return stale
+// urls returns every URL the render requested, every hop of a redirect included (a
+// permanent redirect is cached too).
+func (tr *tracker) urls() []string {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	out := make([]string, 0, len(tr.reqs))
+	for _, r := range tr.reqs {
+		out = append(out, r.url)
+		out = append(out, r.hops...)
+	}
+	return out
 }

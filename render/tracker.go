@@ -38,6 +38,7 @@ type tracker struct {
 // request is what the tracker knows of one request.
 type request struct {
 	url         string
+	hops        []string // the URLs before url, when it was redirected
 	typ         network.ResourceType
 	isMain      bool
 	status      int64
@@ -110,6 +111,7 @@ func (tr *tracker) onEvent(ev any) {
 			if ev.RedirectResponse != nil {
 				r.redirects++
 			}
+			r.hops = append(r.hops, r.url)
 			r.url = ev.Request.URL
 			return
 		}
