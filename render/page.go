@@ -218,6 +218,12 @@ func (j *renderJob) run(ctx context.Context) {
 	}
 	site = j.st.domain
 	out := j.renderIn(ctx, t)
+	if t.sc != nil {
+		// Before Render returns: the caller's next render must find the tab being wiped
+		// (and wait for it), not start another.
+		p.release(t, site)
+		t = nil
+	}
 	p.refill()
 	p.mu.Lock()
 	p.rendered++

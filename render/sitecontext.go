@@ -152,16 +152,11 @@ func (t *tab) wipe(origins, docOrigins []string) error {
 			return fmt.Errorf("wipe %s: sessionStorage: %w", o, err)
 		}
 	}
-	// chromedp.Navigate waits for about:blank's load: until then the tab's session may be
-	// between two documents.
-	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
+	// Leave the page without waiting for about:blank's load: the context-wide clearing
+	// below goes on meanwhile, and the tab's history is reset last, once it has committed
+	// (until then the tab's session may be between two documents).
+	if _, err := chromedp.Call(ctx, page.Navigate, page.NavigateParams{URL: "about:blank"}); err != nil {
 		return fmt.Errorf("wipe: leave the page: %w", err)
-	}
-	if _, err := chromedp.Call(ctx, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: false}); err != nil {
-		return fmt.Errorf("wipe: scripts back on: %w", err)
-	}
-	if _, err := chromedp.Call(ctx, page.ResetNavigationHistory, cdp.Empty{}); err != nil {
-		return fmt.Errorf("wipe: history: %w", err)
 	}
 	if err := t.setCacheDisabled(ctx, false); err != nil {
 		return fmt.Errorf("wipe: %w", err)
@@ -179,6 +174,20 @@ func (t *tab) wipe(origins, docOrigins []string) error {
 		if _, err := cdp.Call(ctx, sc.b.b, cdpbrowser.ResetPermissions, cdpbrowser.ResetPermissionsParams{BrowserContextID: sc.id}); err != nil {
 			return fmt.Errorf("wipe: permissions: %w", err)
 		}
+	}
+	// The render's tracker still follows the tab: about:blank's commit is in it.
+	for t.tr.main().committed != "about:blank" {
+		select {
+		case <-t.tr.notify:
+		case <-ctx.Done():
+			return fmt.Errorf("wipe: about:blank: %w", context.Cause(ctx))
+		}
+	}
+	if _, err := chromedp.Call(ctx, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: false}); err != nil {
+		return fmt.Errorf("wipe: scripts back on: %w", err)
+	}
+	if _, err := chromedp.Call(ctx, page.ResetNavigationHistory, cdp.Empty{}); err != nil {
+		return fmt.Errorf("wipe: history: %w", err)
 	}
 	return nil
 }
