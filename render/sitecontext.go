@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"slices"
@@ -254,20 +253,33 @@ func addOrigin(out []string, raw string) []string {
 	return out
 }
 
+// urls returns every URL the render requested, every hop of a redirect included (a
+// permanent redirect is cached too).
+func (tr *tracker) urls() []string {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	out := make([]string, 0, len(tr.reqs))
+	for _, r := range tr.reqs {
+		out = append(out, r.url)
+		out = append(out, r.hops...)
+	}
+	return out
+}
+
 // relay is a long-lived context's proxy address. The context's proxy setting cannot change,
 // but each render must have a proxy of its own (its connections, the limiter's hold on its
-// first bytes, its counts), so the relay forwards every connection it accepts to the proxy
-// of the tab in progress, and cuts every connection when that tab ends: nothing the
-// browser keeps open (an idle keep-alive connection, a CONNECT tunnel) reaches the next
-// render's origin outside the next render's proxy. Safe for concurrent use.
+// first bytes, its counts), so the relay hands every connection it accepts to the proxy
+// of the render in progress (its HTTP server serves one more listener: no byte is copied
+// twice), and when that render ends, its proxy closes every connection it was handed:
+// nothing the browser keeps open (an idle keep-alive connection, a CONNECT tunnel) reaches
+// the next render's origin outside the next render's proxy. Between renders it refuses
+// connections. Safe for concurrent use.
 type relay struct {
 	ln net.Listener
 	wg sync.WaitGroup
 
-	mu     sync.Mutex
-	target string // the tab's proxy; "" refuses connections
-	conns  map[net.Conn]struct{}
-	closed bool
+	mu  sync.Mutex
+	cur *connListener // the current proxy's; nil refuses
 }
 
 func newRelay(host string) (*relay, error) {
@@ -275,7 +287,7 @@ func newRelay(host string) (*relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("render relay: listen: %w", err)
 	}
-	r := &relay{ln: ln, conns: make(map[net.Conn]struct{})}
+	r := &relay{ln: ln}
 	r.wg.Go(r.serve)
 	return r, nil
 }
@@ -289,96 +301,75 @@ func (r *relay) serve() {
 			return
 		}
 		r.mu.Lock()
-		target := r.target
-		if target == "" || r.closed {
-			r.mu.Unlock()
-			c.Close()
-			continue
-		}
-		r.conns[c] = struct{}{}
-		r.wg.Add(1)
+		l := r.cur
 		r.mu.Unlock()
-		go func() {
-			defer r.wg.Done()
-			r.splice(c, target)
-		}()
+		if l == nil || !l.hand(c) {
+			c.Close()
+		}
 	}
 }
 
-// splice copies between c and a new connection to target until either side ends.
-func (r *relay) splice(c net.Conn, target string) {
-	defer r.drop(c)
-	up, err := net.Dial("tcp", target)
-	if err != nil {
-		return
-	}
-	if !r.track(up) {
-		up.Close()
-		return
-	}
-	defer r.drop(up)
-	done := make(chan struct{}, 2)
-	go func() { io.Copy(up, c); done <- struct{}{} }()
-	go func() { io.Copy(c, up); done <- struct{}{} }()
-	<-done
-	c.Close()
-	up.Close()
-	<-done
-}
-
-func (r *relay) track(c net.Conn) bool {
+// attach hands the connections from now on to the proxy x.
+func (r *relay) attach(x *proxy) {
+	l := &connListener{ch: make(chan net.Conn), done: make(chan struct{}), addr: r.ln.Addr()}
+	x.wg.Go(func() { x.srv.Serve(l) }) // ends when x closes (Close closes its listeners)
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed || r.target == "" {
-		return false
-	}
-	r.conns[c] = struct{}{}
-	return true
-}
-
-func (r *relay) drop(c net.Conn) {
-	r.mu.Lock()
-	delete(r.conns, c)
+	old := r.cur
+	r.cur = l
 	r.mu.Unlock()
-	c.Close()
+	if old != nil {
+		old.Close()
+	}
 }
 
-// attach sends the connections from now on to the proxy at addr.
-func (r *relay) attach(addr string) {
-	r.mu.Lock()
-	r.target = addr
-	r.mu.Unlock()
-}
-
-// detach refuses new connections and cuts every open one.
+// detach refuses new connections; those handed over are the proxy's to close.
 func (r *relay) detach() {
 	r.mu.Lock()
-	r.target = ""
-	for c := range r.conns {
-		c.Close()
-	}
+	old := r.cur
+	r.cur = nil
 	r.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
 }
 
-// close stops the relay and waits for its connections to end.
+// close stops the relay.
 func (r *relay) close() {
-	r.mu.Lock()
-	r.closed = true
-	r.mu.Unlock()
 	r.detach()
 	r.ln.Close()
 	r.wg.Wait()
 }
 
-// urls returns every URL the render requested, every hop of a redirect included (a
-// permanent redirect is cached too).
-func (tr *tracker) urls() []string {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	out := make([]string, 0, len(tr.reqs))
-	for _, r := range tr.reqs {
-		out = append(out, r.url)
-		out = append(out, r.hops...)
-	}
-	return out
+// connListener is a net.Listener of the connections a relay hands over.
+type connListener struct {
+	ch      chan net.Conn
+	done    chan struct{}
+	closeMu sync.Once
+	addr    net.Addr
 }
+
+// hand gives c to the listener's server; false once it is closed.
+func (l *connListener) hand(c net.Conn) bool {
+	select {
+	case l.ch <- c:
+		return true
+	case <-l.done:
+		return false
+	}
+}
+
+func (l *connListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.ch:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *connListener) Close() error {
+	l.closeMu.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *connListener) Addr() net.Addr { return l.addr }

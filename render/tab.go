@@ -87,7 +87,7 @@ func (t *tab) start(u *tabUse) {
 		u.wg.Go(func() { u.pause.run(u.ctx) })
 	}
 	if t.sc != nil {
-		t.sc.relay.attach(u.proxy.addr())
+		t.sc.relay.attach(u.proxy)
 	}
 	t.use, t.proxy, t.tr, t.pause = u, u.proxy, u.tr, u.pause
 	t.cur.Store(u)
@@ -128,7 +128,7 @@ func (p *Pool) newTab(ctx context.Context, b *browser) (*tab, error) {
 			t.end(u)
 			return nil, err
 		}
-		t.sc.relay.attach(u.proxy.addr())
+		t.sc.relay.attach(u.proxy)
 		opts = append(opts, chromedp.WithExistingBrowserContext(t.sc.id))
 	} else {
 		opts = append(opts, chromedp.WithNewBrowserContext(func(params *target.CreateBrowserContextParams) {
