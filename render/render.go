@@ -9,19 +9,25 @@
 //     reconnected by itself when it dies (at once after a loss, with exponential backoff
 //     after failed attempts). While a launch fails, renders answer renderer_unavailable at
 //     once instead of waiting.
-//   - One fresh browser context per render (cookies, storage and cache isolated), with one
-//     tab in it. A new context and tab costs a new renderer process (Chrome never shares
-//     one between contexts): ≈ 300 ms of CPU over the browser's processes per render on
-//     the 2-core test machine, more than a whole page in a long-lived tab. So the pool
-//     keeps WarmTabs of them ready: a render takes a tab made before it was asked for (or
-//     waits for one being made), its replacement starts once the page has loaded, and the
-//     tab and its context are thrown away after the render. No context or tab is ever
-//     used twice. Pages are also kept from blocking or writing: JavaScript dialogs are
-//     dismissed, downloads denied. docs/benchmarks-render.md has the measurements behind
-//     these choices.
+//   - Isolation (Config.Isolation, --render-isolation). IsolationWipe, the default: one
+//     long-lived tab per slot, each in a browser context of its own, reused render after
+//     render (its renderer process too) and wiped in between: every cookie of the context,
+//     the storage, sessionStorage, service workers and permissions of every origin the
+//     render touched; the tab's history is forgotten. The HTTP cache and the code cache
+//     stay, so a site's next page gets its bundles from the cache; a render prefers a tab
+//     whose context rendered its site; the main document always comes from the origin. A
+//     tab is replaced after MaxContextRenders renders. IsolationContext: one fresh browser
+//     context per render with one tab in it, thrown away after it; a new context and tab
+//     costs a new renderer process (≈ 150 ms of CPU here), so the pool keeps WarmTabs of
+//     them ready, the replacement started once the page has loaded. Either way pages are
+//     kept from blocking or writing: JavaScript dialogs are dismissed, downloads denied.
+//     docs/benchmarks.md and docs/benchmarks-render.md have the measurements.
+//   - What a render does not load: by default images, media and fonts (skip_resource_types,
+//     intercept.go), failed in the browser before any connection.
 //   - Every request the browser makes goes through a small HTTP forward proxy of ours,
-//     one per tab on ProxyHost:0, set as the proxy of the tab's browser context (which
-//     also works on a remote endpoint). The proxy dials through the netguard Guard, so
+//     one per render on ProxyHost:0, set as the proxy of the tab's browser context (with
+//     IsolationWipe through the context's relay; either way it also works on a remote
+//     endpoint). The proxy dials through the netguard Guard, so
 //     --connect-to and the SSRF guard apply to sub-requests (scripts, XHRs, iframes,
 //     redirects) exactly as to plain fetches, and it holds the first request bytes to the
 //     page's own host until the limiter's Wire lets them out (after DNS, connect and TLS:
@@ -94,7 +100,9 @@ type Config struct {
 	// local_queue_full. Zero means none wait.
 	QueueLength int
 	// WarmTabs is how many fresh tabs (each in its own new browser context) are kept ready
-	// ahead of renders; default Concurrency, negative means none.
+	// ahead of renders (IsolationContext); default Concurrency, negative means none. With
+	// IsolationWipe the pool makes its long-lived tabs, one per slot, ahead of renders
+	// unless WarmTabs is negative (then each is made by the render that needs it).
 	WarmTabs int
 
 	UserAgent string // sent by the browser instead of its own (which says HeadlessChrome)
