@@ -198,6 +198,7 @@ type Pool struct {
 	restarts   int
 	spares     []*tab        // warm tabs of cur
 	making     int           // warm-ups making a new tab
+	wiping     []*tab        // long-lived tabs being wiped (IsolationWipe)
 	live       int           // long-lived tabs alive, busy or not (IsolationWipe)
 	contexts   int           // long-lived contexts alive
 	recycled   int64         // long-lived contexts disposed of

@@ -295,6 +295,7 @@ func (p *Pool) release(t *tab, site string) {
 		return
 	}
 	p.warming++ // a render that finds no spare waits for this one
+	p.wiping = append(p.wiping, t)
 	p.wg.Go(func() { p.reuse(t) })
 	p.mu.Unlock()
 }
@@ -331,6 +332,7 @@ func (p *Pool) reuse(t *tab) {
 	}
 	p.mu.Lock()
 	p.warming--
+	p.wiping = slices.DeleteFunc(p.wiping, func(w *tab) bool { return w == t })
 	close(p.spareReady)
 	p.spareReady = make(chan struct{})
 	if keep && !p.closed && p.cur == t.b {
@@ -348,9 +350,9 @@ func (p *Pool) reuse(t *tab) {
 }
 
 // takeTab returns a warm tab of b for a render of site: one that is ready (IsolationWipe:
-// one whose context rendered site if there is one, for its cache), else the next one being
-// made or wiped, else a new one made now (then starting warm-ups, since there are too
-// few).
+// one whose context rendered site if there is one, for its cache, or, when such a tab is
+// being wiped, that one once it is ready), else the next one being made or wiped, else a
+// new one made now (then starting warm-ups, since there are too few).
 func (p *Pool) takeTab(ctx context.Context, b *browser, site string) (*tab, error) {
 	for {
 		p.mu.Lock()
@@ -371,7 +373,7 @@ func (p *Pool) takeTab(ctx context.Context, b *browser, site string) (*tab, erro
 				break
 			}
 		}
-		if pick < 0 && len(p.spares) > 0 {
+		if pick < 0 && len(p.spares) > 0 && !p.wipingHasSiteLocked(site) {
 			pick = 0
 		}
 		var t *tab
@@ -399,6 +401,18 @@ func (p *Pool) takeTab(ctx context.Context, b *browser, site string) (*tab, erro
 	}
 	p.refill()
 	return p.newTab(ctx, b)
+}
+
+// wipingHasSiteLocked reports whether a tab whose context rendered site is being wiped:
+// it is a spare in a moment, and its cache is worth the wait (a wipe takes a few tens of
+// milliseconds). Requires p.mu held.
+func (p *Pool) wipingHasSiteLocked(site string) bool {
+	for _, t := range p.wiping {
+		if t.sc.sites[site] && t.sc.renders < p.cfg.MaxContextRenders {
+			return true
+		}
+	}
+	return false
 }
 
 func (t *tab) isDetached() bool {
