@@ -68,26 +68,27 @@ const (
 // failReasonInfo is the fixed table behind FailReason's methods.
 var failReasonInfo = map[FailReason]struct {
 	hasReachedOrigin bool
-	label            string
+	label            string // Chinese, as the seeds name it
+	englishLabel     string
 }{
-	FailSelfRateLimited:         {false, "自身限速拒绝"},
-	FailLocalQueueFull:          {false, "本地队列满"},
-	FailRendererUnavailable:     {false, "渲染器起不来"},
-	FailRendererCrashed:         {false, "渲染器中途崩溃"},
-	FailRenderTimeout:           {false, "渲染超时"},
-	FailResolverUnavailable:     {false, "我方 DNS 解析失败"},
-	FailShuttingDown:            {false, "服务正在停止"},
-	FailInvalidTask:             {false, "任务格式错误"},
-	FailRuntimeStoreUnavailable: {false, "限速状态库不可用"},
-	FailEgressUnavailable:       {false, "我方出口网络故障"},
-	FailDomainNotFound:          {true, "域名不存在"},
-	FailConnectRefused:          {true, "连接被拒绝"},
-	FailConnectTimeout:          {true, "连接超时"},
-	FailTLSFailed:               {true, "TLS 握手失败"},
-	FailResponseTimeout:         {true, "响应超时"},
-	FailConnectionReset:         {true, "连接被重置"},
-	FailHTTPStatusError:         {true, "对方返回非 2xx"},
-	FailDestinationForbidden:    {true, "目标地址禁止访问"},
+	FailSelfRateLimited:         {false, "自身限速拒绝", "our own limiter refused"},
+	FailLocalQueueFull:          {false, "本地队列满", "local queue full"},
+	FailRendererUnavailable:     {false, "渲染器起不来", "renderer unavailable"},
+	FailRendererCrashed:         {false, "渲染器中途崩溃", "renderer crashed mid-render"},
+	FailRenderTimeout:           {false, "渲染超时", "render timed out"},
+	FailResolverUnavailable:     {false, "我方 DNS 解析失败", "our DNS resolver failed"},
+	FailShuttingDown:            {false, "服务正在停止", "service stopping"},
+	FailInvalidTask:             {false, "任务格式错误", "malformed task"},
+	FailRuntimeStoreUnavailable: {false, "限速状态库不可用", "limiter state store unavailable"},
+	FailEgressUnavailable:       {false, "我方出口网络故障", "our egress network down"},
+	FailDomainNotFound:          {true, "域名不存在", "domain does not exist"},
+	FailConnectRefused:          {true, "连接被拒绝", "connection refused"},
+	FailConnectTimeout:          {true, "连接超时", "connect timed out"},
+	FailTLSFailed:               {true, "TLS 握手失败", "TLS handshake failed"},
+	FailResponseTimeout:         {true, "响应超时", "response timed out"},
+	FailConnectionReset:         {true, "连接被重置", "connection reset"},
+	FailHTTPStatusError:         {true, "对方返回非 2xx", "origin answered non-2xx"},
+	FailDestinationForbidden:    {true, "目标地址禁止访问", "destination address forbidden"},
 }
 
 // FailReasons lists the closed set in a stable order.
@@ -116,6 +117,17 @@ func (r FailReason) Label() string {
 	}
 	if info, ok := failReasonInfo[r]; ok {
 		return info.label
+	}
+	return string(r)
+}
+
+// EnglishLabel is the readable English label the console shows beside Label.
+func (r FailReason) EnglishLabel() string {
+	if r == "" {
+		return "—"
+	}
+	if info, ok := failReasonInfo[r]; ok {
+		return info.englishLabel
 	}
 	return string(r)
 }
@@ -149,6 +161,14 @@ type HealthSignal struct {
 	// resource type is skipped (skip_resource_types): they never reached anyone, and are
 	// not in subrequest_count.
 	SkippedRequestCount *int `json:"skipped_request_count"`
+	// The render's guards against loading other sites behind their limiter (SPEC §3),
+	// null when should_render=false. PopupCount: windows the page tried to open (none is
+	// loaded). SkippedFrameCount: iframe documents on another host not loaded because that
+	// host's turn was not now. CappedSubrequestCount: sub-requests refused because the
+	// render's caps (in total, per other host) were reached.
+	PopupCount            *int `json:"popup_count"`
+	SkippedFrameCount     *int `json:"skipped_frame_count"`
+	CappedSubrequestCount *int `json:"capped_subrequest_count"`
 }
 
 // Summary is the lean result every entry returns (CONTRACT §二): never the page itself.

@@ -10,12 +10,15 @@
 //	GET /stats        fetch statistics: the politeness and capacity ceilings, the achieved
 //	                  rate, the global cap, the renderer pool
 //	GET /v1/console/runtime, /v1/console/probes, /v1/console/stats   the pages' numbers
+//	GET /v1/console/hours   the 24 hourly buckets behind the pages' charts
 //	GET /v1/domains   the per-domain table: sort, order, q, limit, cursor
+//	POST /console/settings   the max_concurrent_count form (admin only, see server/auth.go)
 //
 // The pages change nothing themselves. Their controls call the service's own API from the
-// browser (PUT /v1/settings, POST /v1/render, POST /v1/probe), sending the admin token the
-// operator typed, so the console has no power the API does not have. No control lowers a
-// domain's interval: fetch and probe send the domain's current min_interval_ms.
+// browser (POST /v1/render, POST /v1/probe) or post the cap form, with the signed-in
+// session's CSRF token or the admin token the operator typed, so the console has no power
+// the API does not have. No control lowers a domain's interval: fetch and probe send the
+// domain's current min_interval_ms. Who may see the pages is the server's access policy.
 package console
 
 import (
@@ -51,7 +54,11 @@ type Config struct {
 	Domains  *observe.DomainTable
 	// Renderer reports the renderer pool; nil when the service has none.
 	Renderer func() observe.RendererStats
-	Logger   *slog.Logger // default: discard
+	// Session returns the role and CSRF token of the session a request was signed in
+	// with (server.Session); nil or "" when there is none (no tokens configured, or a
+	// bearer token). The pages show the role and send the token with their writes.
+	Session func(r *http.Request) (role, csrfToken string)
+	Logger  *slog.Logger // default: discard
 }
 
 // Console serves the pages and their JSON. Safe for concurrent use; create it with New.
@@ -74,7 +81,7 @@ func New(cfg Config) (*Console, error) {
 	}
 	c := &Console{cfg: cfg, log: cfg.Logger, pages: map[string]*template.Template{}}
 	for _, name := range []string{"runtime", "probes", "stats", "error"} {
-		t, err := template.New("layout.html").Funcs(funcs()).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
+		t, err := template.New("layout.html").Funcs(funcs()).ParseFS(templateFS, "templates/layout.html", "templates/charts.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console: parse %s: %w", name, err)
 		}
@@ -99,6 +106,8 @@ func (c *Console) Register(mux *http.ServeMux) {
 		return c.Probes(n), nil
 	}))
 	mux.Handle("GET /v1/console/stats", c.api(func(r *http.Request) (any, error) { return c.Stats(), nil }))
+	mux.Handle("GET /v1/console/hours", c.api(func(r *http.Request) (any, error) { return c.Hours(), nil }))
+	mux.Handle("POST /console/settings", c.settingsForm())
 	mux.Handle("GET /v1/domains", c.api(func(r *http.Request) (any, error) {
 		q, err := DomainQueryOf(r.URL.Query())
 		if err != nil {
@@ -136,6 +145,11 @@ func (c *Console) page(name string, build func(r *http.Request) (any, error)) ht
 		w.Header().Set("Cache-Control", "no-store")
 		view, err := build(r)
 		status, tmpl := http.StatusOK, name
+		if err == nil && c.cfg.Session != nil {
+			if v, ok := view.(interface{ setSession(role, csrf string) }); ok {
+				v.setSession(c.cfg.Session(r))
+			}
+		}
 		if err != nil {
 			status = http.StatusBadRequest
 			if downloader.ErrorCode(err) != downloader.EINVALID {

@@ -154,7 +154,21 @@ func (c *Console) Stats() Stats {
 // The views embed the JSON struct of their page, whose GeneratedAt the layout shows.
 type Base struct {
 	Page string
+	// Role is the signed-in session's role ("api" or "admin"), "" without a session;
+	// CSRFToken goes with every write the page's controls make with that session.
+	Role      string
+	CSRFToken string
 }
+
+func (b *Base) setSession(role, csrf string) { b.Role, b.CSRFToken = role, csrf }
+
+// OverLimit levels of the 24 h share of over-limit events, as the runtime page words it.
+// The seeds' normal is 0.35%; the DownloaderOverLimitSpike alert (monitoring/alerts.yml)
+// fires above 5%.
+const (
+	overLimitUsualRatio = 0.01
+	overLimitAlertRatio = 0.05
+)
 
 type errorView struct {
 	Base
@@ -166,7 +180,7 @@ type errorView struct {
 // entryRow is one row of the over-limit table.
 type entryRow struct {
 	observe.EntryCounts
-	Name, Behavior, Why string
+	Name, Behavior, Why, WhyEn string
 }
 
 func entryRows(counts []observe.EntryCounts) []entryRow {
@@ -175,13 +189,16 @@ func entryRows(counts []observe.EntryCounts) []entryRow {
 		r := entryRow{EntryCounts: e}
 		switch e.Entry {
 		case downloader.EntryLease:
-			r.Name, r.Behavior = "A · lease 循环", "延迟执行"
+			r.Name, r.Behavior = "A · lease loop · lease 循环", "delay · 延迟执行"
+			r.WhyEn = "The task is already leased: dropping it costs a lease timeout, waiting is cheaper; a wait that would outlive the lease hands the task back at once."
 			r.Why = "任务已经租下来了，丢掉要等 lease 超时才回收，等一下更便宜；等待会超过 lease 时立刻交还调度器"
 		case downloader.EntryRender:
 			r.Name, r.Behavior = "B · POST /v1/render", "429 + retry_after_seconds"
+			r.WhyEn = "A synchronous API: the caller can back off by itself."
 			r.Why = "同步接口，调用方能自己退避"
 		case downloader.EntryProbe:
 			r.Name, r.Behavior = "C · POST /v1/probe", "has_reached_origin = false"
+			r.WhyEn = "No 429. The probe was stopped by our own limiter, not by the site: the scheduler neither backs off nor counts the probe."
 			r.Why = "不返回 429。探针被我方自己的限速挡住，不是对方的问题：调度器不退避、不计探针次数"
 		}
 		rows = append(rows, r)
@@ -193,6 +210,7 @@ func entryRows(counts []observe.EntryCounts) []entryRow {
 type runtimeView struct {
 	Base
 	Runtime
+	Charts    []chart
 	EntryRows []entryRow
 	Domains   observe.DomainPage
 	Query     observe.DomainQuery
@@ -216,7 +234,7 @@ func (c *Console) runtimePage(r *http.Request) (any, error) {
 		return nil, err
 	}
 	rt := c.RuntimeOf(r.Context())
-	v := runtimeView{Base: Base{Page: "runtime"}, Runtime: rt,
+	v := &runtimeView{Base: Base{Page: "runtime"}, Runtime: rt, Charts: requestCharts(c.cfg.Observer.Hours(c.cfg.Clock.Now())),
 		EntryRows: entryRows(rt.Entries), Domains: page, Query: q}
 	labels := map[string]string{
 		observe.SortDomain: "域名", observe.SortMinInterval: "最小请求间隔（毫秒）", observe.SortIntervalSource: "间隔来源",
@@ -239,8 +257,22 @@ func (c *Console) runtimePage(r *http.Request) (any, error) {
 	return v, nil
 }
 
+// OverLimitLevel words the 24 h over-limit share: none (no request yet), usual (at most
+// 1%), elevated (up to the alert's 5%) or high.
+func (v *runtimeView) OverLimitLevel() string {
+	switch {
+	case v.RequestCount24h == 0:
+		return "none"
+	case v.OverLimitRatio <= overLimitUsualRatio:
+		return "usual"
+	case v.OverLimitRatio <= overLimitAlertRatio:
+		return "elevated"
+	}
+	return "high"
+}
+
 // href links to the runtime page with the current search and limit.
-func (v runtimeView) href(sort string, desc bool, cursor string) string {
+func (v *runtimeView) href(sort string, desc bool, cursor string) string {
 	p := url.Values{}
 	p.Set("sort", sort)
 	p.Set("order", map[bool]string{false: "asc", true: "desc"}[desc])
@@ -257,7 +289,7 @@ func (v runtimeView) href(sort string, desc bool, cursor string) string {
 }
 
 // NextHref links to the next page, or is empty on the last one.
-func (v runtimeView) NextHref() string {
+func (v *runtimeView) NextHref() string {
 	if v.Domains.NextCursor == nil {
 		return ""
 	}
@@ -265,7 +297,7 @@ func (v runtimeView) NextHref() string {
 }
 
 // FirstHref links to the first page, or is empty on it.
-func (v runtimeView) FirstHref() string {
+func (v *runtimeView) FirstHref() string {
 	if v.Query.Cursor == "" {
 		return ""
 	}
@@ -286,6 +318,7 @@ type causeRow struct {
 type probesView struct {
 	Base
 	Probes
+	Charts []chart
 	Causes []causeRow
 }
 
@@ -295,26 +328,26 @@ func (c *Console) probesPage(r *http.Request) (any, error) {
 		return nil, err
 	}
 	p := c.Probes(n)
-	v := probesView{Base: Base{Page: "probes"}, Probes: p}
-	const noBackoff = "不退避、不计 probe_count、原地重试"
+	v := &probesView{Base: Base{Page: "probes"}, Probes: p, Charts: probeCharts(c.cfg.Observer.Hours(c.cfg.Clock.Now()))}
+	const noBackoff = "no backoff, not counted in probe_count, retried as is · 不退避、不计 probe_count、原地重试"
 	first := true
 	var reached []causeRow
 	for _, cc := range p.Causes {
 		row := causeRow{Key: "cause:" + string(cc.FailReason), Field: "probe_count_24h", Reason: cc.FailReason,
-			Label: cc.FailReason.Label(), Count: cc.ProbeCount24h}
+			Label: cc.FailReason.EnglishLabel() + " · " + cc.FailReason.Label(), Count: cc.ProbeCount24h}
 		if cc.HasReachedOrigin {
 			row.IsDetail = true
 			reached = append(reached, row)
 			continue
 		}
-		row.Action = "同上"
+		row.Action = "the same · 同上"
 		if first {
 			row.Action, first = noBackoff, false
 		}
 		v.Causes = append(v.Causes, row)
 	}
 	v.Causes = append(v.Causes, causeRow{Key: "cause:reached_failed", Field: "reached_failed_count_24h",
-		Label: "到达对方但失败", Count: p.ReachedFailedCount24h, Action: "正常退避"})
+		Label: "reached the site, failed there · 到达对方但失败", Count: p.ReachedFailedCount24h, Action: "normal backoff · 正常退避"})
 	v.Causes = append(v.Causes, reached...)
 	return v, nil
 }
@@ -322,11 +355,12 @@ func (c *Console) probesPage(r *http.Request) (any, error) {
 type statsView struct {
 	Base
 	Stats
+	Charts []chart
 }
 
 func (c *Console) statsPage(r *http.Request) (any, error) {
 	s := c.Stats()
-	return statsView{Base: Base{Page: "stats"}, Stats: s}, nil
+	return &statsView{Base: Base{Page: "stats"}, Stats: s, Charts: renderCharts(c.cfg.Observer.Hours(c.cfg.Clock.Now()))}, nil
 }
 
 // Template helpers: numbers as the seeds print them (128,540; 0.35%), null as null.
@@ -354,7 +388,7 @@ func funcs() map[string]any {
 			if r == nil {
 				return "—"
 			}
-			return r.Label()
+			return r.EnglishLabel() + " · " + r.Label()
 		},
 		"reasonValue": func(r *downloader.FailReason) string {
 			if r == nil {
@@ -453,32 +487,40 @@ func optFixed(p *float64, d int) string {
 	return fixed(*p, d)
 }
 
-func ts(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+// ts shows an instant, or "—" for none (the zero time: e.g. no request known).
+func ts(t time.Time) string {
+	if t.IsZero() {
+		return "—"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
 
 func sourceLabel(s downloader.IntervalSource) string {
 	switch s {
 	case downloader.IntervalSourceLease:
-		return "lease 消息"
+		return "lease message · lease 消息"
 	case downloader.IntervalSourceRequest:
-		return "调用方给定"
+		return "given by the caller · 调用方给定"
 	case downloader.IntervalSourceDefault:
-		return "全局默认"
+		return "global default · 全局默认"
 	}
 	return string(s)
 }
 
-func stateLabel(s limiter.State) string {
+// stateLabel words a domain's rate-limit state as an operator reads it: what happened to
+// the requests over its interval in the last 5 minutes, English then Chinese.
+func stateLabel(s limiter.State) [2]string {
 	switch s {
 	case limiter.StateNormal:
-		return "正常"
+		return [2]string{"ok", "正常"}
 	case limiter.StateOverLimitA:
-		return "入口 A 超限"
+		return [2]string{"rate-limited: tasks delayed (A)", "入口 A 超限，延迟执行"}
 	case limiter.StateOverLimitB:
-		return "入口 B 超限"
+		return [2]string{"rate-limited: renders answered 429 (B)", "入口 B 超限，返回 429"}
 	case limiter.StateOverLimitC:
-		return "入口 C 超限"
+		return [2]string{"rate-limited: probes not sent (C)", "入口 C 超限，探针未发出"}
 	}
-	return string(s)
+	return [2]string{string(s), ""}
 }
 
 func entryLabel(e downloader.Entry) string {

@@ -28,6 +28,17 @@ type ClusterInstance struct {
 	// CapacityShareCount is the instance's share of the cluster-wide max_concurrent_count.
 	CapacityShareCount int    `json:"capacity_share_count"`
 	ClockOffsetMs      *int64 `json:"clock_offset_ms"` // the local clock minus PD's TSO, if measured
+	// IncarnationID tells apart the processes that ran under one instance id (a PD
+	// timestamp taken when the process registered).
+	IncarnationID uint64 `json:"incarnation_id"`
+	// ClaimCount is what the others count of the cap for it: max(in flight, share), and
+	// after its heartbeat expired, until every request it admitted must have ended.
+	ClaimCount     int   `json:"claim_count"`
+	MaxClockSkewMs int64 `json:"max_clock_skew_ms"` // the allowance it runs with
+	// IsFenced: it admits nothing (FenceReason: heartbeat_late, clock_skewed); its
+	// requests fail closed as when TiKV is unreachable.
+	IsFenced    bool   `json:"is_fenced"`
+	FenceReason string `json:"fence_reason"`
 }
 
 // ClusterDomain is one domain's cluster-wide record in downloader:domain_runtime.

@@ -11,7 +11,6 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -170,7 +169,15 @@ type Result struct {
 	Outcome *downloader.Outcome
 	Summary downloader.Summary
 	PageKey string
+	// HTML is entry B's html: the rendered document, or for a plain fetch the body as
+	// served decoded to UTF-8 (htmltext.AsUTF8, the rule raw_text_length and the page
+	// store's reader use too; a body that is not text as it is). Outcome.Body keeps the bytes as served, for the page store.
+	HTML string
 }
+
+// renderedContentType is the Content-Type of a rendered document: the browser's DOM,
+// serialized by us as UTF-8, whatever charset the page was served in.
+const renderedContentType = "text/html; charset=utf-8"
 
 // Probe runs entry C: never refused with an error, never stored (SPEC §5).
 func (e *Engine) Probe(ctx context.Context, req downloader.Request, u *url.URL) downloader.Summary {
@@ -334,11 +341,17 @@ func (e *Engine) run(ctx context.Context, req downloader.Request, u *url.URL, ad
 // finish stores what should be stored and tells observers.
 func (e *Engine) finish(ctx context.Context, req downloader.Request, u *url.URL, out *downloader.Outcome, took time.Duration, at time.Time) *Result {
 	res := &Result{Outcome: out, Summary: out.Summary(req.Domain)}
-	if req.Entry == downloader.EntryRender && out.Text == "" && len(out.Body) > 0 {
-		// Entry B answers the page's text too; the renderer reads it from the DOM, a plain
-		// fetch leaves it to us.
-		if text, err := htmltext.VisibleText(bytes.NewReader(out.Body)); err == nil {
-			out.Text = text
+	if req.Entry == downloader.EntryRender && len(out.Body) > 0 {
+		// Entry B answers the page's content: the renderer gives the DOM and its text, both
+		// UTF-8 already; a plain fetch gives the bytes as served, decoded here once by the
+		// rule every output shares (SPEC §3).
+		switch ct := out.HealthSignal.ContentType; {
+		case req.ShouldRender:
+			res.HTML = string(out.Body)
+		default:
+			html, _ := htmltext.AsUTF8(out.Body, ct) // not text (an image): as it is
+			res.HTML = string(html)
+			out.Text = htmltext.Text(out.Body, ct)
 		}
 	}
 	if req.Entry == downloader.EntryRender && req.ShouldStore {
@@ -357,8 +370,15 @@ func (e *Engine) finish(ctx context.Context, req downloader.Request, u *url.URL,
 func (e *Engine) store(ctx context.Context, req downloader.Request, taskID string, out *downloader.Outcome, at time.Time) (string, error) {
 	var key string
 	if req.ShouldStore && e.cfg.Pages != nil && out.Body != nil && out.HTTPStatus != 0 {
+		// A plain fetch's page is kept as served, with the Content-Type that tells its
+		// charset (readers decode it, htmltext.UTF8); a render's is the DOM, in UTF-8 (a
+		// GBK page's header would mislabel it).
+		ct := out.HealthSignal.ContentType
+		if req.ShouldRender {
+			ct = renderedContentType
+		}
 		k, err := e.cfg.Pages.PutPage(ctx, &downloader.Page{URL: req.URL, FinalURL: out.FinalURL,
-			ContentType: out.HealthSignal.ContentType, FetchedAt: at.UTC(), Body: out.Body})
+			ContentType: ct, FetchedAt: at.UTC(), Body: out.Body})
 		if err != nil {
 			return "", fmt.Errorf("put page of %s: %w", req.URL, err)
 		}

@@ -177,7 +177,8 @@ func TestStopAnswersShuttingDown(t *testing.T) {
 func TestRenderAnswersTheTextOfAPlainFetch(t *testing.T) {
 	e, _, _, _ := newTestEngine(t)
 	e.cfg.Fetcher = fetcherFunc(func(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome {
-		return &downloader.Outcome{HTTPStatus: 200, Body: []byte("<html><head><title>t</title></head><body><p>Hello <b>world</b></p><script>x()</script></body></html>")}
+		return &downloader.Outcome{HTTPStatus: 200, HealthSignal: downloader.HealthSignal{ContentType: "text/html"},
+			Body: []byte("<html><head><title>t</title></head><body><p>Hello <b>world</b></p><script>x()</script></body></html>")}
 	})
 	u, _ := url.Parse("http://a.test/")
 	res, err := e.Render(context.Background(), downloader.Request{URL: u.String(), Domain: "a.test"}, u)

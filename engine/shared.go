@@ -166,14 +166,14 @@ func (e *Engine) wireBound(slot time.Time, admitted bool, domain string) time.Ti
 	if !admitted {
 		return now
 	}
-	st, ok := e.cfg.Limiter.Domain(now, domain)
+	from, ok := e.cfg.Limiter.CountsFrom(domain)
 	if !ok {
 		return now
 	}
-	// The limiter's instants share one base, so LastRequestAt - slot is exact; placing the
-	// slot on now's scale (by monotonic difference) keeps a wall-clock step since the
-	// limiter started out of the result.
-	w := now.Add(-now.Sub(slot)).Add(st.LastRequestAt.Sub(slot.Round(0).UTC()))
+	// The limiter's instants share one base, so from - slot is exact; placing the slot on
+	// now's scale (by monotonic difference) keeps a wall-clock step since the limiter
+	// started out of the result.
+	w := now.Add(-now.Sub(slot)).Add(from.Sub(slot.Round(0).UTC()))
 	if w.After(now) {
 		return now
 	}

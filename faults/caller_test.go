@@ -76,6 +76,14 @@ func (a queueAdapter) CheckTask(t downloader.Task) error {
 	return err
 }
 
+func (a queueAdapter) TaskStatus(ctx context.Context, taskID string) (*downloader.TaskStatus, error) {
+	return a.q.TaskStatus(ctx, taskID)
+}
+
+func (a queueAdapter) ListTasks(ctx context.Context, state downloader.TaskState, cursor string, limit int) ([]downloader.TaskStatus, string, error) {
+	return a.q.ListTasks(ctx, state, cursor, limit)
+}
+
 func (a queueAdapter) SubmitTasks(ctx context.Context, tasks []downloader.Task) ([]server.TaskSubmission, error) {
 	res, err := a.q.Submit(ctx, tasks)
 	if err != nil {

@@ -8,14 +8,11 @@ import (
 	"compress/zlib"
 	"context"
 	"io"
-	"mime"
 	"net/http"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/andybalholm/brotli"
-	"golang.org/x/net/html/charset"
 
 	"downloader/htmltext"
 )
@@ -161,7 +158,9 @@ func isZlibHeader(h []byte) bool {
 	return h[0]&0x0f == 8 && h[0]>>4 <= 7 && (uint16(h[0])<<8|uint16(h[1]))%31 == 0
 }
 
-// contentType returns the Content-Type as sent, or the sniffed one when none was.
+// contentType returns the Content-Type as sent, or the sniffed media type when none was.
+// The sniffer's charset is dropped: it says utf-8 of any text without a BOM, which would
+// outrank the page's own <meta charset=gbk> (a BOM it saw is in the body, and found there).
 func contentType(header string, body []byte) string {
 	if h := strings.TrimSpace(header); h != "" {
 		return h
@@ -169,40 +168,15 @@ func contentType(header string, body []byte) string {
 	if len(body) == 0 {
 		return ""
 	}
-	return http.DetectContentType(body)
+	return htmltext.MediaType(http.DetectContentType(body))
 }
 
-// textLength is raw_text_length for a body of content type ct (see the package doc).
+// textLength is raw_text_length for a body of content type ct (see the package doc),
+// decoded to UTF-8 by the one rule every output shares (htmltext.Charset). A body left
+// undecoded (an unknown content coding) has no text.
 func textLength(ct string, body []byte, undecoded bool) int {
-	if undecoded || len(body) == 0 {
+	if undecoded {
 		return 0
 	}
-	mt, _, err := mime.ParseMediaType(ct)
-	if err != nil {
-		mt, _, _ = strings.Cut(strings.ToLower(ct), ";")
-		mt = strings.TrimSpace(mt)
-	}
-	switch {
-	case mt == "text/html" || mt == "application/xhtml+xml":
-		n, _ := htmltext.VisibleTextLength(utf8Reader(body, ct))
-		return n
-	case strings.HasPrefix(mt, "text/"):
-		b, err := io.ReadAll(utf8Reader(body, ct))
-		if err != nil {
-			return htmltext.PlainTextLength(body)
-		}
-		return htmltext.PlainTextLength(b)
-	}
-	return 0
-}
-
-// utf8Reader converts body to UTF-8 from its charset: a BOM, the Content-Type's charset
-// or a <meta> declaration. Without any, a body that is valid UTF-8 is taken as UTF-8
-// (charset's own fallback, windows-1252, would count every Chinese character as three).
-func utf8Reader(body []byte, ct string) io.Reader {
-	e, name, certain := charset.DetermineEncoding(body, ct)
-	if e == nil || name == "utf-8" || (!certain && name == "windows-1252" && utf8.Valid(body)) {
-		return bytes.NewReader(body)
-	}
-	return e.NewDecoder().Reader(bytes.NewReader(body))
+	return htmltext.TextLength(body, ct)
 }

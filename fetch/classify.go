@@ -94,6 +94,10 @@ func (f *Fetcher) classifyHop(ctx, hopCtx context.Context, st *hopState, err err
 		}
 		return downloader.FailSelfRateLimited
 	}
+	if errors.Is(err, errTicketUsed) {
+		// A second send of a request that went out once: the origin has the first.
+		return downloader.FailConnectionReset
+	}
 	if errors.Is(context.Cause(hopCtx), errBodyStalls) {
 		return downloader.FailResponseTimeout
 	}

@@ -5,13 +5,21 @@
 // fail_reason set.
 //
 // Decisions (see also Classify):
-//   - The on-the-wire moment (SPEC §2) is the httptrace GotConn hook: it runs on the
-//     request's goroutine after DNS, connect and TLS, for new and reused connections, just
-//     before the request is written. Fetch calls Admission.WaitWire there. If that wait
-//     fails (ctx ends first), the connection is closed before a byte of the request is
-//     written and the fetch fails with self_rate_limited.
+//   - The on-the-wire moment (SPEC §2, a spent slot) is the connection attempt of a new
+//     connection (after DNS and the SSRF check), moved forward to the request's first
+//     write, or that write alone on a reused connection (wireconn.go). A request that
+//     fails after its attempt (refused, reset, TLS, timeout) has spent its slot; one that
+//     never got that far (DNS failure, the SSRF guard) has not. If the limiter's wait
+//     fails (ctx ends first), nothing is sent and the fetch fails with self_rate_limited.
+//   - Every write of a request is a request of its own: the transport never sends a
+//     request twice by itself. Requests go through Transport.RoundTrip (no http.Client:
+//     redirects are ours) with a body that is empty but not replayable, so net/http's
+//     silent retry of a GET on a new connection after a reused one failed does not
+//     happen; such a failure is reported (connection_reset: the origin did receive the
+//     request) and logged, and retrying is the caller's decision. A second connection
+//     attempt or write of one admission is refused anyway (wireTicket).
 //   - Every redirect hop, to the same host too, gets its own admission from
-//     Config.Hops (politeness is per request) and its own WaitWire. A hop whose URL names
+//     Config.Hops (politeness is per request) and its own wire ticket. A hop whose URL names
 //     a forbidden address, or whose host resolves to one, fails with
 //     destination_forbidden before any connection is made. More than MaxRedirects hops:
 //     the last 3xx is the final answer (http_status_error).
@@ -34,12 +42,14 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"downloader"
@@ -63,7 +73,7 @@ type Config struct {
 	Hops  HopAdmitter     // nil: redirects are not followed (the 3xx is the answer)
 	// UserAgent is sent on every request; default DefaultUserAgent.
 	UserAgent       string
-	ConnectTimeout  time.Duration // DNS and TCP connect; default 10s
+	ConnectTimeout  time.Duration // DNS, the limiter's wait at the connection attempt (rare: another request's hold) and TCP connect; default 10s
 	TLSTimeout      time.Duration // TLS handshake; default 10s
 	ResponseTimeout time.Duration // headers after the request is sent, and any stall of the body; default 30s
 	MaxBodyBytes    int64         // default 10 MiB, decoded and on the wire
@@ -88,18 +98,31 @@ const (
 // reused.
 const redirectDrainBytes = 64 << 10
 
+// maxIdleConns bounds the idle connections kept across all hosts. An idle connection per
+// polite host is what makes its next request cheap; past the bound, net/http closes the
+// oldest under its one pool-wide lock on every connection returned, which serialised all
+// requests at 10^4 hosts (docs/benchmarks-lease.md). A quarter of the descriptor limit
+// (which Go raises to the hard limit at start) leaves the rest to requests in flight, the
+// store and the server, within 1024..65536.
+func maxIdleConns() int {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 1024
+	}
+	return int(min(max(lim.Cur/4, 1024), 65536))
+}
+
 // Fetcher does plain GETs. It owns one *http.Transport whose connections pass through the
 // guard. Safe for concurrent use; call Close when done.
 type Fetcher struct {
 	cfg       Config
 	log       *slog.Logger
 	transport *http.Transport
-	client    *http.Client
 	closed    context.Context // done after Close: aborts dials still in progress
 	close     context.CancelFunc
 
-	// wireHook, when set (by tests of this package), runs in GotConn right after the
-	// wire wait let the request out.
+	// wireHook, when set (by tests of this package), runs right after the wire wait let
+	// the request's first write out.
 	wireHook func(hop int, info httptrace.GotConnInfo)
 }
 
@@ -167,16 +190,10 @@ func New(cfg Config) *Fetcher {
 		TLSHandshakeTimeout:    cfg.TLSTimeout,
 		ResponseHeaderTimeout:  cfg.ResponseTimeout,
 		DisableCompression:     true, // we ask for and decode encodings ourselves, under the cap
-		MaxIdleConns:           1024,
+		MaxIdleConns:           maxIdleConns(),
 		MaxIdleConnsPerHost:    4,
 		IdleConnTimeout:        90 * time.Second,
 		MaxResponseHeaderBytes: 1 << 20,
-	}
-	f.client = &http.Client{
-		Transport: f.transport,
-		CheckRedirect: func(*http.Request, []*http.Request) error {
-			return http.ErrUseLastResponse
-		},
 	}
 	return f
 }
@@ -190,9 +207,10 @@ func (f *Fetcher) Close() {
 }
 
 // Fetch does one GET of u, following redirects. adm is the limiter admission of u's
-// domain, already taken by the caller, who also finishes it after Fetch returns; nil
-// means none. Fetch calls adm.WaitWire when the request goes on the wire. Hop admissions
-// are taken and finished by Fetch. The outcome is never nil; its TextLength and XHR fields
+// domain, already taken by the caller, who also finishes it after Fetch returns (Cancel
+// gives the slot back only if nothing went on the wire); nil means none. Fetch puts adm
+// on the wire at the request's connection attempt or first write. Hop admissions are
+// taken and finished by Fetch. The outcome is never nil; its TextLength and XHR fields
 // are nil (nothing was rendered).
 func (f *Fetcher) Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome {
 	start := f.cfg.Clock.Now()
@@ -250,17 +268,26 @@ func (f *Fetcher) admitHop(ctx context.Context, u *url.URL) (limiter.Admission, 
 // transport's dialling goroutine, hence the atomics.
 type hopState struct {
 	connected  atomic.Bool // GotConn ran
+	reused     atomic.Bool // on a connection used before
+	answered   atomic.Bool // the first byte of an answer arrived
 	tlsStarted atomic.Bool
 	tlsDone    atomic.Bool // the handshake succeeded
 	wireErr    error       // the wire wait's error, set on the request's goroutine
-	wc         *wireConn   // the connection armed for this hop's wire wait
-	gate       *wireGate
+	refused    int         // second sends the ticket refused
 }
 
 var (
-	errWireWait   = errors.New("fetch: the limiter's wire wait did not finish")
+	errNotOurConn = errors.New("fetch: a connection the fetcher did not dial")
 	errBodyStalls = errors.New("fetch: the response body stalled")
 )
+
+// emptyBody is a request body with nothing in it. A GET that has one (without GetBody) is
+// not replayable for net/http, which then never sends it a second time by itself; the
+// transport finds it empty and sends no body.
+type emptyBody struct{}
+
+func (emptyBody) Read([]byte) (int, error) { return 0, io.EOF }
+func (emptyBody) Close() error             { return nil }
 
 // hop sends one request for u and fills out from its answer. It returns the next URL
 // when the answer is a redirect to follow.
@@ -268,6 +295,7 @@ func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Adm
 	hopCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	st := &hopState{}
+	ticket := newWireTicket(hopCtx, adm)
 	trace := &httptrace.ClientTrace{
 		TLSHandshakeStart: func() { st.tlsStarted.Store(true) },
 		TLSHandshakeDone: func(_ tls.ConnectionState, err error) {
@@ -277,43 +305,47 @@ func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Adm
 		},
 		GotConn: func(info httptrace.GotConnInfo) {
 			st.connected.Store(true)
-			if adm == nil {
-				return
-			}
+			st.reused.Store(info.Reused)
 			wc := wireConnOf(info.Conn)
 			if wc == nil {
-				// Not one of ours (cannot happen with our transport): wait here instead.
-				if err := adm.WaitWire(hopCtx); err != nil {
-					st.wireErr = err
-					cancel(errWireWait)
-					closeConn(info.Conn)
-				}
+				// Not one of ours (cannot happen with our transport): nothing may go out.
+				cancel(errNotOurConn)
+				closeConn(info.Conn)
 				return
 			}
-			var onWire func()
 			if f.wireHook != nil {
-				onWire = func() { f.wireHook(hop, info) }
+				ticket.setOnWire(func() { f.wireHook(hop, info) })
 			}
-			st.wc, st.gate = wc, wc.arm(hopCtx, adm, onWire)
+			wc.arm(ticket)
 		},
+		GotFirstResponseByte: func() { st.answered.Store(true) },
 	}
-	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(hopCtx, trace), http.MethodGet, u.String(), nil)
+	reqCtx := httptrace.WithClientTrace(netguard.WithConnectHook(hopCtx, ticket), trace)
+	req, err := http.NewRequestWithContext(reqCtx, http.MethodGet, u.String(), nil)
 	if err != nil {
+		ticket.finish()
 		out.FailReason = downloader.FailInvalidTask
 		return nil, fmt.Errorf("fetch %s: %w", u.Redacted(), err)
 	}
+	req.Body = emptyBody{} // not replayable: see the package doc
 	req.Header.Set("User-Agent", f.cfg.UserAgent)
 	req.Header.Set("Accept", "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8")
 	req.Header.Set("Accept-Encoding", acceptEncoding)
 
-	resp, err := f.client.Do(req)
-	if st.gate != nil {
-		// The request's write has happened or never will: the admission is ours again.
-		if werr := st.wc.disarm(st.gate); werr != nil {
-			st.wireErr = werr
-		}
+	resp, err := f.transport.RoundTrip(req)
+	// The request's attempt and write have happened or never will: the admission is the
+	// caller's again.
+	st.wireErr, st.refused = ticket.finish()
+	if st.refused > 0 {
+		f.log.Warn("fetch: a second send of one request was refused: it needs an admission of its own",
+			"url", u.Redacted(), "refused_count", st.refused)
 	}
 	if err != nil {
+		if st.reused.Load() && !st.answered.Load() && st.wireErr == nil {
+			// Where net/http would have sent the request again on a new connection.
+			f.log.Info("fetch: a reused connection failed before any answer; not sent again",
+				"url", u.Redacted(), "error", err.Error())
+		}
 		out.FailReason = f.classifyHop(ctx, hopCtx, st, err)
 		return nil, fmt.Errorf("fetch %s: %w", u.Redacted(), err)
 	}
@@ -413,8 +445,5 @@ func (f *Fetcher) logOutcome(u *url.URL, out *downloader.Outcome, err error) {
 	f.log.Debug("fetch", attrs...)
 }
 
-// statically check that the limiter's admission satisfies what Fetch needs of it.
-var _ interface {
-	WaitWire(context.Context) error
-	Cancel()
-} = (*limiter.Admission)(nil)
+// statically check that the ticket is what the guard tells of connection attempts.
+var _ netguard.ConnectHook = (*wireTicket)(nil)

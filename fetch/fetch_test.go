@@ -348,6 +348,7 @@ func TestFetchBodies(t *testing.T) {
 		"/big":         {"text/plain", "", bomb[:2*maxBody]},
 		"/gbk":         {"text/html", "", gbk},
 		"/gbk-header":  {"text/html; charset=GBK", "", gbk},
+		"/gbk-sniffed": {"", "", gbk}, // the sniffer's charset=utf-8 must not outrank the <meta>
 		"/utf8-nodecl": {"text/html", "", []byte("<p>" + strings.Repeat("x", 2000) + "中文</p>")},
 		"/plain":       {"text/plain; charset=utf-8", "", []byte("  plain \n\n text  ")},
 		"/json":        {"application/json", "", []byte(`{"a": "b"}`)},
@@ -387,6 +388,7 @@ func TestFetchBodies(t *testing.T) {
 		{"/big", maxBody, maxBody},
 		{"/gbk", int64(len(gbk)), 4},
 		{"/gbk-header", int64(len(gbk)), 4},
+		{"/gbk-sniffed", int64(len(gbk)), 4},
 		{"/utf8-nodecl", 3 + 2000 + 6 + 4, 2002},
 		{"/plain", 17, 10},
 		{"/json", 10, 0},

@@ -14,7 +14,9 @@
 //     div, br, li, td, ...) separate words as white space does, so "a</p><p>b" is "a b";
 //   - the length is in Unicode characters (runes); an invalid UTF-8 byte counts as one.
 //
-// The input is read as UTF-8: a caller holding another charset converts it first. Broken
+// VisibleText and VisibleTextLength read their input as UTF-8. A body as served goes
+// through Text and TextLength (or UTF8, AsUTF8), which decode it first by the one rule every
+// output shares (charset.go: BOM, Content-Type, <meta>, as browsers do). Broken
 // HTML never makes these functions fail or panic; only a read error is returned. The
 // functions keep no state between calls and are safe for concurrent use.
 package htmltext

@@ -27,12 +27,10 @@
 package lease
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -57,6 +55,23 @@ type Source interface {
 	// Release hands a task back unrun before its lease ends; the source should not hand it
 	// out again before retryAfter.
 	Release(ctx context.Context, taskID string, retryAfter time.Duration) error
+}
+
+// BatchSource is a Source with the batched form of the contract (the scheduler client):
+// many reports, or many releases, per call. The loop then sends the outbox in batches of up
+// to MaxBatchCount and groups the releases made at about the same time into one call.
+// errs[i] is the outcome of item i, as Report or Release would give it.
+type BatchSource interface {
+	Source
+	ReportBatch(ctx context.Context, rs []downloader.Report) (errs []error)
+	ReleaseBatch(ctx context.Context, taskIDs []string, retryAfter []time.Duration) (errs []error)
+}
+
+// BatchOutbox is an Outbox that deletes many sent reports in one write (embedded.Outbox).
+type BatchOutbox interface {
+	Outbox
+	// DeleteReports is DeleteReport for each of rs, in one write.
+	DeleteReports(ctx context.Context, rs []downloader.Report) error
 }
 
 // Runner runs one leased task (*engine.Engine). Stop makes every task waiting or in flight
@@ -97,14 +112,16 @@ type Config struct {
 	// RetryMin and RetryMax bound the backoff of report sending while the source fails;
 	// default 100 ms and 30 s.
 	RetryMin, RetryMax time.Duration
-	// ReportConcurrency is how many reports are sent at once; default 8.
+	// ReportConcurrency is how many reports (or, with a BatchSource, batches) are sent at
+	// once; default 8.
 	ReportConcurrency int
+	// MaxBatchCount bounds the reports or releases of one batched call (BatchSource);
+	// default 256.
+	MaxBatchCount int
 	// ShutdownGrace is how long held tasks may finish after Run's ctx ends; default 20 s.
 	ShutdownGrace time.Duration
 	// FlushTimeout bounds the last releases and report sends at shutdown; default 5 s.
 	FlushTimeout time.Duration
-	// Politeness, when set, learns each task's interval (its Dialer records the wire).
-	Politeness *Politeness
 }
 
 // Defaults.
@@ -116,6 +133,7 @@ const (
 	DefaultRetryMin          = 100 * time.Millisecond
 	DefaultRetryMax          = 30 * time.Second
 	DefaultReportConcurrency = 8
+	DefaultMaxBatchCount     = 256
 	DefaultShutdownGrace     = 20 * time.Second
 	DefaultFlushTimeout      = 5 * time.Second
 )
@@ -147,6 +165,9 @@ type Loop struct {
 	freed chan struct{} // a held task finished (capacity freed)
 	sendc chan struct{} // a report was put in the outbox
 
+	batch    BatchSource      // cfg.Source when it has the batched form, else nil
+	releasec chan releaseCall // releases waiting to be sent in one batch (batch != nil)
+
 	leased, reported, released, dropped, reportFailures, leaseFailures atomic.Int64
 }
 
@@ -173,10 +194,23 @@ func New(cfg Config) (*Loop, error) {
 	setDefault(&cfg.RetryMin, DefaultRetryMin)
 	setDefault(&cfg.RetryMax, DefaultRetryMax)
 	setDefault(&cfg.ReportConcurrency, DefaultReportConcurrency)
+	setDefault(&cfg.MaxBatchCount, DefaultMaxBatchCount)
 	setDefault(&cfg.ShutdownGrace, DefaultShutdownGrace)
 	setDefault(&cfg.FlushTimeout, DefaultFlushTimeout)
-	return &Loop{cfg: cfg, log: cfg.Logger.With("component", "lease", "worker_id", cfg.WorkerID),
-		freed: make(chan struct{}, 1), sendc: make(chan struct{}, 1)}, nil
+	l := &Loop{cfg: cfg, log: cfg.Logger.With("component", "lease", "worker_id", cfg.WorkerID),
+		freed: make(chan struct{}, 1), sendc: make(chan struct{}, 1)}
+	if b, ok := cfg.Source.(BatchSource); ok {
+		l.batch = b
+		l.releasec = make(chan releaseCall, cfg.MaxBatchCount)
+	}
+	return l, nil
+}
+
+// releaseCall is one release waiting for the batch it goes out in; done gets its outcome.
+type releaseCall struct {
+	taskID     string
+	retryAfter time.Duration
+	done       chan error
 }
 
 func setDefault[T int | time.Duration](v *T, d T) {
@@ -208,6 +242,14 @@ func (l *Loop) Run(ctx context.Context) error {
 		defer close(senderDone)
 		l.sendLoop(senderCtx)
 	}()
+
+	releaserDone := make(chan struct{})
+	stopReleaser := make(chan struct{})
+	go func() {
+		defer close(releaserDone)
+		l.releaseLoop(bg, stopReleaser)
+	}()
+	defer func() { close(stopReleaser); <-releaserDone }()
 
 	var tasks sync.WaitGroup
 	l.leaseLoop(ctx, bg, &tasks)
@@ -307,9 +349,6 @@ func (l *Loop) runTask(ctx context.Context, t *downloader.Task) {
 			l.release(ctx, t.TaskID, panicRetryAfter)
 		}
 	}()
-	if l.cfg.Politeness != nil {
-		l.cfg.Politeness.noteTask(t)
-	}
 	out := l.cfg.Runner.RunTask(ctx, t)
 	switch {
 	case out.Report != nil:
@@ -355,7 +394,7 @@ func (l *Loop) release(ctx context.Context, taskID string, retryAfter time.Durat
 	defer cancel()
 	delay := l.cfg.RetryMin
 	for {
-		err := l.cfg.Source.Release(ctx, taskID, retryAfter)
+		err := l.releaseOnce(ctx, taskID, retryAfter)
 		if err == nil {
 			l.released.Add(1)
 			return
@@ -369,6 +408,69 @@ func (l *Loop) release(ctx context.Context, taskID string, retryAfter time.Durat
 			return
 		}
 		delay = min(2*delay, l.cfg.RetryMax)
+	}
+}
+
+// releaseOnce hands a task back once: in the next batch with a BatchSource, else alone.
+func (l *Loop) releaseOnce(ctx context.Context, taskID string, retryAfter time.Duration) error {
+	if l.batch == nil {
+		return l.cfg.Source.Release(ctx, taskID, retryAfter)
+	}
+	c := releaseCall{taskID: taskID, retryAfter: retryAfter, done: make(chan error, 1)}
+	select {
+	case l.releasec <- c:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-c.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// releaseLoop sends the releases queued by releaseOnce, all those waiting at once in one
+// call (up to MaxBatchCount), until stop is closed. Nothing is queued then: Run closes stop
+// after every task, and so every release, has finished.
+func (l *Loop) releaseLoop(ctx context.Context, stop <-chan struct{}) {
+	if l.batch == nil {
+		return
+	}
+	for {
+		var first releaseCall
+		select {
+		case first = <-l.releasec:
+		case <-stop:
+			return
+		}
+		calls := []releaseCall{first}
+	more:
+		for len(calls) < l.cfg.MaxBatchCount {
+			select {
+			case c := <-l.releasec:
+				calls = append(calls, c)
+			default:
+				break more
+			}
+		}
+		ids := make([]string, len(calls))
+		waits := make([]time.Duration, len(calls))
+		for i, c := range calls {
+			ids[i], waits[i] = c.taskID, c.retryAfter
+		}
+		callCtx, cancel := context.WithTimeout(ctx, l.cfg.FlushTimeout)
+		errs := l.batch.ReleaseBatch(callCtx, ids, waits)
+		cancel()
+		for i, c := range calls {
+			var err error
+			if i < len(errs) {
+				err = errs[i]
+			} else {
+				err = fmt.Errorf("release %s: no outcome from the source", c.taskID)
+			}
+			c.done <- err
+		}
 	}
 }
 
@@ -399,9 +501,11 @@ func (l *Loop) sendLoop(ctx context.Context) {
 	}
 }
 
-// drain sends every report in the outbox once, ReportConcurrency at a time, and deletes
-// those the source acknowledged or refused for good. It stops at the first page with a
-// failed send (the source is probably down) and then reports failed.
+// drain sends every report in the outbox once and deletes those the source acknowledged
+// or refused for good. With a BatchSource a page goes out in calls of up to MaxBatchCount
+// reports, ReportConcurrency calls at once; otherwise one report per call,
+// ReportConcurrency at once. It stops at the first page with a failed send (the source is
+// probably down) and then reports failed.
 func (l *Loop) drain(ctx context.Context) (failed bool, err error) {
 	after := ""
 	for ctx.Err() == nil {
@@ -413,26 +517,46 @@ func (l *Loop) drain(ctx context.Context) (failed bool, err error) {
 			return false, nil
 		}
 		after = page[len(page)-1].TaskID
+		size := 1
+		if l.batch != nil {
+			size = l.cfg.MaxBatchCount
+		}
 		var (
 			wg      sync.WaitGroup
 			sem     = make(chan struct{}, l.cfg.ReportConcurrency)
 			mu      sync.Mutex
 			lastErr error
+			done    = make([]bool, len(page)) // acknowledged or refused for good: delete
 		)
-		for i := range page {
-			r := &page[i]
+		for lo := 0; lo < len(page); lo += size {
+			chunk := page[lo:min(lo+size, len(page))]
 			sem <- struct{}{}
 			wg.Add(1)
 			go func() {
 				defer func() { <-sem; wg.Done() }()
-				if err := l.send(ctx, r); err != nil {
-					mu.Lock()
-					lastErr = err
-					mu.Unlock()
+				var errs []error
+				if l.batch != nil {
+					errs = l.batch.ReportBatch(ctx, chunk)
+				} else {
+					errs = []error{l.cfg.Source.Report(ctx, &chunk[0])}
+				}
+				for k := range chunk {
+					err := fmt.Errorf("report %s: no outcome from the source", chunk[k].TaskID)
+					if k < len(errs) {
+						err = errs[k]
+					}
+					if l.sent(&chunk[k], err) {
+						done[lo+k] = true
+					} else {
+						mu.Lock()
+						lastErr = fmt.Errorf("report %s: %w", chunk[k].TaskID, err)
+						mu.Unlock()
+					}
 				}
 			}()
 		}
 		wg.Wait()
+		l.deleteSent(ctx, page, done)
 		if lastErr != nil {
 			return true, lastErr
 		}
@@ -440,10 +564,9 @@ func (l *Loop) drain(ctx context.Context) (failed bool, err error) {
 	return true, ctx.Err()
 }
 
-// send delivers one report and removes it from the outbox once acknowledged or refused for
-// good. It returns the error of a send to retry.
-func (l *Loop) send(ctx context.Context, r *downloader.Report) error {
-	err := l.cfg.Source.Report(ctx, r)
+// sent counts the outcome err of sending r and reports whether r is to be deleted from
+// the outbox (acknowledged or refused for good).
+func (l *Loop) sent(r *downloader.Report, err error) bool {
 	switch {
 	case err == nil:
 		l.reported.Add(1)
@@ -452,13 +575,34 @@ func (l *Loop) send(ctx context.Context, r *downloader.Report) error {
 		l.log.Error("report refused by the source: dropped", "task_id", r.TaskID, "error", err)
 	default:
 		l.reportFailures.Add(1)
-		return fmt.Errorf("report %s: %w", r.TaskID, err)
+		return false
 	}
-	if _, err := l.cfg.Outbox.DeleteReport(ctx, r); err != nil {
-		// It will be sent again: at least once.
-		l.log.Warn("delete sent report from the outbox", "task_id", r.TaskID, "error", err)
+	return true
+}
+
+// deleteSent removes from the outbox the reports of page marked done, in one write when
+// the outbox can. A delete that fails is harmless: the report is sent again (at least once).
+func (l *Loop) deleteSent(ctx context.Context, page []downloader.Report, done []bool) {
+	var rs []downloader.Report
+	for i, ok := range done {
+		if ok {
+			rs = append(rs, page[i])
+		}
 	}
-	return nil
+	if len(rs) == 0 {
+		return
+	}
+	if bo, ok := l.cfg.Outbox.(BatchOutbox); ok {
+		if err := bo.DeleteReports(ctx, rs); err != nil {
+			l.log.Warn("delete sent reports from the outbox", "report_count", len(rs), "error", err)
+		}
+		return
+	}
+	for i := range rs {
+		if _, err := l.cfg.Outbox.DeleteReport(ctx, &rs[i]); err != nil {
+			l.log.Warn("delete sent report from the outbox", "task_id", rs[i].TaskID, "error", err)
+		}
+	}
 }
 
 // permanent reports whether err is a refusal that retrying cannot cure.
@@ -482,144 +626,4 @@ func (l *Loop) sleep(ctx context.Context, d time.Duration, wake <-chan struct{})
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-// Politeness records, per domain, the moments this process wrote plain-HTTP requests to
-// the socket (through Dialer, below the fetcher's wire gate, so after the limiter let them
-// out) and the smallest gap between two of them, to show that no origin was asked faster
-// than its tasks' min_interval_ms. Requests over TLS and renders are not seen (their bytes
-// are encrypted or leave from the browser). Safe for concurrent use; its zero value is
-// ready. It keeps one entry per domain: use it for a crawl, not a long-running service.
-type Politeness struct {
-	mu      sync.Mutex
-	domains map[string]*wireStat
-}
-
-type wireStat struct {
-	last     time.Time
-	minGap   time.Duration
-	count    int
-	interval time.Duration
-}
-
-// DomainGap is one domain's record.
-type DomainGap struct {
-	Domain       string
-	RequestCount int // requests seen on the wire (plain HTTP)
-	// MinGap is the smallest start-to-start gap between two requests; 0 with fewer than two.
-	MinGap      time.Duration
-	MinInterval time.Duration // the interval of the domain's latest task; 0 if none
-}
-
-// noteTask remembers t's interval for its domain.
-func (p *Politeness) noteTask(t *downloader.Task) {
-	_, domain, err := downloader.ParseTargetURL("url", t.URL)
-	if err != nil || t.MinIntervalMs == nil {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.statLocked(domain).interval = time.Duration(*t.MinIntervalMs) * time.Millisecond
-}
-
-// statLocked returns domain's record, creating it. Requires p.mu held.
-func (p *Politeness) statLocked(domain string) *wireStat {
-	if p.domains == nil {
-		p.domains = map[string]*wireStat{}
-	}
-	st := p.domains[domain]
-	if st == nil {
-		st = &wireStat{}
-		p.domains[domain] = st
-	}
-	return st
-}
-
-func (p *Politeness) record(domain string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	now := time.Now()
-	st := p.statLocked(domain)
-	if st.count > 0 {
-		gap := now.Sub(st.last)
-		if st.count == 1 || gap < st.minGap {
-			st.minGap = gap
-		}
-	}
-	st.last = now
-	st.count++
-}
-
-// Domains returns every domain's record, in no particular order.
-func (p *Politeness) Domains() []DomainGap {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := make([]DomainGap, 0, len(p.domains))
-	for d, st := range p.domains {
-		if st.count == 0 {
-			continue
-		}
-		out = append(out, DomainGap{Domain: d, RequestCount: st.count, MinGap: st.minGap, MinInterval: st.interval})
-	}
-	return out
-}
-
-// ContextDialer is satisfied by *net.Dialer (and netguard's Config.Dialer).
-type ContextDialer interface {
-	DialContext(ctx context.Context, network, address string) (net.Conn, error)
-}
-
-// Dialer returns next (a plain *net.Dialer when nil) with every connection it makes
-// recording the plain-HTTP requests written on it.
-func (p *Politeness) Dialer(next ContextDialer) ContextDialer {
-	if next == nil {
-		next = &net.Dialer{}
-	}
-	return politeDialer{p: p, next: next}
-}
-
-type politeDialer struct {
-	p    *Politeness
-	next ContextDialer
-}
-
-func (d politeDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
-	c, err := d.next.DialContext(ctx, network, address)
-	if err != nil {
-		return nil, err
-	}
-	return &recordingConn{Conn: c, p: d.p}, nil
-}
-
-// recordingConn records the Host of every HTTP/1 request written on it, as it is written.
-type recordingConn struct {
-	net.Conn
-	p *Politeness
-}
-
-func (c *recordingConn) Write(b []byte) (int, error) {
-	if host, ok := requestHost(b); ok {
-		if d, err := downloader.NormalizeDomain(host); err == nil {
-			c.p.record(d)
-		}
-	}
-	return c.Conn.Write(b)
-}
-
-// requestHost returns the Host header of b if b starts an HTTP/1 request (the transport
-// writes a request's head in one piece).
-func requestHost(b []byte) (string, bool) {
-	if !bytes.HasPrefix(b, []byte("GET ")) && !bytes.HasPrefix(b, []byte("HEAD ")) {
-		return "", false
-	}
-	head := b
-	if i := bytes.Index(b, []byte("\r\n\r\n")); i >= 0 {
-		head = b[:i]
-	}
-	for _, line := range bytes.Split(head, []byte("\r\n"))[1:] {
-		if len(line) > 5 && bytes.EqualFold(line[:5], []byte("host:")) {
-			return string(bytes.TrimSpace(line[5:])), true
-		}
-	}
-	return "", false
 }

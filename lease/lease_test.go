@@ -72,11 +72,19 @@ func TestDelayedTasksRunAtTheirSlot(t *testing.T) {
 // TestWaitPastLeaseIsReleased: a task whose domain's next slot would come after its lease
 // (minus the request timeout) is handed back at once, with the wait as retry_after_seconds,
 // and never fetched.
+// With the batched form, the release goes out in a batched call.
 func TestWaitPastLeaseIsReleased(t *testing.T) {
+	for _, batched := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) { testWaitPastLeaseIsReleased(t, batched) })
+	}
+}
+
+func testWaitPastLeaseIsReleased(t *testing.T, batched bool) {
 	clk := clock.NewFake(time.Now())
 	r := newRig(t, rigOptions{clock: clk, timeout: 5 * time.Second})
 	clk.Advance(2 * time.Minute) // past the limiter's rebuild window
 	s := newFakeScheduler(t)
+	s.isBatched = batched
 	expires := clk.Now().Add(40 * time.Second)
 	first := task("first", "http://busy.test/1", 60_000)
 	second := task("second", "http://busy.test/2", 60_000)
@@ -98,14 +106,27 @@ func TestWaitPastLeaseIsReleased(t *testing.T) {
 	if n := len(r.origin.Arrivals()); n != 1 {
 		t.Errorf("origin saw %d requests, want 1", n)
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if want := map[bool]int{false: 0, true: 1}[batched]; s.batchReleaseCalls != want || s.batchReportCalls != want {
+		t.Errorf("batched calls: %d releases, %d reports; want %d each", s.batchReleaseCalls, s.batchReportCalls, want)
+	}
 }
 
 // TestReportsSurviveSchedulerOutage: while the scheduler refuses reports the tasks still
 // run and their reports wait in the outbox, through a restart too; when it is back every
-// report arrives, all with known task ids (duplicates only as at-least-once).
+// report arrives, all with known task ids (duplicates only as at-least-once). With the
+// batched form the outbox goes out in batched calls only.
 func TestReportsSurviveSchedulerOutage(t *testing.T) {
+	for _, batched := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) { testReportsSurviveSchedulerOutage(t, batched) })
+	}
+}
+
+func testReportsSurviveSchedulerOutage(t *testing.T, batched bool) {
 	r := newRig(t, rigOptions{})
 	s := newFakeScheduler(t)
+	s.isBatched = batched
 	s.setReportsDown(true)
 	want := map[string]bool{}
 	for i := range 6 {
@@ -150,6 +171,14 @@ func TestReportsSurviveSchedulerOutage(t *testing.T) {
 	})
 	if n := len(r.origin.Arrivals()); n != 6 {
 		t.Errorf("origin saw %d requests, want 6 (nothing fetched again)", n)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if batched && (s.batchReportCalls == 0 || s.batchMaxSize < 2 || s.batchMaxSize > lease.DefaultMaxBatchCount) {
+		t.Errorf("batched: %d calls, largest %d reports; want calls of 2..%d", s.batchReportCalls, s.batchMaxSize, lease.DefaultMaxBatchCount)
+	}
+	if !batched && s.batchReportCalls != 0 {
+		t.Errorf("single form: %d batched calls", s.batchReportCalls)
 	}
 }
 

@@ -118,6 +118,11 @@ type fakeScheduler struct {
 	reportCalls int
 	releases    []releaseCall
 	reportsDown bool // answer 503 to reports
+	// isBatched makes it speak the batched form too (POST /v1/reports, /v1/releases);
+	// otherwise those answer 404, as a scheduler with the single form only would.
+	isBatched                      bool
+	batchReportCalls, batchMaxSize int
+	batchReleaseCalls              int
 }
 
 type releaseCall struct {
@@ -131,6 +136,8 @@ func newFakeScheduler(t *testing.T) *fakeScheduler {
 	mux.HandleFunc("POST /v1/lease", f.lease)
 	mux.HandleFunc("POST /v1/report", f.report)
 	mux.HandleFunc("POST /v1/release", f.release)
+	mux.HandleFunc("POST /v1/reports", f.reportBatch)
+	mux.HandleFunc("POST /v1/releases", f.releaseBatch)
 	f.srv = httptest.NewServer(mux)
 	t.Cleanup(f.srv.Close)
 	return f
@@ -221,6 +228,82 @@ func (f *fakeScheduler) report(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+type itemResult struct {
+	TaskID     string `json:"task_id"`
+	HTTPStatus int    `json:"http_status"`
+}
+
+func (f *fakeScheduler) batched() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.isBatched
+}
+
+func (f *fakeScheduler) reportBatch(w http.ResponseWriter, r *http.Request) {
+	if !f.batched() {
+		http.NotFound(w, r)
+		return
+	}
+	var body struct {
+		Reports []downloader.Report `json:"reports"`
+	}
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil || len(body.Reports) == 0 {
+		f.t.Errorf("bad report batch: %v", err)
+		http.Error(w, "bad request", http.StatusBadRequest)
+		return
+	}
+	f.mu.Lock()
+	f.batchReportCalls++
+	f.reportCalls += len(body.Reports)
+	f.batchMaxSize = max(f.batchMaxSize, len(body.Reports))
+	down := f.reportsDown
+	var results []itemResult
+	if !down {
+		f.reports = append(f.reports, body.Reports...)
+		for _, rep := range body.Reports {
+			results = append(results, itemResult{TaskID: rep.TaskID, HTTPStatus: http.StatusOK})
+		}
+	}
+	f.mu.Unlock()
+	f.notify()
+	if down {
+		http.Error(w, "scheduler is down", http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"results": results})
+}
+
+func (f *fakeScheduler) releaseBatch(w http.ResponseWriter, r *http.Request) {
+	if !f.batched() {
+		http.NotFound(w, r)
+		return
+	}
+	var body struct {
+		Releases []releaseCall `json:"releases"`
+	}
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil || len(body.Releases) == 0 {
+		f.t.Errorf("bad release batch: %v", err)
+		http.Error(w, "bad request", http.StatusBadRequest)
+		return
+	}
+	f.mu.Lock()
+	f.batchReleaseCalls++
+	f.releases = append(f.releases, body.Releases...)
+	var results []itemResult
+	for _, rel := range body.Releases {
+		results = append(results, itemResult{TaskID: rel.TaskID, HTTPStatus: http.StatusNoContent})
+	}
+	f.mu.Unlock()
+	f.notify()
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"results": results})
 }
 
 func (f *fakeScheduler) release(w http.ResponseWriter, r *http.Request) {

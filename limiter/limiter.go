@@ -13,6 +13,13 @@
 // wait for the reservations made after it. So the origin never sees two requests closer
 // than I, while decisions are still made at the time of the decision.
 //
+// A spent slot (SPEC §2): a request is on the wire from the moment it may have sent a
+// packet to the origin, so a request that opens a connection is Wire'd (WireAndHold) at
+// its connection attempt, after DNS and the SSRF check, and holds the domain until its
+// first write returns (WriteAndHold moves the wire moment forward to the write, Wrote
+// ends the hold) or EndHold says the attempt failed. Cancel gives back only an admission
+// that never went on the wire; after Wire it is Done.
+//
 // Which method callers want:
 //   - Allow: entries B and C. Refuses at once with the wait, never blocks.
 //   - Reserve: entry A. Takes the next free slot (possibly in the future) unless that slot
@@ -48,6 +55,19 @@ type Limiter struct {
 	lossNs atomic.Int64
 
 	shards [shardCount]shard
+
+	// observeWire, when set (ObserveWire), is told every request's wire moment.
+	observeWire func(domain string, interval time.Duration, at time.Time)
+}
+
+// ObserveWire sets f to be told the wire moment of every admitted request that goes on
+// the wire (main documents and redirect hops, of every entry), as Admission.OnWire tells
+// its own callback: on the caller's goroutine, outside the limiter's locks; f must be
+// safe for concurrent use and must not block. Call it before the limiter is used. It is
+// what a crawl's politeness summary counts: the requests the limiter let out, not the
+// sub-requests a render makes under its page's one admission (SPEC §2).
+func (l *Limiter) ObserveWire(f func(domain string, interval time.Duration, at time.Time)) {
+	l.observeWire = f
 }
 
 type shard struct {
@@ -266,15 +286,23 @@ func (s *shard) overLimit(en *entry, e downloader.Entry, t int64) {
 // that may start before it. Reservations whose slots are still ahead do not hold it back;
 // their own Wire spaces them from it. Once the request is on the wire, Wire returns 0 and
 // changes nothing.
-func (a *Admission) Wire(now time.Time) time.Duration { return a.wire(now, false) }
+func (a *Admission) Wire(now time.Time) time.Duration { return a.wire(now, false, false) }
 
 // WireAndHold is Wire for a caller that reports the end of its first write with Wrote:
 // until then (at most writeHoldMax) the domain's other requests wait, so the wire moment
 // the next request is spaced from is the write's, however late the write runs.
-func (a *Admission) WireAndHold(now time.Time) time.Duration { return a.wire(now, true) }
+func (a *Admission) WireAndHold(now time.Time) time.Duration { return a.wire(now, true, false) }
 
-func (a *Admission) wire(now time.Time, hold bool) time.Duration {
-	if a.l == nil || a.done || a.wired {
+// WriteAndHold is WireAndHold for the request's first write when the request already went
+// on the wire at its connection attempt (SPEC §2, a spent slot: the attempt is the wire
+// moment of a request that opens a connection). The wire moment moves forward to now, and
+// the hold goes on until Wrote. If another request of the domain went out since (only
+// after this one's hold ran out, see writeHoldMax), it returns the wait until an interval
+// after that one. On a request that is not on the wire yet it is WireAndHold.
+func (a *Admission) WriteAndHold(now time.Time) time.Duration { return a.wire(now, true, true) }
+
+func (a *Admission) wire(now time.Time, hold, again bool) time.Duration {
+	if a.l == nil || a.done || (a.wired && !again) {
 		return 0
 	}
 	t := a.l.ns(now)
@@ -282,14 +310,24 @@ func (a *Admission) wire(now time.Time, hold bool) time.Duration {
 		return time.Duration(a.slotNs - t)
 	}
 	d := a.wireLocked(t, hold)
-	if d == 0 && a.onWire != nil {
+	if d == 0 && (a.onWire != nil || a.l.observeWire != nil) {
 		if hold {
 			a.wirePending = true
-		} else {
-			a.onWire(now)
+		} else if !a.wirePending {
+			a.told(now)
 		}
 	}
 	return d
+}
+
+// told tells the request's wire moment to its OnWire callback and the limiter's observer.
+func (a *Admission) told(at time.Time) {
+	if a.onWire != nil {
+		a.onWire(at)
+	}
+	if f := a.l.observeWire; f != nil {
+		f(a.domain, time.Duration(a.interval), at)
+	}
 }
 
 // wireLocked is wire's decision under the shard's lock.
@@ -312,10 +350,29 @@ func (a *Admission) wireLocked(t int64, hold bool) time.Duration {
 			return time.Duration(next - t)
 		}
 	}
-	en.outNs, en.outSeq, en.holding = t, a.seq, hold
+	if en.outSeq != a.seq || t > en.outNs {
+		en.outNs = t
+	}
+	en.outSeq, en.holding = a.seq, hold
 	en.lastNs = max(en.lastNs, t)
 	a.wired = true
 	return 0
+}
+
+// EndHold ends the hold of a request whose connection attempt failed (refused, reset,
+// timed out) before any of its bytes were written: the domain's next request is spaced
+// from the attempt's start, its wire moment, not from the failure (which can come a
+// connect timeout later). The OnWire callback is still told at Wrote or Done.
+func (a *Admission) EndHold() {
+	if a.l == nil || !a.wired || a.done {
+		return
+	}
+	s, en := a.s, a.en
+	s.mu.Lock()
+	if en.outSeq == a.seq {
+		en.holding = false
+	}
+	s.mu.Unlock()
 }
 
 // Wrote is called right after the request's first bytes were handed to the socket. If the
@@ -345,19 +402,23 @@ func (a *Admission) Wrote() {
 func (a *Admission) tellWire(now time.Time) {
 	if a.wirePending {
 		a.wirePending = false
-		a.onWire(now)
+		a.told(now)
 	}
 }
 
 // WaitWire calls Wire until it lets the request out, waiting on the limiter's clock, or
 // until ctx ends.
-func (a *Admission) WaitWire(ctx context.Context) error { return a.waitWire(ctx, false) }
+func (a *Admission) WaitWire(ctx context.Context) error { return a.waitWire(ctx, false, false) }
 
 // WaitWireAndHold is WaitWire with WireAndHold: the caller must call Wrote right after
 // its first write (or Done).
-func (a *Admission) WaitWireAndHold(ctx context.Context) error { return a.waitWire(ctx, true) }
+func (a *Admission) WaitWireAndHold(ctx context.Context) error { return a.waitWire(ctx, true, false) }
 
-func (a *Admission) waitWire(ctx context.Context, hold bool) error {
+// WaitWriteAndHold is WaitWire with WriteAndHold: the caller must call Wrote right after
+// its first write (or Done).
+func (a *Admission) WaitWriteAndHold(ctx context.Context) error { return a.waitWire(ctx, true, true) }
+
+func (a *Admission) waitWire(ctx context.Context, hold, again bool) error {
 	if a.l == nil {
 		return nil
 	}
@@ -367,7 +428,7 @@ func (a *Admission) waitWire(ctx context.Context, hold bool) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		d := a.wire(a.l.clk.Now(), hold)
+		d := a.wire(a.l.clk.Now(), hold, again)
 		if d == 0 {
 			return nil
 		}

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -9,9 +10,10 @@ import (
 	"downloader/clock"
 )
 
-// TestOnWireTellsTheWireMomentOnce: the callback set with OnWire hears the wire moment
-// once: at Wire, or for WireAndHold at Wrote (or Done when Wrote never came); never for a
-// request that did not go out, nor for a call that had to wait.
+// TestOnWireTellsTheWireMomentOnce: the callback set with OnWire, and the limiter's
+// observer set with ObserveWire, hear the wire moment once: at Wire, or for WireAndHold at
+// Wrote (or Done when Wrote never came); never for a request that did not go out, nor for
+// a call that had to wait.
 func TestOnWireTellsTheWireMomentOnce(t *testing.T) {
 	const iv = 100 * time.Millisecond
 	cases := []struct {
@@ -44,25 +46,44 @@ func TestOnWireTellsTheWireMomentOnce(t *testing.T) {
 		}, -1},
 	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-			l := New(clk)
-			clk.Advance(time.Hour)
-			a, wait := l.Allow(clk.Now(), "o.test", iv, downloader.IntervalSourceRequest, downloader.EntryProbe)
-			if wait != 0 {
-				t.Fatalf("not admitted: %v", wait)
-			}
-			start := clk.Now()
-			var told []time.Time
-			a.OnWire(func(at time.Time) { told = append(told, at) })
-			tc.run(clk, &a)
-			switch {
-			case tc.want < 0 && len(told) != 0:
-				t.Errorf("told %v; want nothing", told)
-			case tc.want >= 0 && (len(told) != 1 || !told[0].Equal(start.Add(tc.want))):
-				t.Errorf("told %v; want once at +%v", told, tc.want)
-			}
-		})
+		for _, via := range []string{"OnWire", "ObserveWire", "both"} {
+			t.Run(tc.name+"/"+via, func(t *testing.T) {
+				clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+				l := New(clk)
+				var observed []time.Time
+				if via != "OnWire" {
+					l.ObserveWire(func(domain string, interval time.Duration, at time.Time) {
+						if domain != "o.test" || interval != iv {
+							t.Errorf("observed %q %v, want o.test %v", domain, interval, iv)
+						}
+						observed = append(observed, at)
+					})
+				}
+				clk.Advance(time.Hour)
+				a, wait := l.Allow(clk.Now(), "o.test", iv, downloader.IntervalSourceRequest, downloader.EntryProbe)
+				if wait != 0 {
+					t.Fatalf("not admitted: %v", wait)
+				}
+				start := clk.Now()
+				var told []time.Time
+				if via != "ObserveWire" {
+					a.OnWire(func(at time.Time) { told = append(told, at) })
+				}
+				tc.run(clk, &a)
+				if via == "both" && !slices.Equal(told, observed) {
+					t.Errorf("OnWire told %v, ObserveWire %v: want the same", told, observed)
+				}
+				if via == "ObserveWire" {
+					told = observed
+				}
+				switch {
+				case tc.want < 0 && len(told) != 0:
+					t.Errorf("told %v; want nothing", told)
+				case tc.want >= 0 && (len(told) != 1 || !told[0].Equal(start.Add(tc.want))):
+					t.Errorf("told %v; want once at +%v", told, tc.want)
+				}
+			})
+		}
 	}
 }
 

@@ -33,13 +33,22 @@ const (
 
 // DomainState is a snapshot of one domain's entry in downloader:domain_runtime.
 type DomainState struct {
-	Domain          string                    `json:"domain"`
-	MinIntervalMs   int64                     `json:"min_interval_ms"`
-	IntervalSource  downloader.IntervalSource `json:"interval_source"`
-	LastRequestAt   time.Time                 `json:"last_request_at"`
-	InFlightCount   int                       `json:"in_flight_count"`
-	RequestCount24h uint64                    `json:"request_count_24h"`
-	State           State                     `json:"state"`
+	Domain         string                    `json:"domain"`
+	MinIntervalMs  int64                     `json:"min_interval_ms"`
+	IntervalSource downloader.IntervalSource `json:"interval_source"`
+	// LastRequestAt is the latest request's moment: when it went on the wire, or the slot
+	// it was admitted for while it has not gone out yet (a reservation's slot may be
+	// ahead). It is never a moment at which no request was made (SPEC §2, loss and
+	// rebuild): zero, and absent from the JSON, when no request of the domain is known.
+	LastRequestAt time.Time `json:"last_request_at,omitzero"`
+	// RebuildLossAt is set while the conservative rebuild decides the domain's next slot:
+	// the moment of the table's loss (the previous process's last sign of life after a
+	// crash), which counts as the domain's last request, so that a request is admitted
+	// from RebuildLossAt + its min_interval_ms. Zero (absent) otherwise.
+	RebuildLossAt   time.Time `json:"rebuild_loss_at,omitzero"`
+	InFlightCount   int       `json:"in_flight_count"`
+	RequestCount24h uint64    `json:"request_count_24h"`
+	State           State     `json:"state"`
 	// LastOverLimitEntry and LastOverLimitAt tell the latest over-limit event, if any.
 	LastOverLimitEntry downloader.Entry `json:"last_over_limit_entry,omitempty"`
 	LastOverLimitAt    *time.Time       `json:"last_over_limit_at"`
@@ -51,10 +60,23 @@ func (l *Limiter) snapshot(domain string, en *entry, t int64) DomainState {
 		Domain:          domain,
 		MinIntervalMs:   int64(en.intervalMs),
 		IntervalSource:  en.source.source(),
-		LastRequestAt:   l.at(en.lastNs).UTC(),
 		InFlightCount:   int(en.inFlight),
 		RequestCount24h: en.requests.sum(h),
 		State:           StateNormal,
+	}
+	// lastNs is the moment the next interval counts from: a request's moment, or the loss
+	// moment for a domain whose requests the lost table knew. Only the first is shown as
+	// last_request_at; the loss has a field of its own.
+	loss := l.lossNs.Load()
+	fromLoss := en.lastNs == loss && !(en.outSeq != 0 && en.outNs >= loss)
+	switch {
+	case !fromLoss:
+		st.LastRequestAt = l.at(en.lastNs).UTC()
+	case en.outSeq != 0: // a request known from before the loss
+		st.LastRequestAt = l.at(en.outNs).UTC()
+	}
+	if fromLoss && t < loss+int64(downloader.MaxMinInterval) {
+		st.RebuildLossAt = l.at(loss).UTC()
 	}
 	if en.overEntry != 0 {
 		at := l.at(en.overNs).UTC()
@@ -77,6 +99,20 @@ func (l *Limiter) Domain(now time.Time, domain string) (DomainState, bool) {
 		return DomainState{}, false
 	}
 	return l.snapshot(domain, en, l.ns(now)), true
+}
+
+// CountsFrom returns the instant domain's next interval counts from: its latest admitted
+// slot or wire moment, or the loss moment the rebuild counts as a request (which
+// DomainState shows apart, as rebuild_loss_at). False if the table holds nothing for it.
+func (l *Limiter) CountsFrom(domain string) (time.Time, bool) {
+	s := l.shardOf(domain)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	en := s.entries[domain]
+	if en == nil {
+		return time.Time{}, false
+	}
+	return l.at(en.lastNs).UTC(), true
 }
 
 // Range calls f with a snapshot of every domain, one shard at a time, until f returns

@@ -122,7 +122,8 @@ func (g *Guard) mapsHost(host string) bool {
 // forbidden address directly (an IP literal in any form a browser reads as one, or a
 // "localhost" name) is refused with an EINVALID error on field "url", unless a connect-to
 // rule maps the host or private networks are allowed. A host whose last label is numeric
-// but is not a valid IPv4 address is refused too, as a browser would. host may carry a
+// but is not a valid IPv4 address is refused too, as a browser would. The host is checked
+// as written and after IDNA mapping ("①②⑦.⓪.⓪.①" is 127.0.0.1). host may carry a
 // port ("127.0.0.1:80", "[::1]:443") or brackets.
 func (g *Guard) CheckURLHost(host string) error {
 	if g.allowPrivate {
@@ -135,6 +136,20 @@ func (g *Guard) CheckURLHost(host string) error {
 	if host == "" {
 		return downloader.Invalidf("url", "url has no host")
 	}
+	if err := g.checkHostName(host); err != nil {
+		return err
+	}
+	// A browser, net/http and the resolver all read a host after IDNA mapping (UTS #46:
+	// "①" is "1", "。" a dot, full-width letters are ASCII), so the mapped form is the
+	// address that would be dialled: it is checked the same way.
+	if mapped, err := downloader.NormalizeDomain(host); err == nil && mapped != strings.ToLower(host) {
+		return g.checkHostName(mapped)
+	}
+	return nil
+}
+
+// checkHostName is CheckURLHost's test of one form of the host.
+func (g *Guard) checkHostName(host string) error {
 	if g.mapsHost(host) {
 		return nil
 	}
@@ -290,16 +305,19 @@ func isLocalhostName(host string) bool {
 // A refused destination returns a *ForbiddenError. A resolver failure returns a
 // *net.DNSError (wrapping a resolver's own error type when it returned another one), so a
 // caller can tell NXDOMAIN (IsNotFound) from a failing resolver.
+//
+// A ConnectHook in ctx (WithConnectHook) is told of the connection attempt once every
+// check has passed, right before the first connect, and may still refuse it.
 func (g *Guard) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
 	host, port, err := net.SplitHostPort(address)
 	if err != nil {
 		return nil, fmt.Errorf("netguard: dial %q: %w", address, err)
 	}
 	if target, ok := g.Map(host, port); ok {
-		return g.dialer.DialContext(ctx, network, target)
+		return g.attempt(ctx, host, func() (net.Conn, error) { return g.dialer.DialContext(ctx, network, target) })
 	}
 	if g.allowPrivate {
-		return g.dialer.DialContext(ctx, network, address)
+		return g.attempt(ctx, host, func() (net.Conn, error) { return g.dialer.DialContext(ctx, network, address) })
 	}
 	ip, isIP, err := literalIP(host)
 	if err != nil {
@@ -309,7 +327,9 @@ func (g *Guard) DialContext(ctx context.Context, network, address string) (net.C
 		if reason, bad := Forbidden(ip); bad {
 			return nil, &ForbiddenError{Host: host, Addr: ip, Reason: reason}
 		}
-		return g.dialer.DialContext(ctx, network, net.JoinHostPort(ip.WithZone("").String(), port))
+		return g.attempt(ctx, host, func() (net.Conn, error) {
+			return g.dialer.DialContext(ctx, network, net.JoinHostPort(ip.WithZone("").String(), port))
+		})
 	}
 	if isLocalhostName(host) {
 		return nil, &ForbiddenError{Host: host, Reason: "loopback name"}
@@ -324,7 +344,42 @@ func (g *Guard) DialContext(ctx context.Context, network, address string) (net.C
 			return nil, &ForbiddenError{Host: host, Addr: a, Reason: reason}
 		}
 	}
-	return g.dialSerial(ctx, network, host, port, addrs)
+	return g.attempt(ctx, host, func() (net.Conn, error) { return g.dialSerial(ctx, network, host, port, addrs) })
+}
+
+// ConnectHook is told of a dial's connection attempt: the moment a packet may first go
+// to the origin's address (SPEC §2, a spent slot), after resolution and the SSRF check.
+// The limiter spends a request's slot there, so that a site whose connections fail is
+// never hammered, while a DNS failure or a refusal of the guard gives the slot back.
+type ConnectHook interface {
+	// Connecting is called once per dial, right before its first connect (the other
+	// answers of a name, tried only if the first fails, are part of the same attempt). A
+	// non-nil error refuses the dial before any packet; DialContext returns it wrapped.
+	Connecting(ctx context.Context) error
+	// Connected is called once after Connecting returned nil, with the dial's error
+	// (nil: connected).
+	Connected(err error)
+}
+
+type connectHookKey struct{}
+
+// WithConnectHook returns ctx carrying h for the dials made with it.
+func WithConnectHook(ctx context.Context, h ConnectHook) context.Context {
+	return context.WithValue(ctx, connectHookKey{}, h)
+}
+
+// attempt runs dial, the connection attempt to host, telling the ConnectHook of ctx.
+func (g *Guard) attempt(ctx context.Context, host string, dial func() (net.Conn, error)) (net.Conn, error) {
+	h, _ := ctx.Value(connectHookKey{}).(ConnectHook)
+	if h == nil {
+		return dial()
+	}
+	if err := h.Connecting(ctx); err != nil {
+		return nil, fmt.Errorf("netguard: connection to %s not attempted: %w", host, err)
+	}
+	c, err := dial()
+	h.Connected(err)
+	return c, err
 }
 
 func (g *Guard) resolve(ctx context.Context, network, host string) ([]netip.Addr, error) {

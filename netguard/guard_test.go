@@ -179,6 +179,17 @@ func TestCheckURLHost(t *testing.T) {
 		{"127.0.0.2", false}, // mapped by a rule: the operator's choice
 		{"x.mapped.test", false},
 		{"", true},
+		// IDNA-mapped forms: what a browser or net/http dials is the mapped host.
+		{"①②⑦.⓪.⓪.①", true},
+		{"127。0。0。1", true},
+		{"１２７.０.０.１:80", true},
+		{"①②⑦。①", true},
+		{"0x7f。1", true},
+		{"⑩.①.②.③", true},
+		{"ｌｏｃａｌｈｏｓｔ", true},
+		{"⑨③.①⑧④.②①⑤.①④", false}, // 93.184.215.14, public
+		{"ｅｘａｍｐｌｅ.com", false},
+		{"bücher.example", false},
 	}
 	for _, tt := range tests {
 		err := g.CheckURLHost(tt.host)

@@ -3,6 +3,7 @@ package observe
 import (
 	"cmp"
 	"encoding/base64"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,7 +46,7 @@ func SortKeys() []string {
 // row is one domain in a snapshot, compact (48 bytes) so that 10^6 domains fit in ~50 MB.
 type row struct {
 	domain     string
-	lastNs     int64 // last_request_at, Unix ns
+	lastNs     int64 // last_request_at, Unix ns; noRequestNs: none known
 	overNs     int64 // last_over_limit_at, Unix ns; 0: never
 	requests   uint32
 	intervalMs int32
@@ -53,7 +54,14 @@ type row struct {
 	source     uint8 // index in sources
 	state      uint8 // index in states
 	overEntry  uint8 // index+1 in downloader.Entries; 0: never
+	// isRebuild: the conservative rebuild decides the domain's next slot; the loss moment
+	// (rebuild_loss_at) is one for the whole table, kept in the snapshot.
+	isRebuild bool
 }
+
+// noRequestNs is the lastNs of a domain with no known request: it sorts before every
+// request moment, as "never" is older than any time.
+const noRequestNs = math.MinInt64
 
 // The small sets a row stores as codes: the index in these lists, which are in
 // alphabetical order so that codes sort as the names do.
@@ -84,9 +92,13 @@ func at[T any](set []T, code uint8) T {
 
 func rowOf(st *limiter.DomainState) row {
 	r := row{
-		domain: st.Domain, lastNs: st.LastRequestAt.UnixNano(), requests: uint32(min(st.RequestCount24h, 1<<32-1)),
+		domain: st.Domain, lastNs: noRequestNs, requests: uint32(min(st.RequestCount24h, 1<<32-1)),
 		intervalMs: int32(st.MinIntervalMs), inFlight: int32(st.InFlightCount),
 		source: codeOf(sources(), st.IntervalSource), state: codeOf(states(), st.State),
+		isRebuild: !st.RebuildLossAt.IsZero(),
+	}
+	if !st.LastRequestAt.IsZero() {
+		r.lastNs = st.LastRequestAt.UnixNano()
 	}
 	if st.LastOverLimitAt != nil {
 		r.overNs = st.LastOverLimitAt.UnixNano()
@@ -95,11 +107,16 @@ func rowOf(st *limiter.DomainState) row {
 	return r
 }
 
-func (r *row) domainState() limiter.DomainState {
+func (r *row) domainState(lossAt time.Time) limiter.DomainState {
 	st := limiter.DomainState{
 		Domain: r.domain, MinIntervalMs: int64(r.intervalMs), IntervalSource: at(sources(), r.source),
-		LastRequestAt: time.Unix(0, r.lastNs).UTC(), InFlightCount: int(r.inFlight),
-		RequestCount24h: uint64(r.requests), State: at(states(), r.state),
+		InFlightCount: int(r.inFlight), RequestCount24h: uint64(r.requests), State: at(states(), r.state),
+	}
+	if r.lastNs != noRequestNs {
+		st.LastRequestAt = time.Unix(0, r.lastNs).UTC()
+	}
+	if r.isRebuild {
+		st.RebuildLossAt = lossAt
 	}
 	if r.overEntry != 0 {
 		at := time.Unix(0, r.overNs).UTC()
@@ -128,6 +145,7 @@ type snapshot struct {
 	at      time.Time
 	rows    []row
 	summary DomainSummary
+	lossAt  time.Time // the rebuild_loss_at of the rows with isRebuild
 
 	mu     sync.Mutex
 	orders map[orderKey]*order
@@ -184,6 +202,9 @@ func (t *DomainTable) build(now time.Time) *snapshot {
 	sum := &s.summary
 	t.lim.Range(now, func(st limiter.DomainState) bool {
 		s.rows = append(s.rows, rowOf(&st))
+		if !st.RebuildLossAt.IsZero() {
+			s.lossAt = st.RebuildLossAt
+		}
 		if st.InFlightCount > 0 || (st.RequestCount24h > 0 && !st.LastRequestAt.Before(activeFrom)) {
 			sum.ActiveDomainCount++
 			if st.MinIntervalMs <= 0 {
@@ -265,7 +286,7 @@ func (t *DomainTable) Page(now time.Time, q DomainQuery) (DomainPage, error) {
 			more = true
 			break
 		}
-		page.Domains = append(page.Domains, r.domainState())
+		page.Domains = append(page.Domains, r.domainState(s.lossAt))
 		last = r
 	}
 	if more && last != nil {

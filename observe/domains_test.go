@@ -320,3 +320,47 @@ func BenchmarkDomainTable(b *testing.B) {
 		}
 	})
 }
+
+// TestDomainTableNoRequestKnown: a domain refused by the conservative rebuild before any
+// request shows no last_request_at and the loss moment as rebuild_loss_at, as the limiter
+// does, and sorts before every domain with a request (never is older than any time).
+func TestDomainTableNoRequestKnown(t *testing.T) {
+	clk := clock.NewFake(t0)
+	lim := limiter.New(clk) // lost at t0
+	now := t0.Add(time.Minute)
+	a, wait := lim.Allow(now, "seen.test", time.Second, downloader.IntervalSourceLease, downloader.EntryLease)
+	if wait > 0 {
+		t.Fatal("seen.test refused")
+	}
+	a.Done()
+	if _, wait := lim.Allow(now, "held.test", time.Hour, downloader.IntervalSourceLease, downloader.EntryProbe); wait == 0 {
+		t.Fatal("held.test admitted within the rebuild")
+	}
+	tab := NewDomainTable(lim, time.Minute)
+	p, err := tab.Page(now, DomainQuery{Sort: SortLastRequest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Domains) != 2 || p.Domains[0].Domain != "held.test" {
+		t.Fatalf("rows %+v, want held.test first", p.Domains)
+	}
+	for _, got := range p.Domains {
+		want, _ := lim.Domain(now, got.Domain)
+		if !got.LastRequestAt.Equal(want.LastRequestAt) || !got.RebuildLossAt.Equal(want.RebuildLossAt) {
+			t.Errorf("%s: row last_request_at %v rebuild_loss_at %v, limiter %v %v", got.Domain,
+				got.LastRequestAt, got.RebuildLossAt, want.LastRequestAt, want.RebuildLossAt)
+		}
+	}
+	if h := p.Domains[0]; !h.LastRequestAt.IsZero() || !h.RebuildLossAt.Equal(t0) {
+		t.Errorf("held.test: %+v, want no last_request_at and rebuild_loss_at t0", h)
+	}
+	// Paging past the domain with no request works with its cursor.
+	p1, err := tab.Page(now, DomainQuery{Sort: SortLastRequest, Limit: 1})
+	if err != nil || p1.NextCursor == nil {
+		t.Fatalf("first page %+v %v", p1, err)
+	}
+	p2, err := tab.Page(now, DomainQuery{Sort: SortLastRequest, Limit: 1, Cursor: *p1.NextCursor})
+	if err != nil || len(p2.Domains) != 1 || p2.Domains[0].Domain != "seen.test" {
+		t.Fatalf("second page %+v %v", p2, err)
+	}
+}

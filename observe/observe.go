@@ -72,6 +72,8 @@ type hourCounts struct {
 	finished     uint64
 	serviceNs    uint64
 	serviceCount uint64
+	renderNs     uint64 // service time of finished renders (should_render=true)
+	renderCount  uint64
 }
 
 // recentCounts is one ten-second bucket.
@@ -176,6 +178,10 @@ func (o *Observer) count(ev *engine.Event, now time.Time) {
 		if ev.Duration > 0 {
 			h.serviceNs += uint64(ev.Duration)
 			h.serviceCount++
+			if ev.ShouldRender {
+				h.renderNs += uint64(ev.Duration)
+				h.renderCount++
+			}
 			r.serviceNs += uint64(ev.Duration)
 			r.serviceCount++
 		}

@@ -54,6 +54,21 @@ func (r *ring[T]) each(now time.Time, f func(*T)) {
 	}
 }
 
+// buckets calls f with the start of every bucket of the window ending with now's bucket,
+// oldest first, and its value, or nil for a bucket nothing was written to.
+func (r *ring[T]) buckets(now time.Time, f func(start time.Time, v *T)) {
+	b := r.bucketOf(now)
+	n := int64(len(r.slots))
+	for k := b - n + 1; k <= b; k++ {
+		s := &r.slots[mod(k, len(r.slots))]
+		var v *T
+		if s.bucket == k+1 {
+			v = &s.v
+		}
+		f(time.Unix(0, k*int64(r.span)).UTC(), v)
+	}
+}
+
 func mod(b int64, n int) int {
 	m := b % int64(n)
 	if m < 0 {

@@ -70,14 +70,14 @@ func BenchmarkRender(b *testing.B) {
 	}
 }
 
-// BenchmarkRenderFrames measures what admitting iframe documents on other hosts would
-// cost. Sixteen sites (frames1.test … frames16.test) serve the JS test page with one
-// iframe of widget.test, as pages embed a video player or a share button; widget.test
-// gets the service's default interval (1 s). Variants, all with hops admitted:
-// frames-free (iframes are sent unadmitted, the default), frames-admit-now (admitted if
-// widget.test's turn is now, else the iframe is failed) and frames-admit-wait (admitted,
+// BenchmarkRenderFrames measures what admitting iframe documents on other hosts costs.
+// Sixteen sites (frames1.test … frames16.test) serve the JS test page with one iframe of
+// widget.test, as pages embed a video player or a share button; widget.test gets the
+// service's default interval (1 s). Variants, all with hops admitted: frames-free
+// (iframes are sent unadmitted), frames-admit-now (admitted if widget.test's turn is now,
+// else the iframe is skipped: the service's mode) and frames-admit-wait (admitted,
 // waiting for widget.test's turn up to the render's deadline). Also reported: the share
-// of iframes failed.
+// of iframes skipped.
 //
 //	go test -run '^$' -bench BenchmarkRenderFrames -benchtime 32x ./render/
 func BenchmarkRenderFrames(b *testing.B) {
@@ -178,7 +178,7 @@ func benchPool(b *testing.B, f *fixture, c int, o benchOpts) {
 		if out.FailReason != "" || deref(out.TextLength) <= deref(out.RawTextLength) {
 			return fmt.Errorf("render %s: fail_reason=%s text_length=%d raw_text_length=%d", u, failReason(out), deref(out.TextLength), deref(out.RawTextLength))
 		}
-		blocked.Add(int64(deref(out.HealthSignal.BlockedRequestCount)))
+		blocked.Add(int64(deref(out.HealthSignal.SkippedFrameCount)))
 		return nil
 	}
 	// Warm up: the browser is up and its warm tabs are made.

@@ -316,7 +316,10 @@ func localFlags(binaryPath, userAgent string) []chromedp.ExecAllocatorOption {
 		chromedp.Flag("disable-backgrounding-occluded-windows", true),
 		chromedp.Flag("disable-renderer-backgrounding", true),
 		chromedp.Flag("disable-hang-monitor", true),
-		chromedp.Flag("disable-popup-blocking", true),
+		// A crawler has no use for a window the page opens (window.open, target=_blank
+		// links and forms), and its document would load another site behind that site's
+		// limiter (SPEC §3): refuse them all. window.open returns null.
+		chromedp.Flag("block-new-web-contents", true),
 		chromedp.Flag("disable-prompt-on-repost", true),
 		chromedp.Flag("disable-ipc-flooding-protection", true),
 		chromedp.Flag("password-store", "basic"),
@@ -325,7 +328,10 @@ func localFlags(binaryPath, userAgent string) []chromedp.ExecAllocatorOption {
 		chromedp.Flag("hide-scrollbars", true),
 		// One process per render's context is isolation enough; keeping cross-site frames
 		// in the page's process saves a process per iframe and lets us see their requests.
-		chromedp.Flag("disable-features", "Translate,OptimizationHints,MediaRouter,InterestFeedContentSuggestions,CalculateNativeWinOcclusion,AutofillServerCommunication,CertificateTransparencyComponentUpdater,IsolateOrigins,site-per-process"),
+		// Speculative loads (prerender, no-state prefetch; DNS prefetch above) would reach
+		// other sites behind their limiter (SPEC §3); a link prefetch is failed by the
+		// pauser.
+		chromedp.Flag("disable-features", "Translate,OptimizationHints,MediaRouter,InterestFeedContentSuggestions,CalculateNativeWinOcclusion,AutofillServerCommunication,CertificateTransparencyComponentUpdater,IsolateOrigins,site-per-process,Prerender2,NoStatePrefetch"),
 		chromedp.Flag("disable-site-isolation-trials", true),
 		// WebRTC could reach addresses without the proxy.
 		chromedp.Flag("force-webrtc-ip-handling-policy", "disable_non_proxied_udp"),

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"log/slog"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
 	"downloader"
@@ -31,34 +33,42 @@ type HopAdmitter interface {
 // errHopRefused ends a render whose main document could not be admitted in time.
 var errHopRefused = errors.New("render: a main document hop was not admitted before the deadline")
 
-// documentPatterns makes the browser pause every document request (main frame and
-// iframes) before it is sent, until we continue or fail it (Fetch.requestPaused).
-var documentPatterns = []*fetch.RequestPattern{{
+// pausePatterns makes the browser pause every request of the tab's frames before it is
+// sent, until we continue or fail it (Fetch.requestPaused): documents for the hops and
+// frames, the rest for the render's sub-request caps, which the proxy cannot count inside
+// a CONNECT tunnel.
+var pausePatterns = []*fetch.RequestPattern{{
 	URLPattern:   "*",
-	ResourceType: network.ResourceTypeDocument,
 	RequestStage: fetch.RequestStageRequest,
 }}
 
 // frameMode is what the pauser does with an iframe's document request to a host other
-// than the main document's. Only frameFree is used by the service; the others exist to
-// measure the choice (BenchmarkRenderFrames, docs/benchmarks-render.md).
+// than the main document's. Only frameAdmitNow (the zero value) is used by the service;
+// the others exist to measure the choice (BenchmarkRenderFrames,
+// docs/benchmarks-render.md).
 type frameMode int
 
 const (
-	frameFree      frameMode = iota // sent without an admission, like the page's scripts
-	frameAdmitWait                  // admitted, waiting up to the deadline; else failed
-	frameAdmitNow                   // admitted if the host's turn is now; else failed
+	frameAdmitNow  frameMode = iota // admitted if the host's turn is now; else skipped
+	frameFree                       // sent without an admission, like the page's scripts
+	frameAdmitWait                  // admitted, waiting up to the deadline; else skipped
 )
 
 // frameGrace is how far ahead a host's turn may be for frameAdmitNow to take it.
 const frameGrace = 20 * time.Millisecond
 
-// pauser decides on a tab's paused document requests. The render's first main document
-// goes on at once: the caller's admission covers it. Every later main-frame document (a
-// redirect hop, a navigation the page makes by itself) waits for an admission of its own
-// from the HopAdmitter, bounded by the render's deadline; one that cannot be admitted in
-// time is failed, and the render ends with self_rate_limited. Iframe documents go on
-// without an admission: see docs/benchmarks-render.md for why.
+// pauser decides on a tab's paused requests (SPEC §3: a render never loads another site
+// behind that site's limiter). The render's first main document goes on at once: the
+// caller's admission covers it. Every later main-frame document (a redirect hop, a
+// navigation the page makes by itself) waits for an admission of its own from the
+// HopAdmitter, bounded by the render's deadline; one that cannot be admitted in time is
+// failed, and the render ends with self_rate_limited. An iframe document on another host
+// is admitted if that host's turn is now, else skipped (docs/benchmarks-render.md).
+// A request of a resource type the render skips (skip_resource_types) is failed as
+// blocked by the client and counted skipped (intercept.go). Speculative loads (prefetch)
+// are failed. Every other request is a sub-request, under the caller's admission and
+// bounded by the render's caps. The page's attempts to open
+// windows are counted here (the local browser refuses them: --block-new-web-contents).
 //
 // onEvent runs on the tab's event loop and only queues; run handles the queue on its own
 // goroutine, and each admission wait on another. Safe for concurrent use.
@@ -82,7 +92,9 @@ type hopRender struct {
 	ctx    context.Context // the render's: carries the entry, ends with the render
 	soft   time.Time       // a hop must be admitted before it (the page is read from then)
 	st     *renderState
-	refuse func() // ends the render at once (with errHopRefused)
+	skip   skipSet  // the resource types the render does not load
+	tr     *tracker // told which requests were skipped; nil: none is told
+	refuse func()   // ends the render at once (with errHopRefused)
 }
 
 func newPauser(hops HopAdmitter, frames frameMode, log *slog.Logger, wg *sync.WaitGroup) *pauser {
@@ -97,13 +109,24 @@ func (p *pauser) setMainFrame(id cdp.FrameID) {
 
 // arm makes the pauser serve the render r.
 func (p *pauser) arm(r *hopRender) {
+	r.st.countsAtPauser()
 	p.mu.Lock()
 	p.r = r
 	p.mu.Unlock()
 }
 
-// onEvent is the tab's listener: it queues paused requests and never blocks.
+// onEvent is the tab's listener: it queues paused requests, counts popups, and never
+// blocks.
 func (p *pauser) onEvent(ev any) {
+	if _, ok := ev.(*page.EventWindowOpen); ok {
+		p.mu.Lock()
+		r := p.r
+		p.mu.Unlock()
+		if r != nil {
+			r.st.countPopup()
+		}
+		return
+	}
 	e, ok := ev.(*fetch.EventRequestPaused)
 	if !ok {
 		return
@@ -143,6 +166,8 @@ const (
 	decideFail                       // fail it: no render, or not a request we send
 	decideAdmit                      // a later main-frame document: admit it first
 	decideAdmitFrame                 // an iframe's document on another host (frameMode)
+	decideSubrequest                 // the page's own request: under the render's caps
+	decideSkip                       // a resource type the render skips: fail it, count it
 )
 
 // decide classifies a paused request. It marks the render's first main document seen and
@@ -155,9 +180,18 @@ func (p *pauser) decide(e *fetch.EventRequestPaused) (*hopRender, string, decisi
 		return r, "", decideFail // no render in progress: nothing may go out
 	}
 	domain, err := requestDomain(e.Request)
+	if e.ResourceType != network.ResourceTypeDocument && r.skip.has(e.ResourceType) {
+		return r, domain, decideSkip // never sent: not a sub-request, not capped
+	}
+	if isSpeculative(e) {
+		return r, domain, decideFail // a load of a page nobody asked for
+	}
+	if e.ResourceType != network.ResourceTypeDocument {
+		return r, domain, decideSubrequest
+	}
 	if e.FrameID != p.mainFrame {
 		if p.frames == frameFree || err != nil || domain == p.mainDomain {
-			return r, domain, decideContinue // part of the page, like its scripts
+			return r, domain, decideSubrequest // part of the page, like its scripts
 		}
 		return r, domain, decideAdmitFrame
 	}
@@ -182,8 +216,24 @@ func (p *pauser) handle(tctx context.Context, e *fetch.EventRequestPaused) {
 	case decideFail:
 		p.fail(tctx, e.RequestID)
 		return
+	case decideSkip:
+		if r.tr != nil && e.NetworkID != "" {
+			r.tr.markSkipped(e.NetworkID) // before it fails: counted apart from sub-requests
+		}
+		// Not on the queue's goroutine, as a sub-request (a page's images come in bursts).
+		p.wg.Go(func() { p.fail(tctx, e.RequestID) })
+		return
 	case decideAdmitFrame:
 		p.wg.Go(func() { p.admitFrame(tctx, r, e.RequestID, domain) })
+		return
+	case decideSubrequest:
+		// Not on the queue's goroutine: a page's burst of sub-requests would wait for one
+		// CDP round trip after another.
+		if r.st.admitSubrequest(domain) {
+			p.wg.Go(func() { p.resume(tctx, e.RequestID) })
+		} else {
+			p.wg.Go(func() { p.fail(tctx, e.RequestID) })
+		}
 		return
 	}
 	if r.st.coveredByFirst(domain) {
@@ -197,8 +247,8 @@ func (p *pauser) handle(tctx context.Context, e *fetch.EventRequestPaused) {
 	p.wg.Go(func() { p.admit(tctx, r, e.RequestID, domain) })
 }
 
-// admitFrame admits an iframe's document request (frameAdmitWait, frameAdmitNow), or
-// fails it and counts it blocked; the render goes on either way.
+// admitFrame admits an iframe's document request (frameAdmitNow, frameAdmitWait), or
+// fails it and counts it skipped; the render goes on either way.
 func (p *pauser) admitFrame(tctx context.Context, r *hopRender, id fetch.RequestID, domain string) {
 	ctx, cancel := context.WithCancel(r.ctx)
 	defer cancel()
@@ -211,7 +261,7 @@ func (p *pauser) admitFrame(tctx context.Context, r *hopRender, id fetch.Request
 	adm, err := p.hops.AdmitHop(withDeadline(ctx, deadline), domain)
 	if err != nil || !r.st.addHop(domain, adm) {
 		if err != nil && ctx.Err() == nil {
-			r.st.countBlocked()
+			r.st.countSkippedFrame()
 		}
 		p.fail(tctx, id)
 		return
@@ -257,6 +307,25 @@ func (p *pauser) fail(tctx context.Context, id fetch.RequestID) {
 	if _, err := chromedp.Call(tctx, fetch.FailRequest, fetch.FailRequestParams{RequestID: id, ErrorReason: network.ErrorReasonBlockedByClient}); err != nil && tctx.Err() == nil {
 		p.log.Debug("render: fail paused request", "error", err)
 	}
+}
+
+// isSpeculative reports whether a paused request is a speculative load: a prefetch of a
+// link (rel=prefetch, speculation rules), which loads a page or resource the page might
+// want later. The local browser's flags turn prerender, no-state prefetch and DNS
+// prefetch off; this check holds on a remote endpoint too.
+func isSpeculative(e *fetch.EventRequestPaused) bool {
+	if e.ResourceType == network.ResourceTypePrefetch {
+		return true
+	}
+	if e.Request == nil {
+		return false
+	}
+	for k, v := range e.Request.Headers {
+		if s, ok := v.(string); ok && (strings.EqualFold(k, "Sec-Purpose") || strings.EqualFold(k, "Purpose")) && strings.Contains(strings.ToLower(s), "prefetch") {
+			return true
+		}
+	}
+	return false
 }
 
 // requestDomain is the limiter's key for a paused request.

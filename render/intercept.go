@@ -12,13 +12,18 @@ import (
 	"downloader"
 )
 
-// What a render does not download (SPEC §3, skip_resource_types). The browser pauses only
-// the requests of the skipped types (Fetch.enable with one pattern per type), and each is
-// failed at once, as blocked by the client: it never reaches our proxy or the origin. A
-// request of any other type is not paused, so it costs no protocol round trip and keeps
-// the HTTP cache (interception of every request would cost one round trip per request).
-// Network.setBlockedURLs, the other mechanism without a round trip, matches URLs only,
-// and a URL does not say what a request is for. docs/benchmarks.md has the measurement.
+// What a render does not download (SPEC §3, skip_resource_types). A request of a skipped
+// type is failed in the browser before it is sent, as blocked by the client: it never
+// reaches our proxy or the origin, and it is counted in skipped_request_count (not in
+// subrequest_count, capped_subrequest_count or blocked_request_count). When the pool
+// admits hops, the tab's pauser already pauses every request (pausePatterns), and a tab
+// has one set of Fetch patterns (a second Fetch.enable replaces the first's): skipping is
+// then one of the pauser's decisions (hops.go), for the render's own set. Without a pauser
+// (Config.Hops nil: tests, benchmarks) the browser pauses only the requests of the
+// skipped types (one pattern per type) and the skipper fails each at once, so a request
+// of any other type costs no protocol round trip. Network.setBlockedURLs, the mechanism
+// without a round trip, matches URLs only, and a URL does not say what a request is for.
+// docs/benchmarks.md has the measurement.
 
 // cdpResourceTypes maps our resource type names to the browser's.
 var cdpResourceTypes = map[downloader.ResourceType]network.ResourceType{
@@ -51,21 +56,26 @@ func newSkipSet(types []downloader.ResourceType) skipSet {
 	return s
 }
 
-// fetchPatterns are the Fetch.enable patterns of a tab: its skipped types, and every
-// document request when a pauser decides on them.
-func fetchPatterns(skip skipSet, withDocuments bool) []*fetch.RequestPattern {
-	var out []*fetch.RequestPattern
-	if withDocuments {
-		out = append(out, documentPatterns...)
+// has reports whether requests of type t are skipped.
+func (s skipSet) has(t network.ResourceType) bool {
+	return slices.Contains(s, t)
+}
+
+// fetchPatterns are the Fetch.enable patterns of a tab: every request when a pauser
+// decides on them (skipped types included), else its skipped types.
+func fetchPatterns(skip skipSet, withPauser bool) []*fetch.RequestPattern {
+	if withPauser {
+		return pausePatterns
 	}
+	var out []*fetch.RequestPattern
 	for _, t := range skip {
 		out = append(out, &fetch.RequestPattern{URLPattern: "*", ResourceType: t, RequestStage: fetch.RequestStageRequest})
 	}
 	return out
 }
 
-// skipper fails a tab's paused requests of skipped types and tells the tab's current
-// tracker which they were. add runs on the tab's event loop and only queues; run answers
+// skipper fails a pauser-less tab's paused requests (all of skipped types) and tells the
+// tab's current tracker which they were. add runs on the tab's event loop and only queues; run answers
 // on its own goroutine. Safe for concurrent use.
 type skipper struct {
 	t     *tab
@@ -109,18 +119,15 @@ func (s *skipper) run(tctx context.Context) {
 	}
 }
 
-// pausedRouter is the tab's listener for paused requests: documents go to the pauser (the
-// limiter's hops), everything else was paused only because its type is skipped.
+// pausedRouter is the tab's listener for the current use's pauser (paused requests, the
+// page's attempts to open windows): with no pauser, a paused request was paused only
+// because its type is skipped.
 func (t *tab) pausedRouter(ev any) {
-	e, ok := ev.(*fetch.EventRequestPaused)
-	if !ok {
+	if u := t.cur.Load(); u != nil && u.pause != nil {
+		u.pause.onEvent(ev)
 		return
 	}
-	if e.ResourceType == network.ResourceTypeDocument {
-		if u := t.cur.Load(); u != nil && u.pause != nil {
-			u.pause.onEvent(ev)
-			return
-		}
+	if e, ok := ev.(*fetch.EventRequestPaused); ok {
+		t.skip.add(e)
 	}
-	t.skip.add(e)
 }

@@ -256,7 +256,7 @@ func (j *renderJob) renderTab(ctx context.Context, t *tab) *downloader.Outcome {
 	runCtx, stopRun := context.WithCancelCause(t.ctx)
 	defer stopRun(nil)
 	if t.pause != nil {
-		t.pause.arm(&hopRender{ctx: ctx, soft: j.softDeadline(), st: j.st, refuse: func() { stopRun(errHopRefused) }})
+		t.pause.arm(&hopRender{ctx: ctx, soft: j.softDeadline(), st: j.st, skip: j.skip, tr: t.tr, refuse: func() { stopRun(errHopRefused) }})
 	}
 	stop := context.AfterFunc(ctx, func() { stopRun(context.Cause(ctx)) })
 	defer stop()
@@ -493,6 +493,7 @@ func (j *renderJob) base(md mainDocument, t *tab) *downloader.Outcome {
 	hs.SubrequestCount, hs.SubrequestFailedCount = &c.sub, &c.subFailed
 	hs.BlockedRequestCount = &blocked
 	hs.SkippedRequestCount = &c.skipped
+	j.st.guardCounts().fill(hs)
 	switch {
 	case md.proxyReason != "":
 		out.FailReason = md.proxyReason

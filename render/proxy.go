@@ -179,7 +179,27 @@ func (x *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "render proxy: only absolute http:// requests and CONNECT", http.StatusBadRequest)
 		return
 	}
+	if st.proxyCounts() && !isMainDocument(r, st.domain) {
+		if d, err := downloader.NormalizeDomain(r.URL.Host); err == nil && !st.admitSubrequest(d) {
+			x.log.Debug("render sub-request over the render's cap, refused", "domain", d)
+			// Our own limit, as the tracker reads it from the mark.
+			w.Header().Set(proxyErrorHeader, x.token+" "+string(downloader.FailSelfRateLimited))
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+	}
 	x.rp.ServeHTTP(w, r)
+}
+
+// isMainDocument tells, without a pauser, a navigation of the page's own host (the main
+// document, a same-host hop) from a sub-request, by the browser's fetch metadata.
+func isMainDocument(r *http.Request, domain string) bool {
+	if r.Header.Get("Sec-Fetch-Dest") != "document" {
+		return false
+	}
+	d, err := downloader.NormalizeDomain(r.URL.Host)
+	return err == nil && d == domain
 }
 
 // dial connects to an origin through the Guard (tunnel: for a CONNECT). The connection
@@ -189,6 +209,11 @@ func (x *proxy) dial(ctx context.Context, network, address string, tunnel bool) 
 	st := x.state()
 	if st == nil {
 		return nil, errNotArmed
+	}
+	if host, _, err := net.SplitHostPort(address); err == nil {
+		if d, err := downloader.NormalizeDomain(host); err == nil {
+			ctx = netguard.WithConnectHook(ctx, &attemptHook{st: st, domain: d, stop: x.ctx.Done()})
+		}
 	}
 	conn, err := x.dialGuard(ctx, network, address)
 	if err != nil {
@@ -290,17 +315,118 @@ type renderState struct {
 	mu             sync.Mutex
 	adm            *limiter.Admission // nil: no limiter (or released)
 	released       bool               // Render returned: adm is the caller's again
-	wired          bool               // the first request to domain went on the wire
+	wired          bool               // the first request to domain went on the wire (attempt or write)
+	attempts       wireAttempts       // connection attempts and first writes (wire.go)
 	seen           bool               // the proxy saw at least one request
 	blocked        int
 	tunnelFailures map[string]downloader.FailReason
 	hops           []*hopAdmission // the render's own admissions of main document hops
 	refused        bool            // a hop was not admitted in time
 	unwiredHops    atomic.Int32    // hops admitted and not yet on the wire
+
+	caps          subrequestCaps
+	pausedCount   bool           // the tab's pauser counts sub-requests (the proxy does not)
+	subCount      int            // sub-requests let through
+	subByHost     map[string]int // of them, per host other than the page's
+	capped        int            // sub-requests refused at a cap
+	popups        int            // windows the page tried to open
+	skippedFrames int            // cross-host iframe documents not admitted now
+}
+
+// subrequestCaps bound the sub-requests of one render (SPEC §3): they go out under the
+// render's one admission, so without a bound a page could turn a render into a flood of
+// its own host or of any other. Zero means no bound.
+type subrequestCaps struct {
+	total   int // per render
+	perHost int // per render and host other than the page's own
 }
 
 func newRenderState(clk clock.Clock, domain string, adm *limiter.Admission) *renderState {
 	return &renderState{clk: clk, domain: domain, adm: adm, over: make(chan struct{})}
+}
+
+// admitSubrequest counts one sub-request to domain (the page's own requests after its
+// first main document: scripts, styles, XHR, fetch, beacons, same-host frames) and
+// reports whether the caps let it go. A refused one is counted capped and never sent.
+// The main documents and admitted hops are not sub-requests; "other host" is any host
+// but the page's and its admitted hops'.
+func (st *renderState) admitSubrequest(domain string) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.caps.total > 0 && st.subCount >= st.caps.total {
+		st.capped++
+		return false
+	}
+	if st.caps.perHost > 0 && !st.ownDomain(domain) {
+		if st.subByHost[domain] >= st.caps.perHost {
+			st.capped++
+			return false
+		}
+		if st.subByHost == nil {
+			st.subByHost = make(map[string]int)
+		}
+		st.subByHost[domain]++
+	}
+	st.subCount++
+	return true
+}
+
+// ownDomain reports whether domain is the page's or one of its admitted hops'. Requires
+// st.mu held.
+func (st *renderState) ownDomain(domain string) bool {
+	if domain == st.domain {
+		return true
+	}
+	for _, h := range st.hops {
+		if h.domain == domain {
+			return true
+		}
+	}
+	return false
+}
+
+func (st *renderState) countPopup() {
+	st.mu.Lock()
+	st.popups++
+	st.mu.Unlock()
+}
+
+func (st *renderState) countSkippedFrame() {
+	st.mu.Lock()
+	st.skippedFrames++
+	st.mu.Unlock()
+}
+
+// guardCounts are the health signal's counts of what the render's guards kept from
+// other sites.
+type guardCounts struct {
+	popups, skippedFrames, capped int
+}
+
+func (st *renderState) guardCounts() guardCounts {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return guardCounts{popups: st.popups, skippedFrames: st.skippedFrames, capped: st.capped}
+}
+
+// fill sets the health signal's guard counts.
+func (c guardCounts) fill(hs *downloader.HealthSignal) {
+	hs.PopupCount, hs.SkippedFrameCount, hs.CappedSubrequestCount = &c.popups, &c.skippedFrames, &c.capped
+}
+
+// countsAtPauser makes the tab's pauser, which sees every request of the page's frames
+// before it is sent (HTTPS included, where the proxy sees only a tunnel), count the
+// sub-requests instead of the proxy.
+func (st *renderState) countsAtPauser() {
+	st.mu.Lock()
+	st.pausedCount = true
+	st.mu.Unlock()
+}
+
+func (st *renderState) proxyCounts() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return !st.pausedCount
 }
 
 var errReleased = errors.New("render proxy: render over")

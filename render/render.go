@@ -38,7 +38,12 @@
 //     location=) first gets an admission of its own, bounded by the render's deadline, and
 //     the proxy holds its request bytes toward that host until the admission's Wire lets
 //     them out. A hop that cannot be admitted in time is failed, and the render answers
-//     self_rate_limited. Iframe documents are not admitted (docs/benchmarks-render.md).
+//     self_rate_limited. An iframe document on another host is admitted if that host's
+//     turn is now, else skipped (docs/benchmarks-render.md). The browser pauses every
+//     other request too: speculative loads are failed, and the page's own sub-requests
+//     are bounded per render and per other host (MaxSubrequestCount,
+//     MaxHostSubrequestCount). Popups are refused by the local browser's flags and
+//     counted. SPEC §3: a render never loads another site behind that site's limiter.
 //   - A render navigates, waits for the load event and then for the network to be quiet
 //     (NetworkQuiet with no request in flight), reads the rendered DOM and the main
 //     document as served, and builds the outcome. See Pool.Render for the limits.
@@ -74,6 +79,10 @@ const (
 	DefaultNetworkIdleMax = 5 * time.Second
 	DefaultLaunchTimeout  = 20 * time.Second
 	DefaultProxyHost      = "127.0.0.1"
+	// A page of 10–30 requests (SPEC §3) stays well inside both; a page that fires a
+	// burst at a host not its own is cut at the second.
+	DefaultMaxSubrequestCount     = 150
+	DefaultMaxHostSubrequestCount = 20
 )
 
 // Backoff between failed launches or connections: doubling from minBackoff to maxBackoff.
@@ -117,8 +126,9 @@ type Config struct {
 	// request for it (CDP Fetch domain). Nil: nothing after the first request is admitted
 	// and nothing is paused (tests, benchmarks).
 	Hops HopAdmitter
-	// frames is what happens to iframe documents on other hosts; only benchmarks change
-	// it (docs/benchmarks-render.md has the measurement behind the default).
+	// frames is what happens to iframe documents on other hosts; only tests and
+	// benchmarks change it (docs/benchmarks-render.md has the measurement behind the
+	// default, frameAdmitNow).
 	frames frameMode
 	// refillAtLoad starts a render's replacement warm tab at the page's load event instead
 	// of when its network first goes quiet; only benchmarks set it
@@ -152,6 +162,13 @@ type Config struct {
 	// MaxContextRenders is how many renders a long-lived tab and its context serve
 	// (IsolationWipe) before they are replaced; default DefaultMaxContextRenders.
 	MaxContextRenders int
+
+	// MaxSubrequestCount bounds a render's sub-requests (everything but its main documents
+	// and admitted frames), MaxHostSubrequestCount those to each host other than the
+	// page's (SPEC §3): they go out under the render's one admission. The excess is
+	// refused before it is sent and counted in capped_subrequest_count.
+	MaxSubrequestCount     int
+	MaxHostSubrequestCount int
 }
 
 // Stats is a snapshot of the pool for health pages and metrics.
@@ -277,6 +294,12 @@ func New(cfg Config) (*Pool, error) {
 	}
 	if cfg.LaunchTimeout <= 0 {
 		cfg.LaunchTimeout = DefaultLaunchTimeout
+	}
+	if cfg.MaxSubrequestCount <= 0 {
+		cfg.MaxSubrequestCount = DefaultMaxSubrequestCount
+	}
+	if cfg.MaxHostSubrequestCount <= 0 {
+		cfg.MaxHostSubrequestCount = DefaultMaxHostSubrequestCount
 	}
 	if cfg.Endpoint != "" {
 		u, err := url.Parse(cfg.Endpoint)
@@ -493,6 +516,7 @@ func (p *Pool) render(ctx context.Context, u *url.URL, adm *limiter.Admission, s
 		defer p.gate.Release()
 	}
 	st := newRenderState(p.clk, domain, adm)
+	st.caps = subrequestCaps{total: p.cfg.MaxSubrequestCount, perHost: p.cfg.MaxHostSubrequestCount}
 	job := &renderJob{p: p, u: u, st: st, skip: skip, start: start, deadline: deadline, done: make(chan *downloader.Outcome, 1)}
 	if !p.goTracked(func() { job.run(ctx) }) {
 		return downloader.Failed(downloader.FailShuttingDown)

@@ -93,6 +93,13 @@ func (o *siteOrigin) mark() int {
 // interval, as in the service); it is closed when the test ends.
 func (o *siteOrigin) pool(t testing.TB, cfg Config) *Pool {
 	t.Helper()
+	return o.poolHops(t, cfg, true)
+}
+
+// poolHops is pool, with hops admitted (a pauser per tab, as the service has) or not
+// (no pauser: nothing but the skipped resource types is paused).
+func (o *siteOrigin) poolHops(t testing.TB, cfg Config, hops bool) *Pool {
+	t.Helper()
 	cfg.Guard = o.guard
 	cfg.UserAgent = testUserAgent
 	if cfg.Logger == nil {
@@ -101,7 +108,9 @@ func (o *siteOrigin) pool(t testing.TB, cfg Config) *Pool {
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = 1
 	}
-	cfg.Hops = limiterHops{l: limiter.New(clock.Real{})}
+	if hops {
+		cfg.Hops = limiterHops{l: limiter.New(clock.Real{})}
+	}
 	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

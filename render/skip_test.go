@@ -2,6 +2,7 @@ package render
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -37,11 +38,26 @@ func isSkippedAsset(_, path string) bool {
 
 // TestRenderSkipsResourceTypes: by default a render makes no image, media or font request
 // (the origin never sees one), counts them in skipped_request_count apart from
-// subrequest_count and blocked_request_count, and still loads the page's stylesheet and
-// script; an empty skip list loads everything.
+// subrequest_count, capped_subrequest_count and blocked_request_count, and still loads the
+// page's stylesheet and script; an empty skip list loads everything. With a pauser (the
+// service: every request paused) skipping is its decision; without one, the tab pauses
+// only the skipped types. With a pauser, a first pool's total cap of 2 sub-requests
+// leaves room for exactly the stylesheet and the script: a skipped request counted as a
+// sub-request would take it. (Without a pauser the proxy counts, and on plain HTTP it
+// cannot tell the main document from a sub-request: no cap there.)
 func TestRenderSkipsResourceTypes(t *testing.T) {
+	for _, hops := range []bool{true, false} {
+		t.Run(fmt.Sprintf("hops=%v", hops), func(t *testing.T) { testRenderSkips(t, hops) })
+	}
+}
+
+func testRenderSkips(t *testing.T, hops bool) {
 	o := newSiteOrigin(t, assetHandlers())
-	p := o.pool(t, Config{})
+	first := Config{}
+	if hops {
+		first.MaxSubrequestCount = 2
+	}
+	p := o.poolHops(t, first, hops)
 	f := getFixture(t)
 
 	mark := o.mark()
@@ -67,12 +83,17 @@ func TestRenderSkipsResourceTypes(t *testing.T) {
 	if n := deref(hs.SkippedRequestCount); n < 3 {
 		t.Errorf("skipped_request_count=%d, want >= 3", n)
 	}
-	if deref(hs.BlockedRequestCount) != 0 || deref(hs.SubrequestCount) != 2 || deref(hs.SubrequestFailedCount) != 0 {
-		t.Errorf("blocked_request_count=%d subrequest_count=%d subrequest_failed_count=%d, want 0, 2 (css, js), 0",
-			deref(hs.BlockedRequestCount), deref(hs.SubrequestCount), deref(hs.SubrequestFailedCount))
+	if deref(hs.BlockedRequestCount) != 0 || deref(hs.SubrequestCount) != 2 || deref(hs.SubrequestFailedCount) != 0 || deref(hs.CappedSubrequestCount) != 0 {
+		t.Errorf("blocked_request_count=%d subrequest_count=%d subrequest_failed_count=%d capped_subrequest_count=%d, want 0, 2 (css, js), 0, 0",
+			deref(hs.BlockedRequestCount), deref(hs.SubrequestCount), deref(hs.SubrequestFailedCount), deref(hs.CappedSubrequestCount))
 	}
 
-	// An empty list skips nothing; the same tab mechanism switches per render.
+	if hops {
+		p.Close()
+		p = o.poolHops(t, Config{}, hops)
+	}
+
+	// An empty list skips nothing; the same tab switches per render.
 	mark = o.mark()
 	out = p.RenderWith(context.Background(), f.url(siteName(2)+"/"), nil, downloader.RenderOptions{Timeout: 20 * time.Second, SkipResourceTypes: []downloader.ResourceType{}})
 	if out.FailReason != "" {

@@ -39,8 +39,8 @@ type tab struct {
 	cancel     context.CancelFunc
 	detached   <-chan struct{} // closed when the browser detaches the tab
 	mainFrame  cdp.FrameID
-	skip       *skipper // fails the requests of skipped types
-	skipping   skipSet  // the types the browser pauses for skip now
+	skip       *skipper // fails the requests of skipped types when there is no pauser
+	skipping   skipSet  // the types skipped now (without a pauser: the browser's patterns)
 	wg         sync.WaitGroup
 	closeOne   sync.Once
 	isLive     bool // counted in the pool's live (p.mu)
@@ -156,9 +156,10 @@ func (p *Pool) newTab(ctx context.Context, b *browser) (*tab, error) {
 			if len(patterns) == 0 {
 				return nil
 			}
-			// Every document request waits for the pauser's word, and every request of a
-			// skipped type is paused to be failed. An endpoint that cannot pause requests
-			// cannot render under the limiter: the tab fails (fail closed).
+			// Every request waits for the pauser's word (the hops, frames, sub-request caps
+			// and skipped resource types are its decisions), or, with no pauser, every
+			// request of a skipped type is paused to be failed. An endpoint that cannot
+			// pause requests cannot render under the limiter: the tab fails (fail closed).
 			if _, err := cdp.Call(ctx, tg, fetch.Enable, fetch.EnableParams{Patterns: patterns}); err != nil {
 				return fmt.Errorf("pause requests (Fetch.enable): %w", err)
 			}
@@ -215,10 +216,15 @@ func (p *Pool) newTab(ctx context.Context, b *browser) (*tab, error) {
 	return t, nil
 }
 
-// setSkip makes the browser skip the resource types of set from now on (one protocol
-// round trip when they differ from the tab's).
+// setSkip makes the browser skip the resource types of set from now on: with a pauser
+// its decision (hops.go; the patterns, every request, stay), else one protocol round trip
+// when they differ from the tab's.
 func (t *tab) setSkip(ctx context.Context, set skipSet) error {
 	if slices.Equal(set, t.skipping) {
+		return nil
+	}
+	if t.pause != nil {
+		t.skipping = set
 		return nil
 	}
 	var err error

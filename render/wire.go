@@ -1,15 +1,21 @@
 package render
 
 import (
+	"context"
 	"net"
 	"time"
+
+	"downloader/netguard"
 )
 
-// The wire moment (SPEC §2): an admission is Wire'd when its request's first bytes are
-// about to be written toward the origin, after DNS, connect and TLS, and the write waits
-// while the limiter says so. Taking it any earlier (at the dial, or at the TLS
-// handshake) lets the next request to the host, spaced from that moment, reach the origin
-// less than the interval after this one.
+// The wire moment (SPEC §2, a spent slot): an admission goes on the wire at the first
+// connection attempt toward its host (after DNS and the SSRF check: netguard's
+// ConnectHook), so a main document whose connect or TLS fails has spent its slot, and
+// again when its request's first bytes are about to be written: the wire moment moves
+// forward to the write, and the domain is held from the attempt until the write returns,
+// so that a slow handshake cannot let the next request to the host reach the origin less
+// than the interval after this one. An admission whose request reuses a connection goes
+// on the wire at the write alone.
 
 // originConn is a connection of a tab's proxy to an origin. It holds the first request
 // bytes to the page's own host (the caller's admission) and those of each admitted hop to
@@ -147,17 +153,22 @@ func (st *renderState) wireFirst(stop <-chan struct{}) (bool, error) {
 		case st.released:
 			st.mu.Unlock()
 			return false, errReleased
-		case st.wired:
+		case st.attempts.firstWritten:
 			st.mu.Unlock()
 			return false, nil
 		case st.adm == nil:
-			st.wired = true
+			st.wired, st.attempts.firstWritten = true, true
 			st.mu.Unlock()
 			return false, nil
 		}
-		d := st.adm.WireAndHold(st.clk.Now())
+		var d time.Duration
+		if st.wired { // on the wire since its connection attempt: move forward to the write
+			d = st.adm.WriteAndHold(st.clk.Now())
+		} else {
+			d = st.adm.WireAndHold(st.clk.Now())
+		}
 		if d == 0 {
-			st.wired = true
+			st.wired, st.attempts.firstWritten = true, true
 		}
 		st.mu.Unlock()
 		if d == 0 {
@@ -189,7 +200,12 @@ func (st *renderState) wireHop(stop <-chan struct{}, domain string) (*hopAdmissi
 			st.mu.Unlock()
 			return nil, nil
 		}
-		d := h.adm.WireAndHold(st.clk.Now())
+		var d time.Duration
+		if st.attempts.hops[h] {
+			d = h.adm.WriteAndHold(st.clk.Now())
+		} else {
+			d = h.adm.WireAndHold(st.clk.Now())
+		}
 		if d == 0 {
 			h.wired = true
 			st.unwiredHops.Add(-1)
@@ -232,3 +248,103 @@ func (st *renderState) wrote(first bool, h *hopAdmission) {
 		h.adm.Wrote()
 	}
 }
+
+// wireAttempts is what renderState knows of connection attempts (guarded by its mu):
+// st.wired is set by the first attempt toward the page's host, firstWritten by the first
+// request bytes; a hop's wired by its request bytes, hops[h] by an attempt before them.
+type wireAttempts struct {
+	firstWritten bool
+	hops         map[*hopAdmission]bool
+}
+
+// attemptHook is netguard's ConnectHook for one dial of the proxy toward domain.
+type attemptHook struct {
+	st     *renderState
+	domain string
+	stop   <-chan struct{}
+
+	first bool          // the attempt put the caller's admission on the wire
+	hop   *hopAdmission // or this hop's
+}
+
+// Connecting puts on the wire the admission a connection attempt toward the domain belongs
+// to, once it agrees: the caller's, for the first attempt toward the page's host, else the
+// oldest admitted hop to the domain not yet on the wire, if any. Like the first write (see
+// wireFor), an attempt holds the domain (WireAndHold) until that admission's write or the
+// attempt's failure.
+func (a *attemptHook) Connecting(ctx context.Context) error {
+	st := a.st
+	for {
+		st.mu.Lock()
+		if st.released {
+			st.mu.Unlock()
+			return errReleased
+		}
+		var d time.Duration
+		switch {
+		case a.domain == st.domain && !st.wired && st.adm != nil:
+			if d = st.adm.WireAndHold(st.clk.Now()); d == 0 {
+				st.wired, a.first = true, true
+			}
+		case st.unwiredHops.Load() > 0:
+			var h *hopAdmission
+			for _, c := range st.hops {
+				if !c.wired && c.domain == a.domain && !st.attempts.hops[c] {
+					h = c
+					break
+				}
+			}
+			if h == nil {
+				break
+			}
+			if d = h.adm.WireAndHold(st.clk.Now()); d == 0 {
+				if st.attempts.hops == nil {
+					st.attempts.hops = make(map[*hopAdmission]bool)
+				}
+				st.attempts.hops[h], a.hop = true, h
+			}
+		}
+		st.mu.Unlock()
+		if d == 0 {
+			return nil
+		}
+		if err := st.sleepCtx(ctx, a.stop, d); err != nil {
+			return err
+		}
+	}
+}
+
+// sleepCtx is sleep that also ends with ctx (a dial's: the browser gave up the tunnel).
+func (st *renderState) sleepCtx(ctx context.Context, stop <-chan struct{}, d time.Duration) error {
+	t := st.clk.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return nil
+	case <-st.over:
+		return errReleased
+	case <-stop:
+		return errReleased
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Connected ends the hold of an admission whose connection attempt failed before its
+// request was written: the next request is spaced from the attempt, not the failure.
+func (a *attemptHook) Connected(err error) {
+	if err == nil || (!a.first && a.hop == nil) {
+		return
+	}
+	st := a.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	switch {
+	case a.first && !st.attempts.firstWritten && !st.released && st.adm != nil:
+		st.adm.EndHold()
+	case a.hop != nil && !a.hop.wired && !st.released:
+		a.hop.adm.EndHold()
+	}
+}
+
+var _ netguard.ConnectHook = (*attemptHook)(nil)

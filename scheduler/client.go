@@ -21,6 +21,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"downloader"
@@ -47,6 +49,9 @@ type Client struct {
 	base string
 	http *http.Client
 	log  *slog.Logger
+	// isSingleOnly is set once the scheduler answered a batched call with 404, 405 or 501:
+	// it has only the single form, which is used from then on.
+	isSingleOnly atomic.Bool
 }
 
 // Close closes the client's idle connections.
@@ -160,53 +165,182 @@ func (c *Client) Report(ctx context.Context, r *downloader.Report) error {
 
 // Release hands a task back; retryAfter is sent in whole seconds, rounded up, at least 1.
 func (c *Client) Release(ctx context.Context, taskID string, retryAfter time.Duration) error {
-	secs := max(1, int64(math.Ceil(retryAfter.Seconds())))
-	return c.call(ctx, "/v1/release", releaseRequest{TaskID: taskID, RetryAfterSeconds: secs}, nil)
+	return c.call(ctx, "/v1/release", releaseRequest{TaskID: taskID, RetryAfterSeconds: retryAfterSeconds(retryAfter)}, nil)
+}
+
+// retryAfterSeconds is a release's wait in whole seconds, rounded up, at least 1.
+func retryAfterSeconds(d time.Duration) int64 { return max(1, int64(math.Ceil(d.Seconds()))) }
+
+// MaxBatchCount bounds the reports or releases of one batched call.
+const MaxBatchCount = 256
+
+// singleConcurrency is how many single-form calls a batch falls back to at once.
+const singleConcurrency = 8
+
+// reportBatch is the body of POST /v1/reports.
+type reportBatch struct {
+	Reports []downloader.Report `json:"reports"`
+}
+
+// releaseBatch is the body of POST /v1/releases.
+type releaseBatch struct {
+	Releases []releaseRequest `json:"releases"`
+}
+
+// itemResult is the scheduler's answer for one report or release of a batch: status is
+// what the single form would have answered.
+type itemResult struct {
+	TaskID     string `json:"task_id"`
+	HTTPStatus int    `json:"http_status"`
+	Error      string `json:"error,omitempty"`
+}
+
+// batchAnswer is the 2xx answer of a batched call.
+type batchAnswer struct {
+	Results []itemResult `json:"results"`
+}
+
+// ReportBatch sends many finished tasks' reports in one call (POST /v1/reports, at most
+// MaxBatchCount). errs[i] is rs[i]'s outcome, classified as Report's error is: nil when
+// acknowledged. A report the answer does not mention is not acknowledged (EUNAVAILABLE).
+// Against a scheduler without the batched form (404, 405 or 501 to the call) it sends
+// each report with Report instead, and keeps doing so.
+func (c *Client) ReportBatch(ctx context.Context, rs []downloader.Report) []error {
+	if len(rs) > MaxBatchCount {
+		return fill(len(rs), downloader.Invalidf("reports", "at most %d reports per call", MaxBatchCount))
+	}
+	ids := make([]string, len(rs))
+	for i := range rs {
+		ids[i] = rs[i].TaskID
+	}
+	return c.batch(ctx, "/v1/reports", reportBatch{Reports: rs}, ids, func(i int) error { return c.Report(ctx, &rs[i]) })
+}
+
+// ReleaseBatch hands many tasks back in one call (POST /v1/releases, at most
+// MaxBatchCount); retryAfter[i] belongs to taskIDs[i] and is sent as Release sends it.
+// errs are as ReportBatch's.
+func (c *Client) ReleaseBatch(ctx context.Context, taskIDs []string, retryAfter []time.Duration) []error {
+	if len(taskIDs) > MaxBatchCount || len(retryAfter) != len(taskIDs) {
+		return fill(len(taskIDs), downloader.Invalidf("releases", "at most %d releases per call, one retry_after each", MaxBatchCount))
+	}
+	body := releaseBatch{Releases: make([]releaseRequest, len(taskIDs))}
+	for i, id := range taskIDs {
+		body.Releases[i] = releaseRequest{TaskID: id, RetryAfterSeconds: retryAfterSeconds(retryAfter[i])}
+	}
+	return c.batch(ctx, "/v1/releases", body, taskIDs, func(i int) error { return c.Release(ctx, taskIDs[i], retryAfter[i]) })
+}
+
+// batch makes one batched call and matches its per-task results to ids, or falls back to
+// single calls (one at a time per item, singleConcurrency at once).
+func (c *Client) batch(ctx context.Context, path string, body any, ids []string, single func(i int) error) []error {
+	if len(ids) == 0 {
+		return nil
+	}
+	if !c.isSingleOnly.Load() {
+		var ans batchAnswer
+		status, err := c.callStatus(ctx, path, body, &ans)
+		switch status {
+		case http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusNotImplemented:
+			if !c.isSingleOnly.Swap(true) {
+				c.log.Info("the scheduler has no batched form: sending one report or release per call", "path", path, "http_status", status)
+			}
+		default:
+			if err != nil {
+				return fill(len(ids), err)
+			}
+			byID := make(map[string]itemResult, len(ans.Results))
+			for _, r := range ans.Results {
+				byID[r.TaskID] = r
+			}
+			errs := make([]error, len(ids))
+			for i, id := range ids {
+				r, ok := byID[id]
+				switch {
+				case !ok:
+					errs[i] = &downloader.Error{Code: downloader.EUNAVAILABLE, Message: fmt.Sprintf("scheduler %s: no result for task %q", path, id)}
+				case r.HTTPStatus < 200 || r.HTTPStatus > 299:
+					errs[i] = statusError(fmt.Sprintf("scheduler %s: task %q: %d: %s", path, id, r.HTTPStatus, truncate(r.Error, 256)), r.HTTPStatus)
+				}
+			}
+			return errs
+		}
+	}
+	errs := make([]error, len(ids))
+	sem := make(chan struct{}, singleConcurrency)
+	var wg sync.WaitGroup
+	for i := range ids {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			errs[i] = single(i)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+func fill(n int, err error) []error {
+	errs := make([]error, n)
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
 }
 
 // call POSTs in as JSON to path and decodes a 2xx answer into out (if not nil).
 func (c *Client) call(ctx context.Context, path string, in, out any) error {
+	_, err := c.callStatus(ctx, path, in, out)
+	return err
+}
+
+// statusError classifies a non-2xx answer (the table in the package comment).
+func statusError(msg string, status int) error {
+	switch {
+	case status == http.StatusNotFound || status == http.StatusGone:
+		return &downloader.Error{Code: downloader.ENOTFOUND, Message: msg}
+	case status >= 400 && status < 500 && status != http.StatusRequestTimeout && status != http.StatusTooManyRequests:
+		return &downloader.Error{Code: downloader.EINVALID, Message: msg}
+	}
+	return &downloader.Error{Code: downloader.EUNAVAILABLE, Message: msg}
+}
+
+// callStatus is call that also returns the answer's status (0 when there was none).
+func (c *Client) callStatus(ctx context.Context, path string, in, out any) (int, error) {
 	b, err := json.Marshal(in)
 	if err != nil {
-		return fmt.Errorf("scheduler %s: encode: %w", path, err)
+		return 0, fmt.Errorf("scheduler %s: encode: %w", path, err)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(b))
 	if err != nil {
-		return fmt.Errorf("scheduler %s: %w", path, err)
+		return 0, fmt.Errorf("scheduler %s: %w", path, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
 	resp, err := c.http.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
-			return fmt.Errorf("scheduler %s: %w", path, ctx.Err())
+			return 0, fmt.Errorf("scheduler %s: %w", path, ctx.Err())
 		}
 		c.log.Debug("scheduler call failed", "path", path, "error", err)
-		return &downloader.Error{Code: downloader.EUNAVAILABLE, Message: fmt.Sprintf("scheduler %s: %v", path, err)}
+		return 0, &downloader.Error{Code: downloader.EUNAVAILABLE, Message: fmt.Sprintf("scheduler %s: %v", path, err)}
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
 	if err != nil {
-		return &downloader.Error{Code: downloader.EUNAVAILABLE, Message: fmt.Sprintf("scheduler %s: read answer: %v", path, err)}
+		return resp.StatusCode, &downloader.Error{Code: downloader.EUNAVAILABLE, Message: fmt.Sprintf("scheduler %s: read answer: %v", path, err)}
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		msg := fmt.Sprintf("scheduler %s: HTTP %d: %s", path, resp.StatusCode, truncate(strings.TrimSpace(string(data)), 256))
-		switch {
-		case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusGone:
-			return &downloader.Error{Code: downloader.ENOTFOUND, Message: msg}
-		case resp.StatusCode >= 400 && resp.StatusCode < 500 &&
-			resp.StatusCode != http.StatusRequestTimeout && resp.StatusCode != http.StatusTooManyRequests:
-			return &downloader.Error{Code: downloader.EINVALID, Message: msg}
-		}
-		return &downloader.Error{Code: downloader.EUNAVAILABLE, Message: msg}
+		return resp.StatusCode, statusError(msg, resp.StatusCode)
 	}
 	if out == nil {
-		return nil
+		return resp.StatusCode, nil
 	}
 	if err := json.Unmarshal(data, out); err != nil {
-		return &downloader.Error{Code: downloader.EUNAVAILABLE, Message: fmt.Sprintf("scheduler %s: answer is not the expected JSON: %v", path, err)}
+		return resp.StatusCode, &downloader.Error{Code: downloader.EUNAVAILABLE, Message: fmt.Sprintf("scheduler %s: answer is not the expected JSON: %v", path, err)}
 	}
-	return nil
+	return resp.StatusCode, nil
 }
 
 func truncate(s string, n int) string {

@@ -171,3 +171,86 @@ func TestErrorClassification(t *testing.T) {
 		t.Errorf("bad URL: %v", err)
 	}
 }
+
+// TestReportBatch: one call carries every report; each report's outcome is its own item's
+// status, classified as the single form's answer, and a report the answer leaves out is
+// not acknowledged.
+func TestReportBatch(t *testing.T) {
+	rec := newRecorder(t)
+	rec.answer["/v1/reports"] = `{"results":[{"task_id":"t1","http_status":200},{"task_id":"t2","http_status":404,"error":"unknown task"},
+		{"task_id":"t3","http_status":503},{"task_id":"t5","http_status":400,"error":"bad report"}]}`
+	c := newClient(t, rec.srv.URL)
+	rs := []downloader.Report{{TaskID: "t1"}, {TaskID: "t2"}, {TaskID: "t3"}, {TaskID: "t4"}, {TaskID: "t5"}}
+	errs := c.ReportBatch(context.Background(), rs)
+	want := []string{"", downloader.ENOTFOUND, downloader.EUNAVAILABLE, downloader.EUNAVAILABLE, downloader.EINVALID}
+	if len(errs) != len(want) {
+		t.Fatalf("errs = %v, want %d", errs, len(want))
+	}
+	for i, code := range want {
+		if got := downloader.ErrorCode(errs[i]); got != code || (code == "") != (errs[i] == nil) {
+			t.Errorf("%s: %v, want code %q", rs[i].TaskID, errs[i], code)
+		}
+	}
+	bodies := rec.bodies["/v1/reports"]
+	if len(bodies) != 1 || len(bodies[0]["reports"].([]any)) != 5 || len(rec.bodies["/v1/report"]) != 0 {
+		t.Errorf("calls: batched %v, single %d", bodies, len(rec.bodies["/v1/report"]))
+	}
+
+	// The whole call failing fails every report, to be retried.
+	rec.status["/v1/reports"] = http.StatusServiceUnavailable
+	for i, err := range c.ReportBatch(context.Background(), rs[:2]) {
+		if downloader.ErrorCode(err) != downloader.EUNAVAILABLE {
+			t.Errorf("503 to the call, report %d: %v", i, err)
+		}
+	}
+}
+
+// TestBatchFallsBackToSingle: a scheduler without the batched form (404 to /v1/reports)
+// gets one call per report, from then on without trying the batched form again.
+func TestBatchFallsBackToSingle(t *testing.T) {
+	rec := newRecorder(t)
+	rec.status["/v1/reports"] = http.StatusNotFound
+	rec.status["/v1/releases"] = http.StatusNotFound
+	c := newClient(t, rec.srv.URL)
+	ctx := context.Background()
+	for i, err := range c.ReportBatch(ctx, []downloader.Report{{TaskID: "a"}, {TaskID: "b"}}) {
+		if err != nil {
+			t.Errorf("report %d: %v", i, err)
+		}
+	}
+	for i, err := range c.ReleaseBatch(ctx, []string{"c"}, []time.Duration{2500 * time.Millisecond}) {
+		if err != nil {
+			t.Errorf("release %d: %v", i, err)
+		}
+	}
+	if n := len(rec.bodies["/v1/reports"]); n != 1 {
+		t.Errorf("%d batched report calls, want 1 (then the single form only)", n)
+	}
+	if n := len(rec.bodies["/v1/releases"]); n != 0 {
+		t.Errorf("%d batched release calls after the fallback, want 0", n)
+	}
+	if n := len(rec.bodies["/v1/report"]); n != 2 {
+		t.Errorf("%d single reports, want 2", n)
+	}
+	if got := rec.bodies["/v1/release"]; len(got) != 1 || !reflect.DeepEqual(got[0], map[string]any{"task_id": "c", "retry_after_seconds": float64(3)}) {
+		t.Errorf("single releases = %v", got)
+	}
+}
+
+// TestReleaseBatchShape pins the batched release body to docs/scheduler-contract.md.
+func TestReleaseBatchShape(t *testing.T) {
+	rec := newRecorder(t)
+	rec.answer["/v1/releases"] = `{"results":[{"task_id":"a","http_status":204},{"task_id":"b","http_status":410}]}`
+	c := newClient(t, rec.srv.URL)
+	errs := c.ReleaseBatch(context.Background(), []string{"a", "b"}, []time.Duration{0, 61 * time.Second})
+	if errs[0] != nil || downloader.ErrorCode(errs[1]) != downloader.ENOTFOUND {
+		t.Errorf("errs = %v", errs)
+	}
+	want := map[string]any{"releases": []any{
+		map[string]any{"task_id": "a", "retry_after_seconds": float64(1)},
+		map[string]any{"task_id": "b", "retry_after_seconds": float64(61)},
+	}}
+	if got := rec.bodies["/v1/releases"]; len(got) != 1 || !reflect.DeepEqual(got[0], want) {
+		t.Errorf("body = %v, want %v", got, want)
+	}
+}

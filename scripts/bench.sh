@@ -7,6 +7,11 @@
 #       module (bench/) so that the downloader itself does not depend on Colly. Extra
 #       arguments go to the benchmark (e.g. -run-count 5, -host-count 50 -page-count 20
 #       -min-interval-ms 100 -latency-ms 20).
+#       Scale: -host-count 1000 -page-count 5 -max-concurrent-count 1000 -only polite (and
+#       10000 × 2); -only probe -probe-domain-count 10000 (entry C beside a bare net/http
+#       client). Profiles of the whole run: -cpuprofile F -blockprofile F -mutexprofile F
+#       -memprofile F; split a CPU profile by component with: python3 bench/profsplit.py
+#       BINARY F (build the binary with: cd bench && go build -o /tmp/leasebench ./leasebench).
 #
 #   bash scripts/bench.sh render      renders on crawl-like traffic (BenchmarkRenderCrawl,
 #       docs/benchmarks.md): one row per VARIANT · PAGE · c=N, then the targets as

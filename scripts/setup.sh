@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Installs what the downloader needs on a fresh Debian machine (run as root):
 # Debian's headless Chromium for rendering, fonts (Latin and CJK, so pages have text
-# metrics and the console's screenshots show Chinese labels), and the Go
+# metrics and the console's screenshots show Chinese labels), Debian's prometheus
+# package for promtool (the tests check monitoring/'s alert rules and the service's
+# /metrics with it; the Prometheus server it also ships is stopped), and the Go
 # modules. Safe to run again: it installs only what is missing.
 set -euo pipefail
 
-packages=(chromium-headless-shell fonts-liberation fonts-wqy-microhei ca-certificates)
+packages=(chromium-headless-shell fonts-liberation fonts-wqy-microhei ca-certificates prometheus)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -18,9 +20,18 @@ if [ ${#missing[@]} -gt 0 ]; then
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -q
 	apt-get install -y -q --no-install-recommends "${missing[@]}"
+	# Only promtool is wanted: a Prometheus server that the package may have started is stopped.
+	if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
+		systemctl disable --now prometheus.service >/dev/null 2>&1 || true
+	fi
 fi
 test -x /usr/lib/chromium/chromium-headless-shell || {
 	echo "setup: /usr/lib/chromium/chromium-headless-shell not found after install" >&2
+	exit 1
+}
+
+command -v promtool >/dev/null || test -x /usr/bin/promtool || {
+	echo "setup: promtool not found after installing prometheus" >&2
 	exit 1
 }
 

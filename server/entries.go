@@ -110,12 +110,19 @@ func (s *Server) decodeEntry(w http.ResponseWriter, r *http.Request, body entryB
 	return u, req, true
 }
 
-// handleProbe is entry C: always 200 with the lean summary, never stored (SPEC §5).
+// handleProbe is entry C: always 200 with the lean summary, never stored (SPEC §5). While
+// the service drains (drain.go) it answers shutting_down without running the probe.
 func (s *Server) handleProbe() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		leave, draining := s.enter()
+		defer leave()
 		var body probeRequest
 		u, req, ok := s.decodeEntry(w, r, &body)
 		if !ok {
+			return
+		}
+		if draining {
+			refuseProbe(w, req.Domain)
 			return
 		}
 		req.ShouldRender = body.ShouldRender != nil && *body.ShouldRender
@@ -123,12 +130,19 @@ func (s *Server) handleProbe() http.Handler {
 	})
 }
 
-// handleRender is entry B: 200 with the summary and content, or 429 over the limit.
+// handleRender is entry B: 200 with the summary and content, or 429 over the limit; 503
+// shutting_down while the service drains (drain.go).
 func (s *Server) handleRender() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		leave, draining := s.enter()
+		defer leave()
 		var body renderRequest
 		u, req, ok := s.decodeEntry(w, r, &body)
 		if !ok {
+			return
+		}
+		if draining {
+			s.refuseRender(w)
 			return
 		}
 		req.ShouldRender = body.ShouldRender == nil || *body.ShouldRender
@@ -162,6 +176,6 @@ func (s *Server) handleRender() http.Handler {
 			return
 		}
 		writeJSON(w, http.StatusOK, renderResponse{Summary: res.Summary, FinalURL: res.Outcome.FinalURL,
-			HTML: string(res.Outcome.Body), Text: res.Outcome.Text, PageKey: res.PageKey})
+			HTML: res.HTML, Text: res.Outcome.Text, PageKey: res.PageKey})
 	})
 }

@@ -25,6 +25,14 @@ func (q *memQueue) CheckTask(t downloader.Task) error {
 	return err
 }
 
+func (q *memQueue) TaskStatus(context.Context, string) (*downloader.TaskStatus, error) {
+	return nil, downloader.Errorf(downloader.ENOTFOUND, "not kept")
+}
+
+func (q *memQueue) ListTasks(context.Context, downloader.TaskState, string, int) ([]downloader.TaskStatus, string, error) {
+	return nil, "", nil
+}
+
 func (q *memQueue) SubmitTasks(_ context.Context, tasks []downloader.Task) ([]TaskSubmission, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"downloader"
+	"downloader/htmltext"
 )
 
 type fetchResultsResponse struct {
@@ -55,8 +56,10 @@ func (s *Server) handleFetchResults() http.Handler {
 	})
 }
 
-// handlePage is GET /v1/pages/{key}: one page of the page store (网页库), its body as
-// stored with its content type. The page is someone else's content served from our
+// handlePage is GET /v1/pages/{key}: one page of the page store (网页库). The store keeps
+// the bytes as served with their Content-Type (a render's DOM as UTF-8); a text body is
+// answered in UTF-8, decoded by the rule every output shares (htmltext.AsUTF8), and the
+// Content-Type as served is in Page-Content-Type. The page is someone else's content served from our
 // origin, so it is sandboxed: no script of it runs with the console's rights.
 func (s *Server) handlePage() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -69,13 +72,16 @@ func (s *Server) handlePage() http.Handler {
 			s.writeError(w, r, err)
 			return
 		}
-		ct := p.ContentType
+		body, ct := htmltext.AsUTF8(p.Body, p.ContentType)
 		if ct == "" {
 			ct = "application/octet-stream"
 		}
 		h := w.Header()
 		h.Set("Content-Type", ct)
-		h.Set("Content-Length", strconv.Itoa(len(p.Body)))
+		h.Set("Content-Length", strconv.Itoa(len(body)))
+		if p.ContentType != "" {
+			h.Set("Page-Content-Type", p.ContentType)
+		}
 		h.Set("Content-Security-Policy", "sandbox")
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Cache-Control", "public, max-age=31536000, immutable") // keyed by content hash
@@ -89,7 +95,7 @@ func (s *Server) handlePage() http.Handler {
 		}
 		w.WriteHeader(http.StatusOK)
 		if r.Method != http.MethodHead {
-			_, _ = w.Write(p.Body)
+			_, _ = w.Write(body)
 		}
 	})
 }

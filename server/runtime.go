@@ -52,6 +52,10 @@ func (s *Server) handleHealthz() http.Handler {
 
 func (s *Server) handleReadyz() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.isDraining() {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "stopping"})
+			return
+		}
 		if !s.ready.Load() {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "starting"})
 			return

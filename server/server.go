@@ -1,6 +1,7 @@
 // Package server is the downloader's HTTP face: entries B (POST /v1/render) and C
-// (POST /v1/probe), the runtime and settings API, health endpoints. routes.go lists the
-// whole API on one screen.
+// (POST /v1/probe), the runtime and settings API, health endpoints, the console's sign-in,
+// and the access policy in front of every route (auth.go). routes.go lists the whole API
+// on one screen.
 package server
 
 import (
@@ -30,6 +31,9 @@ type Config struct {
 	// See auth.go for the whole policy.
 	APIToken   string
 	AdminToken string
+	// MetricsToken, when set, is the bearer token GET /metrics needs (Prometheus'
+	// authorization scrape setting); empty: /metrics is open.
+	MetricsToken string
 	// Extra registers more routes (tasks, results, console, metrics) from other packages.
 	Extra func(mux *http.ServeMux)
 
@@ -52,6 +56,7 @@ type Server struct {
 	handler http.Handler
 	ready   atomic.Bool
 	address atomic.Pointer[string] // SetAddress
+	drain   drain                  // drain.go
 }
 
 // New returns the server's handler; it answers /readyz with 503 until SetReady(true).

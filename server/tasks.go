@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 
 	"downloader"
 )
@@ -22,6 +23,12 @@ type TaskQueue interface {
 	CheckTask(t downloader.Task) error
 	// SubmitTasks queues tasks that passed CheckTask, deduplicating by URL.
 	SubmitTasks(ctx context.Context, tasks []downloader.Task) ([]TaskSubmission, error)
+	// TaskStatus returns one task, or an ENOTFOUND error.
+	TaskStatus(ctx context.Context, taskID string) (*downloader.TaskStatus, error)
+	// ListTasks lists tasks in task id order, those in state only when state is not
+	// empty, a page at a time from an opaque cursor ("" first; "" returned after the last
+	// page). An invalid state is an EINVALID error naming the field state.
+	ListTasks(ctx context.Context, state downloader.TaskState, cursor string, limit int) ([]downloader.TaskStatus, string, error)
 }
 
 // TaskSubmission is what the queue did with one submitted task.
@@ -29,7 +36,7 @@ type TaskSubmission struct {
 	TaskID      string `json:"task_id"`
 	URL         string `json:"url"`
 	IsDuplicate bool   `json:"is_duplicate"` // queued before (any state): nothing was added
-	State       string `json:"state"`        // pending, leased or done
+	State       string `json:"state"`        // as stored: pending, leased, done or skipped
 }
 
 // submittedTask is one task of POST /v1/tasks: the task fields a caller may give. The
@@ -110,6 +117,66 @@ func (s *Server) handleSubmitTasks() http.Handler {
 			status = http.StatusCreated
 		}
 		writeJSON(w, status, out)
+	})
+}
+
+// maxTaskListLimit bounds one GET /v1/tasks page.
+const maxTaskListLimit = 1000
+
+type taskListResponse struct {
+	Tasks      []downloader.TaskStatus `json:"tasks"`
+	NextCursor string                  `json:"next_cursor"` // "" after the last page
+}
+
+// handleTaskStatus is GET /v1/tasks/{task_id}: one local-queue task's state (queued,
+// leased, done, failed, skipped), attempt_count and last outcome.
+func (s *Server) handleTaskStatus() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.Tasks == nil {
+			s.writeError(w, r, downloader.Errorf(downloader.ENOTFOUND, "this downloader has no local queue: its tasks come from the scheduler"))
+			return
+		}
+		st, err := s.cfg.Tasks.TaskStatus(r.Context(), r.PathValue("task_id"))
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, st)
+	})
+}
+
+// handleListTasks is GET /v1/tasks?state=&limit=&cursor=: the local queue's tasks in task
+// id order, a page at a time.
+func (s *Server) handleListTasks() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.Tasks == nil {
+			s.writeError(w, r, downloader.Errorf(downloader.ENOTFOUND, "this downloader has no local queue: its tasks come from the scheduler"))
+			return
+		}
+		q := r.URL.Query()
+		state := downloader.TaskState(q.Get("state"))
+		if state != "" && !state.IsValid() {
+			s.writeError(w, r, downloader.Invalidf("state", "state must be one of queued, leased, done, failed, skipped"))
+			return
+		}
+		limit := 0
+		if v := q.Get("limit"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > maxTaskListLimit {
+				s.writeError(w, r, downloader.Invalidf("limit", "limit must be a whole number from 1 to %d", maxTaskListLimit))
+				return
+			}
+			limit = n
+		}
+		tasks, next, err := s.cfg.Tasks.ListTasks(r.Context(), state, q.Get("cursor"), limit)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		if tasks == nil {
+			tasks = []downloader.TaskStatus{}
+		}
+		writeJSON(w, http.StatusOK, taskListResponse{Tasks: tasks, NextCursor: next})
 	})
 }
 

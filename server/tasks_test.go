@@ -41,6 +41,14 @@ func (a queueAdapter) SubmitTasks(ctx context.Context, tasks []downloader.Task) 
 	return out, nil
 }
 
+func (a queueAdapter) TaskStatus(ctx context.Context, taskID string) (*downloader.TaskStatus, error) {
+	return a.q.TaskStatus(ctx, taskID)
+}
+
+func (a queueAdapter) ListTasks(ctx context.Context, state downloader.TaskState, cursor string, limit int) ([]downloader.TaskStatus, string, error) {
+	return a.q.ListTasks(ctx, state, cursor, limit)
+}
+
 // storeHarness is a harness whose server has the embedded store and local queue behind it.
 type storeHarness struct {
 	*harness
@@ -218,5 +226,113 @@ func TestFetchResultsPagingAndErrors(t *testing.T) {
 	_, body = h.do(t, "GET", "/v1/pages/nope", "")
 	if b, _ := json.Marshal(body); !strings.Contains(string(b), "not found") {
 		t.Errorf("404 body %s", b)
+	}
+}
+
+// TestTaskStatusEveryState: GET /v1/tasks/{task_id} and GET /v1/tasks?state= answer for
+// every state a local-queue task can be in, with attempt_count and the last fail_reason.
+func TestTaskStatusEveryState(t *testing.T) {
+	h := newStoreHarness(t, &fakeFetcher{})
+	ids := []string{"t-done", "t-failed", "t-leased", "t-queued", "t-retrying", "t-skipped"}
+	var body strings.Builder
+	body.WriteString(`{"tasks":[`)
+	for i, id := range ids {
+		if i > 0 {
+			body.WriteString(",")
+		}
+		fmt.Fprintf(&body, `{"task_id":%q,"url":"http://%s.test/"}`, id, id)
+	}
+	body.WriteString("]}")
+	if rec, _ := h.do(t, "POST", "/v1/tasks", body.String()); rec.Code != http.StatusCreated {
+		t.Fatalf("submit: %d", rec.Code)
+	}
+	ctx := t.Context()
+	leased, err := h.queue.Lease(ctx, "w", 5) // every id but t-skipped (ids sort by domain)
+	if err != nil || len(leased) != 5 {
+		t.Fatalf("lease: %d tasks, %v", len(leased), err)
+	}
+	if _, err := h.queue.Lease(ctx, "w", 1); err != nil {
+		t.Fatal(err)
+	}
+	now := h.clk.Now()
+	st200, st404, st503 := 200, 404, 503
+	httpErr := downloader.FailHTTPStatusError
+	report := func(r *downloader.Report) {
+		t.Helper()
+		if err := h.queue.Report(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	report(&downloader.Report{TaskID: "t-done", FetchedAt: now, PageKey: "k", Summary: downloader.Summary{HTTPStatus: &st200, HasReachedOrigin: true}})
+	report(&downloader.Report{TaskID: "t-failed", FetchedAt: now, Summary: downloader.Summary{HTTPStatus: &st404, FailReason: &httpErr, HasReachedOrigin: true}})
+	report(&downloader.Report{TaskID: "t-retrying", FetchedAt: now, Summary: downloader.Summary{HTTPStatus: &st503, FailReason: &httpErr, HasReachedOrigin: true}})
+	report(&downloader.Report{TaskID: "t-skipped", FetchedAt: now, SkipReason: downloader.SkipRobotsDisallowed})
+	// t-queued goes back unrun.
+	if err := h.queue.Release(ctx, "t-queued", time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	want := map[string]struct {
+		state        string
+		attemptCount float64
+		failReason   any
+		skipReason   any
+	}{
+		"t-done":     {"done", 1, nil, nil},
+		"t-failed":   {"failed", 1, "http_status_error", nil},
+		"t-leased":   {"leased", 0, nil, nil},
+		"t-queued":   {"queued", 0, nil, nil},
+		"t-retrying": {"queued", 1, "http_status_error", nil},
+		"t-skipped":  {"skipped", 0, nil, "robots_disallowed"},
+	}
+	for id, w := range want {
+		rec, m := h.do(t, "GET", "/v1/tasks/"+id, "")
+		if rec.Code != 200 || m["state"] != w.state || m["attempt_count"] != w.attemptCount || m["fail_reason"] != w.failReason || m["skip_reason"] != w.skipReason {
+			t.Errorf("%s: %d %v, want state %s attempt_count %v fail_reason %v skip_reason %v", id, rec.Code, m, w.state, w.attemptCount, w.failReason, w.skipReason)
+		}
+	}
+	if _, m := h.do(t, "GET", "/v1/tasks/t-retrying", ""); m["next_attempt_at"] == nil {
+		t.Errorf("a task waiting out its backoff shows no next_attempt_at: %v", m)
+	}
+	if _, m := h.do(t, "GET", "/v1/tasks/t-leased", ""); m["lease_expires_at"] == nil || m["fetched_at"] != nil {
+		t.Errorf("a leased task: %v", m)
+	}
+	for state, ids := range map[string][]string{"done": {"t-done"}, "failed": {"t-failed"}, "leased": {"t-leased"},
+		"queued": {"t-queued", "t-retrying"}, "skipped": {"t-skipped"}, "": ids} {
+		rec, m := h.do(t, "GET", "/v1/tasks?state="+state, "")
+		var got []string
+		for _, x := range m["tasks"].([]any) {
+			got = append(got, x.(map[string]any)["task_id"].(string))
+		}
+		if rec.Code != 200 || strings.Join(got, " ") != strings.Join(ids, " ") || m["next_cursor"] != "" {
+			t.Errorf("state=%s: %d %v next_cursor %v, want %v", state, rec.Code, got, m["next_cursor"], ids)
+		}
+	}
+	// Paging: two at a time, every task once.
+	var paged []string
+	cursor := ""
+	for range 10 {
+		_, m := h.do(t, "GET", "/v1/tasks?limit=2&cursor="+url.QueryEscape(cursor), "")
+		for _, x := range m["tasks"].([]any) {
+			paged = append(paged, x.(map[string]any)["task_id"].(string))
+		}
+		if cursor, _ = m["next_cursor"].(string); cursor == "" {
+			break
+		}
+	}
+	if strings.Join(paged, " ") != strings.Join(ids, " ") {
+		t.Errorf("paged %v, want %v", paged, ids)
+	}
+	for _, tt := range []struct{ query, field string }{{"state=running", "state"}, {"limit=0", "limit"}, {"limit=x", "limit"}, {"limit=1001", "limit"}} {
+		if rec, m := h.do(t, "GET", "/v1/tasks?"+tt.query, ""); rec.Code != 400 || m["field"] != tt.field {
+			t.Errorf("%s: %d %v, want 400 naming %s", tt.query, rec.Code, m, tt.field)
+		}
+	}
+	if rec, _ := h.do(t, "GET", "/v1/tasks/nope", ""); rec.Code != 404 {
+		t.Errorf("unknown task: %d, want 404", rec.Code)
+	}
+	plain := newHarness(t, &fakeFetcher{})
+	if rec, _ := plain.do(t, "GET", "/v1/tasks/t-done", ""); rec.Code != http.StatusNotFound {
+		t.Errorf("no queue: status %d", rec.Code)
 	}
 }

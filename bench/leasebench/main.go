@@ -52,11 +52,26 @@ func main() {
 		concurrent = flag.Int("max-concurrent-count", 64, "requests in flight (max_concurrent_count; Colly's Parallelism)")
 	)
 	var opt options
-	flag.StringVar(&opt.only, "only", "", "run only this part: polite-a, polite, throughput")
+	flag.StringVar(&opt.only, "only", "", "run only this part: polite-a, polite, throughput, probe, probe-c")
+	flag.IntVar(&opt.probeDomains, "probe-domain-count", 10000, "probe workload: domains, one probe each")
 	flag.IntVar(&opt.heldPerSlot, "held-per-slot-count", 4, "entry A holds up to this many tasks per global slot (as serve does)")
 	flag.BoolVar(&opt.noStore, "is-store-off", false, "polite workload with should_store=false")
+	var prof profiles
+	flag.StringVar(&prof.cpu, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	flag.StringVar(&prof.block, "blockprofile", "", "write a blocking profile (every blocking event) to this file")
+	flag.StringVar(&prof.mutex, "mutexprofile", "", "write a mutex contention profile (every event) to this file")
+	flag.StringVar(&prof.mem, "memprofile", "", "write an allocation profile (allocs, every 4 KiB sampled) to this file")
 	flag.Parse()
-	if err := run(opt, *hosts, *pages, time.Duration(*intervalMs)*time.Millisecond, time.Duration(*latencyMs)*time.Millisecond, *runs, *tHosts, *tPages, *concurrent); err != nil {
+	stopProf, err := prof.start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "leasebench:", err)
+		os.Exit(1)
+	}
+	err = run(opt, *hosts, *pages, time.Duration(*intervalMs)*time.Millisecond, time.Duration(*latencyMs)*time.Millisecond, *runs, *tHosts, *tPages, *concurrent)
+	if perr := stopProf(); perr != nil && err == nil {
+		err = perr
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "leasebench:", err)
 		os.Exit(1)
 	}
@@ -93,6 +108,7 @@ type result struct {
 	violations int
 	minGap     time.Duration
 	failed     int
+	cpu        time.Duration // process CPU time (user + system, origin included) during the crawl
 }
 
 // slowOrigin is an origin that answers after latency and records when each answer was
@@ -236,12 +252,12 @@ func runEntryA(w workload, maxConcurrent, heldPerSlot int) (result, error) {
 
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	start := time.Now()
+	start, cpu0 := time.Now(), processCPU()
 	go func() { done <- loop.Run(runCtx) }()
 	for q.Counts().DoneCount < len(tasks) {
 		waitUntil(time.Now().Add(500 * time.Microsecond))
 	}
-	res.total = time.Since(start)
+	res.total, res.cpu = time.Since(start), processCPU()-cpu0
 	stop()
 	if err := <-done; err != nil {
 		return res, err
@@ -282,14 +298,14 @@ func runColly(w workload, delay time.Duration, maxConcurrent int, name string) (
 	}
 	var failed atomic.Int64
 	c.OnError(func(*colly.Response, error) { failed.Add(1) })
-	start := time.Now()
+	start, cpu0 := time.Now(), processCPU()
 	for _, u := range w.urls() {
 		if err := c.Visit(u); err != nil {
 			return res, err
 		}
 	}
 	c.Wait()
-	res.total = time.Since(start)
+	res.total, res.cpu = time.Since(start), processCPU()-cpu0
 	res.failed = int(failed.Load())
 	o.measure(&res, w.interval)
 	return res, nil
@@ -402,6 +418,8 @@ type options struct {
 	only        string // run only this part
 	heldPerSlot int    // entry A holds up to this many tasks per global slot
 	noStore     bool   // polite workload with should_store=false
+	// probeDomains is the probe workload's size: one entry C probe per domain.
+	probeDomains int
 }
 
 func run(opt options, hosts, pages int, interval, latency time.Duration, runs, tHosts, tPages, concurrent int) error {
@@ -410,8 +428,8 @@ func run(opt options, hosts, pages int, interval, latency time.Duration, runs, t
 	ideal := polite.ideal()
 	fmt.Fprintf(out, "## Polite utilisation: %d hosts × %d pages, interval %v, origin latency %v\n\n", hosts, pages, interval, latency)
 	fmt.Fprintf(out, "Ideal makespan (pages−1)×interval + latency = %v. Median of %d runs.\n\n", ideal, runs)
-	fmt.Fprintln(out, "| crawler | pages | makespan (start → last done) | ÷ ideal | wire makespan (first request → last response) | ÷ ideal | violations at the origin | min gap | failed |")
-	fmt.Fprintln(out, "|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(out, "| crawler | pages | makespan (start → last done) | ÷ ideal | wire makespan (first request → last response) | ÷ ideal | violations at the origin | min gap | failed | process CPU per page |")
+	fmt.Fprintln(out, "|---|---|---|---|---|---|---|---|---|---|")
 	type variant struct {
 		name string
 		f    func() (result, error)
@@ -429,7 +447,7 @@ func run(opt options, hosts, pages int, interval, latency time.Duration, runs, t
 		variants = variants[:1]
 	}
 	for _, v := range variants {
-		if opt.only == "throughput" {
+		if opt.only != "" && !strings.HasPrefix(opt.only, "polite") {
 			break
 		}
 		var rs []result
@@ -441,22 +459,25 @@ func run(opt options, hosts, pages int, interval, latency time.Duration, runs, t
 			rs = append(rs, r)
 		}
 		m := median(rs)
-		fmt.Fprintf(out, "| %s | %d | %v | %.3f | %v | %.3f | %d | %v | %d |\n", v.name, m.pageCount,
+		fmt.Fprintf(out, "| %s | %d | %v | %.3f | %v | %.3f | %d | %v | %d | %.2f ms |\n", v.name, m.pageCount,
 			m.total.Round(time.Millisecond), float64(m.total)/float64(ideal), m.wire.Round(time.Millisecond),
-			float64(m.wire)/float64(ideal), m.violations, m.minGap.Round(10*time.Microsecond), m.failed)
+			float64(m.wire)/float64(ideal), m.violations, m.minGap.Round(10*time.Microsecond), m.failed, cpuPerPage(m))
 		var all []string
 		for _, r := range rs {
-			all = append(all, fmt.Sprintf("%.3f/%.3f/%d", float64(r.total)/float64(ideal), float64(r.wire)/float64(ideal), r.violations))
+			all = append(all, fmt.Sprintf("%.3f/%.3f/%d/%.2fms", float64(r.total)/float64(ideal), float64(r.wire)/float64(ideal), r.violations, cpuPerPage(r)))
 		}
-		fmt.Fprintf(os.Stderr, "%s: runs (total÷ideal / wire÷ideal / violations): %s\n", v.name, strings.Join(all, "  "))
+		fmt.Fprintf(os.Stderr, "%s: runs (total÷ideal / wire÷ideal / violations / CPU per page): %s\n", v.name, strings.Join(all, "  "))
 	}
 
 	if strings.HasPrefix(opt.only, "polite") {
 		return nil
 	}
+	if strings.HasPrefix(opt.only, "probe") {
+		return runProbeTable(opt, latency, concurrent)
+	}
 	fmt.Fprintf(out, "\n## Plain throughput: %d hosts × %d pages, interval 0, origin latency %v, %d in flight\n\n", tHosts, tPages, latency, concurrent)
-	fmt.Fprintln(out, "| crawler | pages | elapsed | pages/s | failed |")
-	fmt.Fprintln(out, "|---|---|---|---|---|")
+	fmt.Fprintln(out, "| crawler | pages | elapsed | pages/s | failed | process CPU per page |")
+	fmt.Fprintln(out, "|---|---|---|---|---|---|")
 	for _, tc := range []struct {
 		name string
 		f    func() (result, error)
@@ -475,8 +496,32 @@ func run(opt options, hosts, pages int, interval, latency time.Duration, runs, t
 		if err != nil {
 			return fmt.Errorf("%s: %w", tc.name, err)
 		}
-		fmt.Fprintf(out, "| %s | %d | %v | %.0f | %d |\n", tc.name, r.pageCount, r.total.Round(time.Millisecond),
-			float64(r.pageCount)/r.total.Seconds(), r.failed)
+		fmt.Fprintf(out, "| %s | %d | %v | %.0f | %d | %.2f ms |\n", tc.name, r.pageCount, r.total.Round(time.Millisecond),
+			float64(r.pageCount)/r.total.Seconds(), r.failed, cpuPerPage(r))
+	}
+	if opt.only == "throughput" {
+		return nil
+	}
+	return runProbeTable(opt, latency, concurrent)
+}
+
+// runProbeTable prints entry C's probes over many domains beside a bare client.
+func runProbeTable(opt options, latency time.Duration, concurrent int) error {
+	out := os.Stdout
+	fmt.Fprintf(out, "\n## Probes (entry C): %d domains, one GET each, origin latency %v, %d in flight\n\n", opt.probeDomains, latency, concurrent)
+	fmt.Fprintln(out, "| client | probes | elapsed | probes/s | failed | process CPU per probe |")
+	fmt.Fprintln(out, "|---|---|---|---|---|---|")
+	runs := []func(int, int, time.Duration) (result, error){runProbes, runBare}
+	if opt.only == "probe-c" {
+		runs = runs[:1]
+	}
+	for _, f := range runs {
+		r, err := f(opt.probeDomains, concurrent, latency)
+		if err != nil {
+			return fmt.Errorf("%s: %w", r.name, err)
+		}
+		fmt.Fprintf(out, "| %s | %d | %v | %.0f | %d | %.2f ms |\n", r.name, r.pageCount, r.total.Round(time.Millisecond),
+			float64(r.pageCount)/r.total.Seconds(), r.failed, cpuPerPage(r))
 	}
 	return nil
 }

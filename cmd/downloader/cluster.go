@@ -63,9 +63,9 @@ func (f endpointsFlag) Set(s string) error {
 func addClusterFlags(fs *flag.FlagSet, c *clusterConfig) {
 	fs.StringVar(&c.Store, "store", storeEmbedded, "where fetch_result, pages, settings and the limiter state live: embedded (one machine, in --data-dir) or tikv (cluster mode, shared by every instance; see --pd-endpoints)")
 	fs.Var(endpointsFlag{&c.PDEndpoints}, "pd-endpoints", "with --store tikv: the TiKV cluster's PD endpoints, host:port[,host:port...]")
-	fs.StringVar(&c.InstanceID, "instance-id", "", "with --store tikv: this instance's name in the cluster (default: random at each start)")
+	fs.StringVar(&c.InstanceID, "instance-id", "", "with --store tikv: this instance's name in the cluster (default: random at each start); a process started with the id of a live one is refused, a restarted one waits for its predecessor's heartbeat to expire")
 	fs.Int64Var(&c.GCLifeTimeSeconds, "tikv-gc-life-time-seconds", 600, "with --store tikv: the oldest instance advances TiKV's GC safe point to now minus this every 10 minutes; 0 when the cluster has its own GC worker (TiDB)")
-	fs.Int64Var(&c.MaxClockSkewMs, "max-clock-skew-ms", tikvstore.DefaultMaxClockSkew.Milliseconds(), "with --store tikv: the most the instances' clocks may differ (NTP); added to a domain's interval when its last request came from another instance")
+	fs.Int64Var(&c.MaxClockSkewMs, "max-clock-skew-ms", tikvstore.DefaultMaxClockSkew.Milliseconds(), "with --store tikv: the most the instances' clocks may differ (NTP) plus the largest difference in one-way latency to an origin between instances; added to a domain's interval when its last request came from another instance; an instance whose clock is off PD's by more than half of it stops admitting")
 }
 
 func (c *clusterConfig) check() error {

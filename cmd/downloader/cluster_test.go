@@ -66,7 +66,7 @@ func startClusterService(t *testing.T, c *tikvtest.Cluster, id string, args ...s
 	cfg.Cluster.openTiKV = func([]string, tikvstore.Options) (*tikvstore.Store, error) {
 		return tikvstore.New(c.NewClient(t).KV, tikvstore.Options{})
 	}
-	cfg.Cluster.runtime = tikvstore.RuntimeConfig{HeartbeatInterval: 100 * time.Millisecond, InstanceTTL: time.Second}
+	cfg.Cluster.runtime = tikvstore.RuntimeConfig{HeartbeatInterval: 100 * time.Millisecond, InstanceTTL: time.Second, TSOLag: time.Millisecond}
 	stderr := &syncBuffer{}
 	svc, err := startService(context.Background(), &cfg, newLogger(stderr, slog.LevelInfo))
 	if err != nil {
@@ -141,11 +141,17 @@ func TestClusterServicesShareOneState(t *testing.T) {
 			t.Fatalf("GET /v1/cluster through b: %d %v", code, m)
 		}
 		list, _ := m["instances"].([]any)
-		shares := 0.0
+		shares, bShare := 0.0, 0.0
 		for _, in := range list {
 			shares += in.(map[string]any)["capacity_share_count"].(float64)
+			if in.(map[string]any)["instance_id"] == "instance-b" {
+				bShare = in.(map[string]any)["capacity_share_count"].(float64)
+			}
 		}
-		if m["store_backend"] == "tikv" && m["instance_id"] == "instance-b" && m["live_instance_count"] == float64(2) && shares == 5 {
+		// The shares settle over a heartbeat or two: each takes its share within what the
+		// other's claim leaves.
+		if m["store_backend"] == "tikv" && m["instance_id"] == "instance-b" && m["live_instance_count"] == float64(2) && shares == 5 &&
+			(bShare == 2 || bShare == 3) {
 			first := list[0].(map[string]any)
 			if first["instance_id"] != "instance-a" || first["address"] != strings.TrimPrefix(a.base, "http://") {
 				t.Errorf("instance a listed as %v; want its address %s", first, a.base)

@@ -39,10 +39,15 @@ type config struct {
 	Lease                leaseConfig   // entry A (lease.go)
 	Cluster              clusterConfig // --store tikv (cluster.go)
 
+	// The render's sub-request caps (SPEC §3), in total and per host other than the page's.
+	RenderMaxSubrequestCount     int
+	RenderMaxHostSubrequestCount int
+
 	// Access (issue 7 item 3): bearer tokens, and the switch that allows serving without
 	// them on a non-loopback address.
 	APIToken             string
 	AdminToken           string
+	MetricsToken         string // bearer token of GET /metrics; empty: open
 	AllowUnauthenticated bool
 
 	// Egress detection (package egress, docs/reliability.md).
@@ -53,6 +58,10 @@ type config struct {
 	// The API server's read timeouts: not flags, shortened by tests.
 	readHeaderTimeout time.Duration
 	readTimeout       time.Duration
+
+	// observeWire, when set (by crawl, for its politeness summary), is told the wire
+	// moment of every request the limiter lets out (limiter.ObserveWire).
+	observeWire func(domain string, interval time.Duration, at time.Time)
 }
 
 const defaultUserAgent = "downloader/1.0 (+https://example.invalid/crawler)"
@@ -102,12 +111,15 @@ func newFlagSet(name string, c *config, stderr io.Writer) *flag.FlagSet {
 	fs.Int64Var(&c.RequestTimeoutMs, "request-timeout-ms", 30000, "default timeout of one fetch or render")
 	fs.IntVar(&c.RenderConcurrency, "render-concurrency", runtime.NumCPU(), "renders at once (the browser pool size)")
 	fs.StringVar(&c.RenderIsolation, "render-isolation", "wipe", "how renders are kept apart: wipe (long-lived contexts, every touched origin's state wiped between renders, HTTP and code cache kept) or context (a new browser context per render)")
+	fs.IntVar(&c.RenderMaxSubrequestCount, "render-max-subrequest-count", render.DefaultMaxSubrequestCount, "sub-requests one render may send (scripts, styles, XHR, fetch, beacons); the rest is refused and counted in capped_subrequest_count")
+	fs.IntVar(&c.RenderMaxHostSubrequestCount, "render-max-host-subrequest-count", render.DefaultMaxHostSubrequestCount, "sub-requests one render may send to each host other than the page's own")
 	fs.StringVar(&c.RendererEndpoint, "renderer-endpoint", "", "remote CDP endpoint (e.g. ws://obscura:9222/devtools/browser); empty launches local Chromium")
 	fs.StringVar(&c.ChromiumPath, "chromium-path", "/usr/lib/chromium/chromium-headless-shell", "local headless Chromium binary")
 	fs.Var(levelFlag{&c.LogLevel}, "log-level", "debug, info, warn or error")
 	fs.IntVar(&c.ShutdownGraceSeconds, "shutdown-grace-seconds", 20, "on SIGINT/SIGTERM, how long in-flight requests may finish")
 	fs.StringVar(&c.APIToken, "api-token", "", "bearer token required by entries B and C, task submission and the read API (better given as DOWNLOADER_API_TOKEN)")
 	fs.StringVar(&c.AdminToken, "admin-token", "", "bearer token required by settings and console actions; it opens the API too (better given as DOWNLOADER_ADMIN_TOKEN)")
+	fs.StringVar(&c.MetricsToken, "metrics-token", "", "bearer token required by GET /metrics (Prometheus' authorization scrape setting); empty: /metrics is open (better given as DOWNLOADER_METRICS_TOKEN)")
 	fs.BoolVar(&c.AllowUnauthenticated, "allow-unauthenticated", false, "serve on a non-loopback --listen address without --api-token and --admin-token")
 	fs.StringVar(&c.EgressCanary, "egress-canary", "", "HOST:PORT of a target that should always accept a TCP connection: it confirms or vetoes an egress outage (docs/reliability.md); empty: none")
 	fs.IntVar(&c.EgressWindowSeconds, "egress-window-seconds", int(egress.DefaultWindow/time.Second), "how long an outcome counts for its domain in the egress detector")
@@ -189,6 +201,10 @@ func (c *config) check() error {
 		return errors.New("--render-concurrency must be at least 1")
 	case c.RenderIsolation != string(render.IsolationWipe) && c.RenderIsolation != string(render.IsolationContext):
 		return errors.New("--render-isolation must be wipe or context")
+	case c.RenderMaxSubrequestCount < 1:
+		return errors.New("--render-max-subrequest-count must be at least 1")
+	case c.RenderMaxHostSubrequestCount < 1:
+		return errors.New("--render-max-host-subrequest-count must be at least 1")
 	case c.ShutdownGraceSeconds < 0:
 		return errors.New("--shutdown-grace-seconds must not be negative")
 	case c.DataDir == "":
@@ -197,6 +213,8 @@ func (c *config) check() error {
 		return errors.New("--egress-window-seconds must be at least 1")
 	case c.EgressMinDomainCount < 1:
 		return errors.New("--egress-min-domain-count must be at least 1")
+	case c.Lease.MaxAttemptCount < 1:
+		return errors.New("--max-attempt-count must be at least 1")
 	}
 	if err := c.Cluster.check(); err != nil {
 		return err
@@ -214,8 +232,9 @@ func (c *config) check() error {
 // token alone leaves the other side open (the API token does not guard settings; without
 // it entries B and C, which make requests to any host on our behalf, are open).
 func (c *config) checkAccess() error {
-	if c.APIToken != strings.TrimSpace(c.APIToken) || c.AdminToken != strings.TrimSpace(c.AdminToken) {
-		return errors.New("--api-token and --admin-token must not begin or end with white space")
+	if c.APIToken != strings.TrimSpace(c.APIToken) || c.AdminToken != strings.TrimSpace(c.AdminToken) ||
+		c.MetricsToken != strings.TrimSpace(c.MetricsToken) {
+		return errors.New("--api-token, --admin-token and --metrics-token must not begin or end with white space")
 	}
 	if c.AllowUnauthenticated || isLoopbackListen(c.Listen) {
 		return nil

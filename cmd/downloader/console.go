@@ -15,6 +15,7 @@ import (
 	"downloader/metrics"
 	"downloader/observe"
 	"downloader/render"
+	"downloader/server"
 )
 
 // observability is what the service knows about its own work: the engine's observer (24 h
@@ -55,7 +56,7 @@ func newObservability(clk clock.Clock, logger *slog.Logger, lim *limiter.Limiter
 // routes returns the console's and /metrics' routes for server.Config.Extra.
 func (o *observability) routes(eng *engine.Engine) (func(*http.ServeMux), error) {
 	con, err := console.New(console.Config{Clock: o.clk, Engine: eng, Observer: o.observer,
-		Domains: o.domains, Renderer: o.renderer, Logger: o.log})
+		Domains: o.domains, Renderer: o.renderer, Logger: o.log, Session: server.Session})
 	if err != nil {
 		return nil, err
 	}

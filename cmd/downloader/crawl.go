@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -17,7 +18,6 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/lease"
 	"downloader/store/embedded"
 )
 
@@ -29,6 +29,19 @@ every one is done. FILE has one URL a line, or one JSON object a line with the t
 fields (url, and optionally domain, min_interval_ms, should_render, should_store,
 task_id); blank lines and lines starting with # are skipped. A task without
 min_interval_ms gets --default-min-interval-ms; should_store defaults to true.
+
+Each site's robots.txt is read first and obeyed (RFC 9309, for the product token of
+--user-agent; its Crawl-delay raises the interval); a disallowed URL is never fetched and
+is counted as skipped. --should-obey-robots-txt=false turns that off for your own sites.
+A task that reached the origin and failed transiently (5xx, 408, 429, a timeout, a reset)
+is retried after a backoff, at least the origin's Retry-After, up to --max-attempt-count
+attempts; one that failed for the downloader's own reasons is retried in place.
+
+--output FILE writes one JSON line per task when the crawl ends (its summary fields,
+task_id, url, final_url, page_key, state, attempt_count, skip_reason); --warc FILE writes
+the stored pages as WARC/1.1 (gzipped when FILE ends in .gz). 'downloader export' writes
+the same from a data dir later. While it runs, GET /v1/tasks/{task_id} and
+GET /v1/tasks?state= on the API show each task.
 
 Ctrl-C stops politely (in-flight requests finish within the grace period). Run the same
 command again to resume: a URL already queued in the data dir is never queued twice.
@@ -47,9 +60,6 @@ const crawlSubmitChunk = 1000
 // maxInvalidLinesShown bounds the invalid lines printed one by one.
 const maxInvalidLinesShown = 20
 
-// maxPolitenessRows bounds the politeness table.
-const maxPolitenessRows = 15
-
 func runCrawl(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var c config
 	c.LogLevel = slog.LevelWarn // the progress goes to the terminal; the log only warns
@@ -59,9 +69,12 @@ func runCrawl(ctx context.Context, args []string, getenv func(string) string, st
 	c.Listen = "127.0.0.1:0"
 	fs.Lookup("listen").DefValue = c.Listen
 	fs.Lookup("log-level").DefValue = "warn"
+	var outputPath, warcPath string
+	fs.StringVar(&outputPath, "output", "", "write one JSON line per task to this file when the crawl ends (- for standard output)")
+	fs.StringVar(&warcPath, "warc", "", "write the stored pages to this WARC/1.1 file when the crawl ends (gzipped per record when it ends in .gz)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, crawlUsage)
-		fs.PrintDefaults()
+		printFlags(stderr, fs, crawlFlagNames)
 	}
 	if err := parseFlags(fs, &c, args, getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -83,15 +96,21 @@ func runCrawl(ctx context.Context, args []string, getenv func(string) string, st
 		return fmt.Errorf("open %s: %w", path, err)
 	}
 	defer f.Close()
+	outputs, err := createOutputs(outputPath, warcPath, stdout)
+	if err != nil {
+		return err
+	}
+	defer outputs.close()
 
-	c.Lease.politeness = &lease.Politeness{}
+	wires := &wireLog{}
+	c.observeWire = wires.observe
 	start := time.Now()
 	logger := newLogger(stderr, c.LogLevel)
 	svcCtx, stopSvc := context.WithCancel(context.Background())
 	defer stopSvc()
 	svc, err := startService(svcCtx, &c, logger)
 	if err != nil {
-		return err
+		return dataDirInUse(err, c.DataDir)
 	}
 	svcDone := make(chan error, 1)
 	go func() { svcDone <- svc.wait(svcCtx) }()
@@ -100,7 +119,7 @@ func runCrawl(ctx context.Context, args []string, getenv func(string) string, st
 		return <-svcDone
 	}
 	q := svc.entryA.queue
-	fmt.Fprintf(stderr, "downloader: API and console on http://%s (data dir %s)\n", svc.addr, c.DataDir)
+	fmt.Fprintf(stderr, "downloader: console on http://%s/ (API under /v1/, data dir %s)\n", svc.addr, c.DataDir)
 
 	in, err := submitFile(ctx, q, f, path, time.Duration(c.DefaultMinIntervalMs)*time.Millisecond, stderr)
 	if err != nil {
@@ -118,7 +137,12 @@ func runCrawl(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	counts := q.Counts()
-	printSummary(stdout, counts, in, time.Since(start), svc.entryA.politeness, interrupted)
+	printSummary(stdout, counts, in, time.Since(start), wires, interrupted)
+	if outputs.isSet() {
+		if err := outputs.write(ctx, c.DataDir, c.UserAgent, stderr); err != nil {
+			return err
+		}
+	}
 
 	switch {
 	case interrupted:
@@ -245,8 +269,9 @@ func waitCrawl(ctx context.Context, q *embedded.Queue, tty bool, w io.Writer) (i
 	if tty {
 		every = ttyEvery
 	}
-	start := time.Now()
+	eta := &etaEstimator{}
 	first := q.Counts()
+	eta.observe(time.Now(), first.FinishedCount())
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	// Finishing is checked more often than the progress is shown.
@@ -256,7 +281,8 @@ func waitCrawl(ctx context.Context, q *embedded.Queue, tty bool, w io.Writer) (i
 		c := q.Counts()
 		if c.PendingCount == 0 && c.LeasedCount == 0 {
 			if tty {
-				fmt.Fprintf(w, "\r%s\n", progressLine(c, first, start, true))
+				eta.observe(time.Now(), c.FinishedCount())
+				fmt.Fprintf(w, "\r%s\n", progressLine(c, eta, true))
 			}
 			return false
 		}
@@ -266,45 +292,88 @@ func waitCrawl(ctx context.Context, q *embedded.Queue, tty bool, w io.Writer) (i
 				fmt.Fprintln(w)
 			}
 			return true
-		case <-tick.C:
+		case now := <-tick.C:
+			eta.observe(now, c.FinishedCount())
 			if tty {
-				fmt.Fprintf(w, "\r%s", progressLine(c, first, start, true))
+				fmt.Fprintf(w, "\r%s", progressLine(c, eta, true))
 			} else {
-				fmt.Fprintln(w, progressLine(c, first, start, false))
+				fmt.Fprintln(w, progressLine(c, eta, false))
 			}
 		case <-check.C:
 		}
 	}
 }
 
+// etaEstimator smooths the finishing rate exponentially over time (time constant etaTau),
+// so that the ETA neither jumps with each burst of finished tasks nor sticks to the
+// start's rate: a crawl slows down when only its slowest domains are left. Not safe for
+// concurrent use; its zero value is ready.
+type etaEstimator struct {
+	lastAt   time.Time
+	lastDone int
+	rate     float64 // tasks per second, smoothed
+	hasRate  bool
+}
+
+const etaTau = 20 * time.Second
+
+// observe takes the count of finished tasks at now.
+func (e *etaEstimator) observe(now time.Time, done int) {
+	if e.lastAt.IsZero() {
+		e.lastAt, e.lastDone = now, done
+		return
+	}
+	dt := now.Sub(e.lastAt).Seconds()
+	if dt <= 0 {
+		return
+	}
+	inst := float64(done-e.lastDone) / dt
+	if !e.hasRate {
+		e.rate, e.hasRate = inst, true
+	} else {
+		w := 1 - math.Exp(-dt/etaTau.Seconds())
+		e.rate += w * (inst - e.rate)
+	}
+	e.lastAt, e.lastDone = now, done
+}
+
+// eta is the time left for left tasks at the smoothed rate; ok is false while unknown.
+func (e *etaEstimator) eta(left int) (time.Duration, bool) {
+	if !e.hasRate || e.rate <= 1e-9 {
+		return 0, false
+	}
+	return time.Duration(float64(left) / e.rate * float64(time.Second)), true
+}
+
 // progressLine renders the progress: a bar on a terminal, a plain line otherwise.
-func progressLine(c, first embedded.QueueCounts, start time.Time, bar bool) string {
+func progressLine(c embedded.QueueCounts, e *etaEstimator, bar bool) string {
 	total := c.TotalCount()
-	done := c.DoneCount
-	failed := done - c.SucceededCount
-	elapsed := time.Since(start)
-	rate := float64(done-first.DoneCount) / max(elapsed.Seconds(), 0.001)
+	done := c.FinishedCount()
+	failed := c.DoneCount - c.SucceededCount
 	eta := "—"
-	if rate > 0 {
-		left := time.Duration(float64(total-done) / rate * float64(time.Second))
+	if left, ok := e.eta(total - done); ok {
 		eta = left.Round(time.Second).String()
 	}
 	pct := 100.0
 	if total > 0 {
 		pct = 100 * float64(done) / float64(total)
 	}
+	skipped := ""
+	if c.SkippedCount > 0 {
+		skipped = fmt.Sprintf(", %d skipped by robots.txt", c.SkippedCount)
+	}
 	if !bar {
-		return fmt.Sprintf("progress: %d/%d done (%.1f%%), %d failed, %d leased, %.1f tasks/s, eta %s",
-			done, total, pct, failed, c.LeasedCount, rate, eta)
+		return fmt.Sprintf("progress: %d/%d finished (%.1f%%), %d failed%s, %d leased, %.1f tasks/s, eta %s",
+			done, total, pct, failed, skipped, c.LeasedCount, e.rate, eta)
 	}
 	const width = 30
 	filled := int(pct / 100 * width)
-	return fmt.Sprintf("[%s%s] %5.1f%% %d/%d · %d failed · %d leased · %.1f/s · eta %s ",
-		strings.Repeat("#", filled), strings.Repeat(".", width-filled), pct, done, total, failed, c.LeasedCount, rate, eta)
+	return fmt.Sprintf("[%s%s] %5.1f%% %d/%d · %d failed%s · %d leased · %.1f/s · eta %s ",
+		strings.Repeat("#", filled), strings.Repeat(".", width-filled), pct, done, total, failed, skipped, c.LeasedCount, e.rate, eta)
 }
 
 // printSummary writes the crawl's summary table.
-func printSummary(w io.Writer, c embedded.QueueCounts, in crawlInput, elapsed time.Duration, p *lease.Politeness, interrupted bool) {
+func printSummary(w io.Writer, c embedded.QueueCounts, in crawlInput, elapsed time.Duration, p *wireLog, interrupted bool) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "crawl summary\t")
 	fmt.Fprintf(tw, "  tasks\t%d\n", c.TotalCount())
@@ -331,57 +400,15 @@ func printSummary(w io.Writer, c embedded.QueueCounts, in crawlInput, elapsed ti
 		fmt.Fprintf(tw, "  not done yet\t%d%s\n", left, note)
 	}
 	fmt.Fprintf(tw, "  pages stored\t%d\n", c.PageCount)
+	printQueueExtras(tw, c)
 	if in.invalidCount > 0 {
 		fmt.Fprintf(tw, "  invalid lines\t%d\tnot crawled\n", in.invalidCount)
 	}
 	fmt.Fprintf(tw, "  elapsed\t%s\n", elapsed.Round(10*time.Millisecond))
 	_ = tw.Flush()
-	if p == nil {
-		return
+	if p != nil {
+		printPoliteness(w, p.rows())
 	}
-	gaps := p.Domains()
-	if len(gaps) == 0 {
-		return
-	}
-	// Tightest first: the gap relative to the interval.
-	ratio := func(g lease.DomainGap) float64 {
-		if g.RequestCount < 2 {
-			return 1e18
-		}
-		if g.MinInterval <= 0 {
-			return 1e17
-		}
-		return float64(g.MinGap) / float64(g.MinInterval)
-	}
-	sort.Slice(gaps, func(i, j int) bool {
-		if ri, rj := ratio(gaps[i]), ratio(gaps[j]); ri != rj {
-			return ri < rj
-		}
-		return gaps[i].Domain < gaps[j].Domain
-	})
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "politeness: smallest gap between two requests to a domain, as written to the socket by this run (plain HTTP only)")
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  domain\trequests\tmin gap\tmin_interval_ms\t")
-	below := 0
-	for i, g := range gaps {
-		if g.RequestCount >= 2 && g.MinGap < g.MinInterval {
-			below++
-		}
-		if i >= maxPolitenessRows {
-			continue
-		}
-		gap := "—"
-		if g.RequestCount >= 2 {
-			gap = fmt.Sprintf("%.1f ms", float64(g.MinGap)/float64(time.Millisecond))
-		}
-		fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t\n", g.Domain, g.RequestCount, gap, g.MinInterval.Milliseconds())
-	}
-	_ = tw.Flush()
-	if len(gaps) > maxPolitenessRows {
-		fmt.Fprintf(w, "  … %d more domains\n", len(gaps)-maxPolitenessRows)
-	}
-	fmt.Fprintf(w, "  domains with a gap below their interval: %d of %d\n", below, len(gaps))
 }
 
 // isTerminal reports whether w is a terminal (a character device).

@@ -67,9 +67,11 @@ func TestCrawl(t *testing.T) {
 		t.Errorf("no progress shown:\n%s", stderr.String())
 	}
 	t.Logf("origin min gaps: %v", origin.MinGaps())
-	perURL := map[string]int{}
-	for _, a := range origin.Arrivals() {
-		perURL[a.Host+a.Path]++
+	perURL := pageArrivals(origin)
+	for host, n := range robotsArrivals(origin) {
+		if n != 1 {
+			t.Errorf("%s: robots.txt fetched %d times, want once", host, n)
+		}
 	}
 	if len(perURL) != 21 {
 		t.Errorf("%d URLs fetched, want 21: %v", len(perURL), perURL)
@@ -89,8 +91,8 @@ func TestCrawl(t *testing.T) {
 	if !strings.Contains(stderr.String(), "(0 new, 22 queued before)") {
 		t.Errorf("second run stderr:\n%s", stderr.String())
 	}
-	if n := len(origin.Arrivals()); n != 21 {
-		t.Errorf("second run fetched again: %d requests", n)
+	if n := len(pageArrivals(origin)); n != 21 {
+		t.Errorf("second run fetched again: %d pages", n)
 	}
 }
 
@@ -132,10 +134,7 @@ func TestCrawlResumesAfterInterrupt(t *testing.T) {
 	if !strings.Contains(squash(stdout.String()), "succeeded 30") {
 		t.Errorf("resumed summary:\n%s", stdout.String())
 	}
-	perURL := map[string]int{}
-	for _, a := range origin.Arrivals() {
-		perURL[a.Host+a.Path]++
-	}
+	perURL := pageArrivals(origin)
 	if len(perURL) != 30 {
 		t.Errorf("%d URLs fetched, want 30", len(perURL))
 	}
@@ -191,4 +190,88 @@ func TestCrawlFailsForOwnReasons(t *testing.T) {
 	if errors.As(err, &ee) {
 		t.Errorf("exit error %v, want plain 1", ee)
 	}
+}
+
+// TestCrawlPolitenessCountsAdmittedRequests: the summary's politeness table counts what
+// the limiter lets out (main documents and redirect hops), not a render's own
+// sub-requests. Each page here is rendered in real headless Chromium and makes two XHRs
+// to its own host right after it loads: they ride on the page's admission (SPEC §2), so
+// the table shows two requests for the domain, a gap no smaller than its interval, and no
+// domain below it.
+func TestCrawlPolitenessCountsAdmittedRequests(t *testing.T) {
+	if _, err := os.Stat(chromiumPath); err != nil {
+		t.Skipf("no headless Chromium at %s (scripts/test.sh installs it)", chromiumPath)
+	}
+	origin := origintest.New(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasPrefix(r.URL.Path, "/api/"):
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprint(w, `{"body":"more text"}`)
+		case r.URL.Path == "/old":
+			http.Redirect(w, r, "/p3", http.StatusFound) // a hop: admitted, counted
+		default:
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			fmt.Fprint(w, `<!doctype html><html><body><p id="a">Loading</p><script>
+Promise.all([fetch('/api/one').then(r => r.json()), fetch('/api/two').then(r => r.json())])
+  .then(([a, b]) => { document.getElementById('a').textContent = a.body + ' ' + b.body; });
+</script></body></html>`)
+		}
+	}))
+	defer origin.Close()
+	file := writeFile(t,
+		`{"url":"http://xhr.test/p1","should_render":true,"min_interval_ms":300,"should_store":false}`,
+		`{"url":"http://xhr.test/p2","should_render":true,"min_interval_ms":300,"should_store":false}`,
+		`{"url":"http://plain.test/old","min_interval_ms":300,"should_store":false}`,
+	)
+	args := []string{"crawl", "--data-dir", t.TempDir(), "--connect-to", origin.ConnectTo(),
+		"--chromium-path", chromiumPath, "--render-concurrency", "1", "--shutdown-grace-seconds", "5", file}
+	var stdout, stderr syncBuffer
+	if err := run(context.Background(), args, noEnv, &stdout, &stderr); err != nil {
+		t.Fatalf("crawl: %v\nstderr:\n%s", err, stderr.String())
+	}
+	xhrs := 0
+	for _, a := range origin.Arrivals() {
+		if strings.HasPrefix(a.Path, "/api/") {
+			xhrs++
+		}
+	}
+	if xhrs < 4 {
+		t.Fatalf("the origin saw %d XHRs, want 4: the pages did not run (%v)", xhrs, origin.Arrivals())
+	}
+	out := squash(stdout.String())
+	t.Logf("summary:\n%s", stdout.String())
+	for _, want := range []string{"succeeded 3", "domains with a gap below their interval: 0 of 2"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, stdout.String())
+		}
+	}
+	// The rows: domain, requests, min gap, min_interval_ms. Each domain's robots.txt is a
+	// request the limiter admitted too: robots.txt, then two pages (or a page and its hop).
+	for _, row := range []string{"xhr.test 3 ", "plain.test 3 "} {
+		if !strings.Contains(out, row) {
+			t.Errorf("summary lacks the row %q (main documents and hops only):\n%s", row, stdout.String())
+		}
+	}
+}
+
+// pageArrivals counts the requests per host and path the origin saw, robots.txt aside.
+func pageArrivals(o *origintest.Origin) map[string]int {
+	m := map[string]int{}
+	for _, a := range o.Arrivals() {
+		if a.Path != "/robots.txt" {
+			m[a.Host+a.Path]++
+		}
+	}
+	return m
+}
+
+// robotsArrivals counts the robots.txt requests per host.
+func robotsArrivals(o *origintest.Origin) map[string]int {
+	m := map[string]int{}
+	for _, a := range o.Arrivals() {
+		if a.Path == "/robots.txt" {
+			m[a.Host]++
+		}
+	}
+	return m
 }

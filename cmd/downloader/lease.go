@@ -13,7 +13,7 @@ import (
 	"downloader/engine"
 	"downloader/lease"
 	"downloader/limiter"
-	"downloader/netguard"
+	"downloader/robots"
 	"downloader/scheduler"
 	"downloader/server"
 	"downloader/store/embedded"
@@ -23,17 +23,10 @@ import (
 type leaseConfig struct {
 	SchedulerURL string
 	WorkerID     string
-	// politeness, when set (by crawl, for its summary), records the wire gaps per domain;
-	// it keeps one entry per domain, so a long-running serve leaves it off.
-	politeness *lease.Politeness
-}
-
-// dialer is the guard's dialer: the politeness recorder's when set, else the default.
-func (c *leaseConfig) dialer() netguard.ContextDialer {
-	if c.politeness == nil {
-		return nil
-	}
-	return c.politeness.Dialer(nil)
+	// The local queue's own parts (it plays the sampler and the scheduler, SPEC §1):
+	// robots.txt and retries. Neither applies with a scheduler.
+	ShouldObeyRobotsTxt bool
+	MaxAttemptCount     int
 }
 
 // addLeaseFlags declares entry A's flags into c.
@@ -44,6 +37,13 @@ func addLeaseFlags(fs *flag.FlagSet, c *leaseConfig) {
 		host = "downloader"
 	}
 	fs.StringVar(&c.WorkerID, "worker-id", host, "this downloader's name in its lease calls to the scheduler")
+	addLocalQueueFlags(fs, c)
+}
+
+// addLocalQueueFlags declares the local queue's flags (crawl shows only these of entry A).
+func addLocalQueueFlags(fs *flag.FlagSet, c *leaseConfig) {
+	fs.BoolVar(&c.ShouldObeyRobotsTxt, "should-obey-robots-txt", true, "local queue only: fetch each site's robots.txt first and obey it for our User-Agent's product token (RFC 9309; Crawl-delay raises min_interval_ms); false for an operator's own sites")
+	fs.IntVar(&c.MaxAttemptCount, "max-attempt-count", embedded.DefaultMaxAttemptCount, "local queue only: attempts that reach the origin per task; 5xx, 408, 429, timeouts and resets are retried after an exponential backoff (at least the origin's Retry-After), failures of our own in place without counting")
 }
 
 // Entry A's wiring constants.
@@ -62,19 +62,18 @@ const (
 
 // entryA is the lease loop with its source (the scheduler or the local queue) and outbox.
 type entryA struct {
-	log        *slog.Logger
-	loop       *lease.Loop
-	queue      *embedded.Queue   // nil with a scheduler
-	client     *scheduler.Client // nil with the local queue
-	politeness *lease.Politeness // nil unless tracked
-	defaultIv  time.Duration
-	cancel     context.CancelFunc
-	done       chan struct{}
+	log       *slog.Logger
+	loop      *lease.Loop
+	queue     *embedded.Queue   // nil with a scheduler
+	client    *scheduler.Client // nil with the local queue
+	defaultIv time.Duration
+	cancel    context.CancelFunc
+	done      chan struct{}
 }
 
 // newEntryA builds entry A on st: with c.Lease.SchedulerURL set it leases from the
 // scheduler, else from the local queue kept in st.
-func newEntryA(ctx context.Context, c *config, logger *slog.Logger, clk clock.Clock, st *embedded.Store, eng *engine.Engine, gate *limiter.Gate) (*entryA, error) {
+func newEntryA(ctx context.Context, c *config, logger *slog.Logger, clk clock.Clock, st *embedded.Store, eng *engine.Engine, gate *limiter.Gate, fetcher engine.Fetcher) (*entryA, error) {
 	a := &entryA{log: logger, defaultIv: time.Duration(c.DefaultMinIntervalMs) * time.Millisecond}
 	cfg := lease.Config{
 		Runner: eng, Outbox: embedded.NewOutbox(st), Clock: clk, Logger: logger, WorkerID: c.Lease.WorkerID,
@@ -89,16 +88,26 @@ func newEntryA(ctx context.Context, c *config, logger *slog.Logger, clk clock.Cl
 		}
 		a.client, cfg.Source = cl, cl
 	} else {
-		q, err := embedded.OpenQueue(ctx, st, embedded.QueueConfig{Clock: clk, Logger: logger, DefaultMinInterval: a.defaultIv})
+		q, err := embedded.OpenQueue(ctx, st, embedded.QueueConfig{Clock: clk, Logger: logger, DefaultMinInterval: a.defaultIv,
+			MaxAttemptCount: c.Lease.MaxAttemptCount})
 		if err != nil {
 			return nil, fmt.Errorf("open local queue: %w", err)
 		}
 		a.queue, cfg.Source = q, q
 		cfg.PollMax = localPollMax
-	}
-	if c.Lease.politeness != nil {
-		a.politeness = c.Lease.politeness
-		cfg.Politeness = a.politeness
+		if c.Lease.ShouldObeyRobotsTxt && c.Cluster.Store == storeTiKV {
+			// The robots.txt request would be admitted by this instance's limiter only, not
+			// cluster-wide (SPEC §2): in cluster mode robots.txt is the scheduler's.
+			logger.Warn("robots.txt is not read with --store tikv: the local queue's tasks are not checked against it; use a scheduler, or the embedded store for a standalone crawl")
+		} else if c.Lease.ShouldObeyRobotsTxt {
+			rr, err := robots.New(robots.Config{Next: eng, Limiter: eng.Limiter(), Gate: gate, Fetcher: fetcher, Clock: clk,
+				Logger: logger, UserAgent: c.UserAgent, Timeout: c.requestTimeout(), MaxAttemptCount: c.Lease.MaxAttemptCount,
+				CrawlDelay: q.SetCrawlDelay})
+			if err != nil {
+				return nil, err
+			}
+			cfg.Runner = rr
+		}
 	}
 	loop, err := lease.New(cfg)
 	if err != nil {
@@ -170,4 +179,12 @@ func (a queueAdapter) SubmitTasks(ctx context.Context, tasks []downloader.Task) 
 		out[i] = server.TaskSubmission{TaskID: r.TaskID, URL: r.URL, IsDuplicate: r.IsDuplicate, State: r.State}
 	}
 	return out, nil
+}
+
+func (a queueAdapter) TaskStatus(ctx context.Context, taskID string) (*downloader.TaskStatus, error) {
+	return a.q.TaskStatus(ctx, taskID)
+}
+
+func (a queueAdapter) ListTasks(ctx context.Context, state downloader.TaskState, cursor string, limit int) ([]downloader.TaskStatus, string, error) {
+	return a.q.ListTasks(ctx, state, cursor, limit)
 }

@@ -3,6 +3,7 @@
 //	downloader serve [flags]        run the service (entries A, B, C, console)
 //	downloader crawl [flags] FILE   crawl a URL list on this machine, politely
 //	downloader soak [flags]         run the service under mixed load for a bounded time
+//	downloader export [flags]       write a data dir's tasks as JSON lines, its pages as WARC
 //
 // Every flag can also be set with an environment variable DOWNLOADER_<FLAG>, upper case
 // with dashes as underscores (--max-concurrent-count → DOWNLOADER_MAX_CONCURRENT_COUNT).
@@ -59,6 +60,7 @@ commands:
   crawl   crawl a URL list (one URL a line, or JSON lines) on this machine
   soak    run the service under mixed A/B/C load against local origins for a bounded
           time, killing the browser now and then; report leaks, violations, lost tasks
+  export  write a crawl's data dir out: one JSON line per task, the pages as WARC/1.1
 
 Run 'downloader <command> --help' for the flags of a command.
 `
@@ -76,6 +78,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runCrawl(ctx, args[1:], getenv, stdout, stderr)
 	case "soak":
 		return runSoak(ctx, args[1:], getenv, stdout, stderr)
+	case "export":
+		return runExport(ctx, args[1:], getenv, stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -155,7 +155,8 @@ func TestFlagsFromEnvironmentAndHelp(t *testing.T) {
 		t.Fatalf("serve --help: %v", err)
 	}
 	for _, name := range []string{"listen", "data-dir", "default-min-interval-ms", "max-concurrent-count",
-		"local-queue-length", "connect-to", "allow-private-networks", "user-agent"} {
+		"local-queue-length", "connect-to", "allow-private-networks", "user-agent",
+		"render-max-subrequest-count", "render-max-host-subrequest-count"} {
 		if !strings.Contains(errOut.String(), "-"+name) {
 			t.Errorf("serve --help does not document --%s", name)
 		}
@@ -164,6 +165,8 @@ func TestFlagsFromEnvironmentAndHelp(t *testing.T) {
 		{[]string{"--max-concurrent-count", "0"}},
 		{[]string{"--default-min-interval-ms", "-1"}},
 		{[]string{"--connect-to", "nonsense"}},
+		{[]string{"--render-max-subrequest-count", "0"}},
+		{[]string{"--render-max-host-subrequest-count", "0"}},
 	}
 	for _, b := range bad {
 		var c config

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -176,5 +178,32 @@ func TestPolitenessAtTheOrigin(t *testing.T) {
 		if arrivals[fmt.Sprintf("landing%d.test", i)] == 0 {
 			t.Errorf("landing%d.test never reached: redirects not followed", i)
 		}
+	}
+}
+
+// TestWireLogRows: the crawl's politeness rows are the smallest gap between the moments
+// the limiter told, whatever order they were told in, with the latest interval.
+func TestWireLogRows(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	var l wireLog
+	l.observe("a.test", 100*time.Millisecond, at(0))
+	l.observe("a.test", 100*time.Millisecond, at(500))
+	l.observe("a.test", 200*time.Millisecond, at(120)) // told late: between the two
+	l.observe("b.test", time.Second, at(50))
+	rows := l.rows()
+	sort.Slice(rows, func(i, j int) bool { return rows[i].domain < rows[j].domain })
+	want := []domainGap{
+		{domain: "a.test", requestCount: 3, minGap: 120 * time.Millisecond, minInterval: 200 * time.Millisecond},
+		{domain: "b.test", requestCount: 1, minInterval: time.Second},
+	}
+	if !slices.Equal(rows, want) {
+		t.Errorf("rows = %+v, want %+v", rows, want)
+	}
+	var out strings.Builder
+	printPoliteness(&out, rows)
+	if s := squash(out.String()); !strings.Contains(s, "a.test 3 120.0 ms 200") || !strings.Contains(s, "b.test 1 — 1000") ||
+		!strings.Contains(s, "domains with a gap below their interval: 1 of 2") {
+		t.Errorf("table:\n%s", out.String())
 	}
 }

@@ -44,7 +44,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "downloader: listening on http://%s\n", svc.addr)
+	fmt.Fprintf(stdout, "downloader: listening on http://%s\ndownloader: console on http://%s/\n", svc.addr, svc.addr)
 	return svc.wait(ctx)
 }
 
@@ -68,6 +68,8 @@ type service struct {
 	http    *http.Server
 	errc    chan error // the first error of a long-running part
 	cancel  context.CancelFunc
+	// heartbeatDone is closed when the heartbeat (runtime.go) has stopped.
+	heartbeatDone chan struct{}
 }
 
 // startService opens the store, builds every component and starts serving. The caller
@@ -82,6 +84,11 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 	}
 	clk := clock.Real{}
 	lim := limiter.New(clk)
+	// Before anything else touches the store: whether it is empty tells a fresh data dir.
+	if err := restoreRuntime(ctx, st, lim, clk, c.Cluster.Store == storeTiKV, logger); err != nil {
+		st.Close()
+		return nil, err
+	}
 	gate := limiter.NewGate(c.MaxConcurrentCount, c.LocalQueueLength)
 	// Cluster mode (cluster.go): results, pages, settings and the limiter state in TiKV.
 	results, pages, settings := downloader.ResultStore(st), downloader.PageStore(st), downloader.SettingsStore(st)
@@ -100,8 +107,10 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 		}
 		st.Close()
 	}
-	guard := netguard.New(netguard.Config{ConnectTo: c.ConnectTo, AllowPrivateNetworks: c.AllowPrivateNetworks,
-		Dialer: c.Lease.dialer()})
+	if c.observeWire != nil {
+		lim.ObserveWire(c.observeWire)
+	}
+	guard := netguard.New(netguard.Config{ConnectTo: c.ConnectTo, AllowPrivateNetworks: c.AllowPrivateNetworks})
 	defaultInterval := time.Duration(c.DefaultMinIntervalMs) * time.Millisecond
 	fetcher := fetch.New(fetch.Config{
 		Clock: clk, Guard: guard, Logger: logger, UserAgent: c.UserAgent,
@@ -110,8 +119,9 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 	pool, err := render.New(render.Config{
 		Clock: clk, Logger: logger, BinaryPath: c.ChromiumPath, Endpoint: c.RendererEndpoint,
 		Concurrency: c.RenderConcurrency, QueueLength: c.LocalQueueLength, UserAgent: c.UserAgent,
-		Isolation: render.Isolation(c.RenderIsolation),
-		Guard:     guard, DefaultTimeout: c.requestTimeout(), Hops: engine.Hops{Limiter: lim, DefaultMinInterval: defaultInterval, Shared: shared, DefaultTimeout: c.requestTimeout()},
+		Isolation:          render.Isolation(c.RenderIsolation),
+		MaxSubrequestCount: c.RenderMaxSubrequestCount, MaxHostSubrequestCount: c.RenderMaxHostSubrequestCount,
+		Guard: guard, DefaultTimeout: c.requestTimeout(), Hops: engine.Hops{Limiter: lim, DefaultMinInterval: defaultInterval, Shared: shared, DefaultTimeout: c.requestTimeout()},
 	})
 	if err != nil {
 		closeStores()
@@ -146,7 +156,7 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 			return nil, err
 		}
 	}
-	a, err := newEntryA(ctx, c, logger, clk, st, eng, gate)
+	a, err := newEntryA(ctx, c, logger, clk, st, eng, gate, fetcher)
 	if err != nil {
 		pool.Close()
 		closeStores()
@@ -161,7 +171,7 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 	}
 	srv := server.New(server.Config{Engine: eng, Guard: guard, Logger: logger, Clock: clk, Extra: extra,
 		Tasks: a.taskQueue(), Results: results, Pages: pages, APIToken: c.APIToken, AdminToken: c.AdminToken,
-		StartedAt: clk.Now()})
+		MetricsToken: c.MetricsToken, StartedAt: clk.Now()})
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
 		a.close()
@@ -175,7 +185,7 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	s := &service{cfg: c, log: logger, addr: ln.Addr(), store: st, limiter: lim, engine: eng, fetcher: fetcher,
-		render: pool, server: srv, entryA: a, cluster: cl, errc: make(chan error, 2), cancel: cancel,
+		render: pool, server: srv, entryA: a, cluster: cl, errc: make(chan error, 2), cancel: cancel, heartbeatDone: make(chan struct{}),
 		http: &http.Server{
 			Handler:           srv,
 			ReadHeaderTimeout: c.readHeaderTimeout,
@@ -186,6 +196,10 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 		}}
 	go func() { s.errc <- lim.Run(runCtx) }()
+	go func() {
+		defer close(s.heartbeatDone)
+		runHeartbeat(runCtx, st, clk, logger)
+	}()
 	if cl != nil {
 		cl.run(runCtx) // heartbeats and write-backs; wait ends it after the engine
 	}
@@ -210,30 +224,37 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 // (the HTTP write timeout must cover it).
 const maxQueueWait = time.Minute
 
-// wait runs until ctx ends or a part fails, then stops in order: stop taking requests,
-// let in-flight ones finish within the grace period, cut the rest short with
-// shutting_down, then close the renderer, the fetcher and the store.
+// wait runs until ctx ends or a part fails, then stops in order: drain (the listener
+// stays open, /readyz answers 503, new B and C requests are answered shutting_down, the
+// ones in flight and entry A's held tasks get the grace period to finish), cut what is
+// left short with shutting_down, close the listener, then the renderer and the fetcher;
+// then save the limiter's entries for the next start and close the store.
 func (s *service) wait(ctx context.Context) error {
 	var runErr error
 	select {
 	case <-ctx.Done():
 	case runErr = <-s.errc:
 	}
-	s.server.SetReady(false)
+	graceDuration := time.Duration(s.cfg.ShutdownGraceSeconds) * time.Second
 	s.log.Info("stopping", "shutdown_grace_seconds", s.cfg.ShutdownGraceSeconds)
+	grace, cancel := context.WithTimeout(context.Background(), graceDuration)
+	defer cancel()
 	// Entry A stops leasing now and gives its held tasks the same grace period, then
 	// releases the rest and flushes its reports.
 	leaseDone := s.entryA.stop()
-	grace, cancel := context.WithTimeout(context.Background(), time.Duration(s.cfg.ShutdownGraceSeconds)*time.Second)
-	defer cancel()
-	if err := s.http.Shutdown(grace); err != nil {
-		// Grace is over: cut what is left short, then close the connections.
+	drained := s.server.Drain(grace, s.limiter.Clock().Now().Add(graceDuration)) == nil
+	select {
+	case <-leaseDone:
+	case <-grace.Done():
+	}
+	if !drained || grace.Err() != nil {
+		// Grace is over: cut what is left short (answered shutting_down).
 		s.engine.Stop()
-		hard, cancelHard := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancelHard()
-		if err := s.http.Shutdown(hard); err != nil {
-			s.http.Close()
-		}
+	}
+	hard, cancelHard := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancelHard()
+	if err := s.http.Shutdown(hard); err != nil {
+		s.http.Close()
 	}
 	<-leaseDone
 	s.entryA.close()
@@ -247,6 +268,11 @@ func (s *service) wait(ctx context.Context) error {
 	}
 	s.render.Close()
 	s.fetcher.Close()
+	<-s.heartbeatDone
+	if s.cluster == nil {
+		// Nothing is sent any more: what the limiter holds now is the last word.
+		saveRuntime(context.Background(), s.store, s.limiter, s.limiter.Clock(), s.log)
+	}
 	if err := s.store.Close(); err != nil && runErr == nil {
 		runErr = fmt.Errorf("close store: %w", err)
 	}

@@ -1,22 +1,33 @@
-// The downloader console's controls. They call the service's own API (PUT /v1/settings,
-// POST /v1/render, POST /v1/probe), sending the admin token the operator typed; the pages
-// themselves change nothing. No control here lowers an interval.
+// The downloader console's controls. The cap form posts to POST /console/settings; fetch
+// and probe call the service's own API (POST /v1/render, POST /v1/probe). With a signed-in
+// session the browser sends its cookie and the page's CSRF token; an admin token typed into
+// the form is sent as a bearer token instead. The pages themselves change nothing. No
+// control here lowers an interval.
 "use strict";
 
 (function () {
   const $ = (id) => document.getElementById(id);
 
-  function headers(extra) {
-    const h = Object.assign({ "Content-Type": "application/json" }, extra || {});
+  const csrfMeta = document.querySelector('meta[name="csrf-token"]');
+  const csrf = csrfMeta ? csrfMeta.content : "";
+
+  function headers(contentType) {
+    const h = { "Content-Type": contentType };
     const token = $("admin-token") ? $("admin-token").value.trim() : "";
     if (token) h["Authorization"] = "Bearer " + token;
+    else if (csrf) h["X-CSRF-Token"] = csrf;
     const actor = $("actor") ? $("actor").value.trim() : "";
     if (actor) h["X-Actor"] = actor;
     return h;
   }
 
   async function call(method, path, body) {
-    const resp = await fetch(path, { method, headers: headers(), body: JSON.stringify(body) });
+    const form = body instanceof URLSearchParams;
+    const resp = await fetch(path, {
+      method, credentials: "same-origin",
+      headers: headers(form ? "application/x-www-form-urlencoded" : "application/json"),
+      body: form ? body.toString() : JSON.stringify(body),
+    });
     let data = null;
     try { data = await resp.json(); } catch (e) { data = null; }
     return { status: resp.status, data, retryAfter: resp.headers.get("Retry-After") };
@@ -24,7 +35,22 @@
 
   function fmt(n) { return Number(n).toLocaleString("en-US"); }
 
-  // max_concurrent_count: ask for confirmation, then PUT /v1/settings.
+  // Auto-refresh: off unless the operator turns it on (kept in this browser). It waits
+  // while a control is in use, so a reload never eats what is being typed.
+  const auto = $("auto-refresh");
+  if (auto) {
+    const key = "downloader.auto_refresh";
+    auto.checked = localStorage.getItem(key) === "on";
+    auto.addEventListener("change", () => localStorage.setItem(key, auto.checked ? "on" : "off"));
+    setInterval(() => {
+      if (!auto.checked) return;
+      const busy = document.activeElement && document.activeElement.closest("form") && document.activeElement !== auto;
+      const open = [$("settings-confirm"), $("action-panel")].some((el) => el && !el.hidden);
+      if (!busy && !open) location.reload();
+    }, 30000);
+  }
+
+  // max_concurrent_count: ask for confirmation, then POST /console/settings.
   const form = $("settings-form");
   if (form) {
     const confirmBox = $("settings-confirm");
@@ -52,7 +78,7 @@
       pending = null;
       confirmBox.hidden = true;
       try {
-        const r = await call("PUT", "/v1/settings", { max_concurrent_count: n });
+        const r = await call("POST", "/console/settings", new URLSearchParams(new FormData(form)));
         if (r.status === 200 && r.data) {
           $("max-concurrent-count").textContent = fmt(r.data.max_concurrent_count);
           $("confirm-old").textContent = fmt(r.data.max_concurrent_count);

@@ -37,9 +37,8 @@ func outboxKey(taskID string) []byte { return []byte(outboxPrefix + taskID) }
 type Outbox struct {
 	s    *Store
 	seed maphash.Seed
-	// locks serialise the check-then-delete of a task's entry with its puts. Puts of
-	// different tasks take different locks most of the time, so their synchronous commits
-	// still share fsyncs.
+	// locks serialise the check-then-delete of a task's entry with its puts. No lock is
+	// held across an fsync (PutReport).
 	locks [64]sync.Mutex
 }
 
@@ -68,10 +67,27 @@ func (o *Outbox) PutReport(ctx context.Context, r *downloader.Report) error {
 		return err
 	}
 	defer release()
+	// The write is ordered with DeleteReport's check under the task's lock; its
+	// durability is waited for after the lock is given back, so that a report waiting for
+	// the fsync holds no other task's put (they share one fsync instead).
 	unlock := o.lock(r.TaskID)
-	defer unlock()
-	if err := o.s.db.Set(outboxKey(r.TaskID), v, pebble.Sync); err != nil {
+	err = o.s.db.Set(outboxKey(r.TaskID), v, pebble.NoSync)
+	unlock()
+	if err != nil {
 		return fmt.Errorf("embedded store: put report %s: %w", r.TaskID, err)
+	}
+	if err := o.s.syncWAL(); err != nil {
+		return fmt.Errorf("embedded store: put report %s: %w", r.TaskID, err)
+	}
+	return nil
+}
+
+// syncWAL returns once every write committed before it is durable. The write-ahead log is
+// one sequential file, so syncing it for an empty record syncs every record written before;
+// concurrent callers share one fsync (group commit in Pebble's commit pipeline).
+func (s *Store) syncWAL() error {
+	if err := s.db.LogData(nil, pebble.Sync); err != nil {
+		return fmt.Errorf("sync the write-ahead log: %w", err)
 	}
 	return nil
 }
@@ -140,19 +156,83 @@ func (o *Outbox) DeleteReport(ctx context.Context, r *downloader.Report) (bool, 
 	if err != nil || !ok {
 		return false, err
 	}
-	var stored struct {
-		FetchedAt time.Time `json:"fetched_at"`
-	}
-	if err := json.Unmarshal(v, &stored); err != nil {
+	at, err := reportFetchedAt(v)
+	if err != nil {
 		return false, fmt.Errorf("embedded store: decode report %s: %w", r.TaskID, err)
 	}
-	if !stored.FetchedAt.Equal(r.FetchedAt) {
+	if !at.Equal(r.FetchedAt) {
 		return false, nil
 	}
 	if err := o.s.db.Delete(key, pebble.NoSync); err != nil {
 		return false, fmt.Errorf("embedded store: delete report %s: %w", r.TaskID, err)
 	}
 	return true, nil
+}
+
+// DeleteReports is DeleteReport for each of rs, in one write: the sender deletes a page of
+// acknowledged reports at once. It holds the locks of rs's tasks (in lock order, so that
+// two callers cannot deadlock) across the checks and the write, never across an fsync (the
+// delete need not be durable, see DeleteReport).
+func (o *Outbox) DeleteReports(ctx context.Context, rs []downloader.Report) error {
+	if len(rs) == 0 {
+		return nil
+	}
+	release, err := o.s.acquire(ctx, "delete reports")
+	if err != nil {
+		return err
+	}
+	defer release()
+	var held [len(o.locks)]bool
+	for i := range rs {
+		if rs[i].TaskID == "" {
+			return downloader.Invalidf("task_id", "a report needs a task_id")
+		}
+		held[maphash.String(o.seed, rs[i].TaskID)%uint64(len(o.locks))] = true
+	}
+	for i, h := range held {
+		if h {
+			o.locks[i].Lock()
+			defer o.locks[i].Unlock()
+		}
+	}
+	b := o.s.db.NewBatch()
+	defer b.Close()
+	for i := range rs {
+		key := outboxKey(rs[i].TaskID)
+		v, ok, err := o.s.get(key)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		at, err := reportFetchedAt(v)
+		if err != nil {
+			return fmt.Errorf("embedded store: decode report %s: %w", rs[i].TaskID, err)
+		}
+		if !at.Equal(rs[i].FetchedAt) {
+			continue
+		}
+		if err := b.Delete(key, nil); err != nil {
+			return fmt.Errorf("embedded store: delete report %s: %w", rs[i].TaskID, err)
+		}
+	}
+	if b.Empty() {
+		return nil
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return fmt.Errorf("embedded store: delete reports: %w", err)
+	}
+	return nil
+}
+
+// reportFetchedAt reads only fetched_at of a stored report.
+func reportFetchedAt(v []byte) (time.Time, error) {
+	var stored struct {
+		FetchedAt time.Time `json:"fetched_at"`
+	}
+	err := json.Unmarshal(v, &stored)
+	return stored.FetchedAt, err
 }
 
 // ReportCount returns how many reports wait in the outbox. It walks the keys.

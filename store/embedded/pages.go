@@ -38,17 +38,61 @@ func (s *Store) PutPage(ctx context.Context, p *downloader.Page) (string, error)
 		return key, err
 	}
 	v, _ := s.codec.Encode(p, 0)
-	mu := &s.pageLocks[int(sum[0])%len(s.pageLocks)]
-	mu.Lock()
-	defer mu.Unlock()
+	w, first := s.startPageWrite(key)
+	if !first {
+		// The same body is being written now: it is durable when that write is.
+		select {
+		case <-w.done:
+			return key, w.err
+		case <-ctx.Done():
+			return "", fmt.Errorf("embedded store: put page %s: %w", key, ctx.Err())
+		}
+	}
+	w.err = s.writePage(dbKey, key, v)
+	s.endPageWrite(key, w)
+	if w.err != nil {
+		return "", w.err
+	}
+	return key, nil
+}
+
+// pageWrite is one page being written; done is closed when err is set.
+type pageWrite struct {
+	done chan struct{}
+	err  error
+}
+
+// startPageWrite registers a write of key, or returns the one in progress (first false).
+func (s *Store) startPageWrite(key string) (w *pageWrite, first bool) {
+	s.pageMu.Lock()
+	defer s.pageMu.Unlock()
+	if w := s.pageWrites[key]; w != nil {
+		return w, false
+	}
+	w = &pageWrite{done: make(chan struct{})}
+	s.pageWrites[key] = w
+	return w, true
+}
+
+// endPageWrite removes w (now durable or failed) and wakes those waiting for it.
+func (s *Store) endPageWrite(key string, w *pageWrite) {
+	s.pageMu.Lock()
+	delete(s.pageWrites, key)
+	s.pageMu.Unlock()
+	close(w.done)
+}
+
+// writePage writes v under dbKey unless a write that ended before this one registered
+// stored it already.
+func (s *Store) writePage(dbKey []byte, key string, v []byte) error {
 	if ok, err := s.has(dbKey); err != nil || ok {
-		return key, err
+		return err
 	}
 	if err := s.db.Set(dbKey, v, s.opts.pageWrite); err != nil {
-		return "", fmt.Errorf("embedded store: put page %s: %w", key, err)
+		return fmt.Errorf("embedded store: put page %s: %w", key, err)
 	}
 	s.pageWriteCount.Add(1)
-	return key, nil
+	return nil
 }
 
 // Page returns the page stored under key, or an ENOTFOUND error when there is none

@@ -38,6 +38,10 @@ import (
 //	    are found at once when the queue is opened again.
 //	local_queue:url:{sha256}
 //	    Deduplication: the hex SHA-256 of a task's canonical URL → its task id.
+//	local_queue:retry:{task_id}
+//	    Index of the pending tasks waiting out a retry backoff (queue_retry.go); the value
+//	    is next_attempt_at in Unix nanoseconds (8 bytes big-endian) then the domain. Such a
+//	    task is pending but not in the pending index until its time comes.
 //
 // Deduplication: a URL is queued once for the life of the data directory. The canonical
 // URL is the URL with its scheme and host in lower case and without its fragment (which
@@ -66,6 +70,7 @@ const (
 	queuePendPrefix = "local_queue:pending:"
 	queueLeasPrefix = "local_queue:leased:"
 	queueURLPrefix  = "local_queue:url:"
+	queueRetrPrefix = "local_queue:retry:"
 )
 
 // Queue defaults.
@@ -77,11 +82,14 @@ const (
 	maxTaskIDBytes = 128
 )
 
-// Task states.
+// Task states, as stored. A pending task may be waiting out a retry backoff
+// (next_attempt_at set); a done task succeeded or failed for good; a skipped task was
+// never fetched on purpose (robots.txt). TaskRecord.Status gives the API's names.
 const (
 	TaskPending = "pending"
 	TaskLeased  = "leased"
 	TaskDone    = "done"
+	TaskSkipped = "skipped"
 )
 
 // QueueConfig configures a Queue. Zero values take the defaults.
@@ -94,14 +102,30 @@ type QueueConfig struct {
 	Lookahead time.Duration
 	// DefaultMinInterval is given to submitted tasks that carry no min_interval_ms.
 	DefaultMinInterval time.Duration
+
+	// Retries (queue_retry.go), the scheduler's table in seed 002. MaxAttemptCount bounds
+	// the attempts that reached the origin (default 3; 1 turns retries off);
+	// RetryBaseDelay and RetryMaxDelay bound the backoff between them (default 2 s and
+	// 10 min); MaxOwnFailureCount bounds the in-place retries of failures of our own
+	// (has_reached_origin=false, default 10), so that a crawl with a missing browser still
+	// ends. Jitter returns a number in [0, 1) (default math/rand/v2's Float64); tests fix it.
+	MaxAttemptCount    int
+	RetryBaseDelay     time.Duration
+	RetryMaxDelay      time.Duration
+	MaxOwnFailureCount int
+	Jitter             func() float64
 }
 
 // QueueCounts counts the queue's tasks by state, and the finished ones by outcome.
 type QueueCounts struct {
-	PendingCount   int `json:"pending_count"`
+	PendingCount   int `json:"pending_count"` // including those waiting out a retry backoff
 	LeasedCount    int `json:"leased_count"`
-	DoneCount      int `json:"done_count"` // finished, successfully or not
+	DoneCount      int `json:"done_count"` // finished by a fetch, successfully or not
 	SucceededCount int `json:"succeeded_count"`
+	// SkippedCount counts the tasks finished without a fetch, on purpose (robots.txt).
+	SkippedCount int `json:"skipped_count"`
+	// RetryCount counts the retries the queue scheduled (in place or after a backoff).
+	RetryCount int `json:"retry_count"`
 	// FailedCount counts the finished tasks by fail_reason.
 	FailedCount map[downloader.FailReason]int `json:"failed_count"`
 	// PageCount counts the finished tasks whose page was stored (several tasks may share
@@ -110,7 +134,12 @@ type QueueCounts struct {
 }
 
 // TotalCount is every task ever queued.
-func (c QueueCounts) TotalCount() int { return c.PendingCount + c.LeasedCount + c.DoneCount }
+func (c QueueCounts) TotalCount() int {
+	return c.PendingCount + c.LeasedCount + c.DoneCount + c.SkippedCount
+}
+
+// FinishedCount is every task that will not run again: done or skipped.
+func (c QueueCounts) FinishedCount() int { return c.DoneCount + c.SkippedCount }
 
 // OwnFailureCount counts the finished tasks that failed for the downloader's own reasons
 // (has_reached_origin=false).
@@ -148,7 +177,13 @@ type queueRecord struct {
 	State       string             `json:"state"`
 	SubmittedAt time.Time          `json:"submitted_at"`
 	LeaseCount  int                `json:"lease_count"`
-	Report      *downloader.Report `json:"report,omitempty"`
+	Report      *downloader.Report `json:"report,omitempty"` // the last one
+	// AttemptCount counts the attempts that reached the origin; OwnFailureCount the
+	// failures of our own retried in place (not attempts, seed 002).
+	AttemptCount    int `json:"attempt_count"`
+	OwnFailureCount int `json:"own_failure_count"`
+	// NextAttemptAt is set while the pending task waits out a retry backoff.
+	NextAttemptAt time.Time `json:"next_attempt_at,omitzero"`
 }
 
 // Queue is the embedded local queue over a Store. Create it with OpenQueue, at most one per
@@ -169,6 +204,12 @@ type Queue struct {
 	ready   domainHeap           // domains with pending tasks, earliest due first
 	expiry  leaseHeap            // this process's leases, earliest expiry first
 	leased  map[string]time.Time // task id → expiry of its live lease
+	retries retryHeap            // tasks waiting out a backoff, earliest first
+	// holds: domain → no task before then (the origin's Retry-After); floors: domain →
+	// the least spacing of its tasks (robots.txt Crawl-delay). Both in memory only, one
+	// entry per domain that has one: a restart forgets them (robots.txt is read again).
+	holds  map[string]time.Time
+	floors map[string]time.Duration
 }
 
 // queueDomain is one domain with pending tasks.
@@ -194,8 +235,10 @@ func OpenQueue(ctx context.Context, s *Store, cfg QueueConfig) (*Queue, error) {
 	if cfg.Lookahead <= 0 {
 		cfg.Lookahead = DefaultLookahead
 	}
+	cfg.retryDefaults()
 	q := &Queue{s: s, clk: cfg.Clock, log: cfg.Logger.With("component", "local_queue"), cfg: cfg,
 		domains: map[string]*queueDomain{}, leased: map[string]time.Time{},
+		holds: map[string]time.Time{}, floors: map[string]time.Duration{},
 		counts: QueueCounts{FailedCount: map[downloader.FailReason]int{}}}
 	release, err := s.acquire(ctx, "open queue")
 	if err != nil {
@@ -220,6 +263,9 @@ func OpenQueue(ctx context.Context, s *Store, cfg QueueConfig) (*Queue, error) {
 		}
 	}
 	if err := q.loadPending(ctx); err != nil {
+		return nil, err
+	}
+	if err := q.loadRetries(ctx); err != nil {
 		return nil, err
 	}
 	n, err := q.requeueStale(ctx)
@@ -459,6 +505,9 @@ func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([
 	if err := q.expireLocked(now); err != nil {
 		return nil, err
 	}
+	if err := q.promoteRetriesLocked(now); err != nil {
+		return nil, err
+	}
 	horizon := now.Add(q.cfg.Lookahead)
 	if q.ready.Len() == 0 || q.ready[0].nextAt.After(horizon) {
 		return nil, nil
@@ -527,7 +576,7 @@ func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([
 		if due.Before(now) {
 			due = now
 		}
-		d.nextAt = due.Add(time.Duration(*rec.MinIntervalMs) * time.Millisecond)
+		d.nextAt = due.Add(max(time.Duration(*rec.MinIntervalMs)*time.Millisecond, q.floors[d.name]))
 		d.pending--
 		if d.pending > 0 {
 			heap.Fix(&q.ready, 0)
@@ -552,10 +601,16 @@ func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([
 	return out, nil
 }
 
-// Report finishes a task with r: the task is done and is never handed out again. Reporting
-// a task that is already done does nothing (reports are delivered at least once). A task
-// whose lease expired and went back to pending is finished too. An unknown task is an
-// ENOTFOUND error.
+// Report hands in a task's outcome r. The queue plays the scheduler here (SPEC §1) and
+// decides by the seeds' table (queue_retry.go): a success, a skip or a failure retrying
+// cannot cure finishes the task, which is never handed out again; a failure of our own
+// (has_reached_origin=false) puts it back in place; a transient failure at the origin
+// puts it back after a backoff, until MaxAttemptCount attempts. Reports are delivered at
+// least once: reporting a finished task does nothing, and neither does a report of a
+// pending task that repeats the last one (same fetched_at) or comes while the task waits
+// out a backoff (a run of a lease that expired meanwhile: the task runs again anyway). A
+// report of a pending task whose lease expired is taken as if it were leased. An unknown
+// task is an ENOTFOUND error.
 func (q *Queue) Report(ctx context.Context, r *downloader.Report) error {
 	if r == nil || r.TaskID == "" {
 		return downloader.Invalidf("task_id", "a report needs a task_id")
@@ -576,10 +631,18 @@ func (q *Queue) Report(ctx context.Context, r *downloader.Report) error {
 	if !ok {
 		return downloader.Errorf(downloader.ENOTFOUND, "task %q is not in the local queue", r.TaskID)
 	}
-	next := q.counts.clone()
-	switch rec.State {
-	case TaskDone:
+	switch {
+	case rec.State == TaskDone || rec.State == TaskSkipped:
 		return nil
+	case rec.State == TaskPending && !rec.NextAttemptAt.IsZero():
+		return nil
+	case rec.State == TaskPending && rec.Report != nil && rec.Report.FetchedAt.Equal(r.FetchedAt):
+		return nil
+	}
+	now := q.clk.Now()
+	next := q.counts.clone()
+	prev := rec.State
+	switch prev {
 	case TaskLeased:
 		if err := b.Delete([]byte(queueLeasPrefix+rec.TaskID), nil); err != nil {
 			return fmt.Errorf("local queue: report: %w", err)
@@ -591,18 +654,28 @@ func (q *Queue) Report(ctx context.Context, r *downloader.Report) error {
 		}
 		next.PendingCount--
 	}
-	prev := rec.State
-	rec.State = TaskDone
 	rep := *r
 	rec.Report = &rep
-	next.DoneCount++
-	if r.FailReason != nil && *r.FailReason != "" {
-		next.FailedCount[*r.FailReason]++
-	} else {
-		next.SucceededCount++
-	}
-	if r.PageKey != "" {
-		next.PageCount++
+	rec.LeaseExpiresAt = time.Time{}
+	d := q.cfg.decide(rec, r, now)
+	switch d.action {
+	case actionFinish:
+		q.finishRecord(rec, r, &next)
+	case actionRetryInPlace:
+		rec.State = TaskPending
+		if err := b.Set(pendingKey(rec.Domain, rec.Seq), []byte(rec.TaskID), nil); err != nil {
+			return fmt.Errorf("local queue: report: %w", err)
+		}
+		next.PendingCount++
+		next.RetryCount++
+	case actionRetryLater:
+		rec.State = TaskPending
+		rec.NextAttemptAt = d.at.UTC()
+		if err := b.Set(retryKey(rec.TaskID), retryValue(d.at, rec.Domain), nil); err != nil {
+			return fmt.Errorf("local queue: report: %w", err)
+		}
+		next.PendingCount++
+		next.RetryCount++
 	}
 	if err := q.putRecord(b, rec); err != nil {
 		return err
@@ -612,15 +685,47 @@ func (q *Queue) Report(ctx context.Context, r *downloader.Report) error {
 	}
 	delete(q.leased, rec.TaskID)
 	if prev == TaskPending {
-		if d := q.domains[rec.Domain]; d != nil {
-			d.pending--
-			if d.pending <= 0 {
-				heap.Remove(&q.ready, d.index)
-				delete(q.domains, d.name)
+		if dm := q.domains[rec.Domain]; dm != nil {
+			dm.pending--
+			if dm.pending <= 0 {
+				heap.Remove(&q.ready, dm.index)
+				delete(q.domains, dm.name)
 			}
 		}
 	}
+	if !d.hold.IsZero() {
+		q.holdLocked(rec.Domain, d.hold)
+	}
+	switch d.action {
+	case actionRetryInPlace:
+		q.addPendingLocked(rec.Domain, time.Time{})
+	case actionRetryLater:
+		heap.Push(&q.retries, retryEntry{taskID: rec.TaskID, domain: rec.Domain, at: d.at})
+	}
+	if d.action != actionFinish {
+		q.log.Debug("task retried", "task_id", rec.TaskID, "url", rec.URL, "attempt_count", rec.AttemptCount,
+			"own_failure_count", rec.OwnFailureCount, "next_attempt_at", rec.NextAttemptAt)
+	}
 	return nil
+}
+
+// finishRecord marks rec finished with r and counts it into next.
+func (q *Queue) finishRecord(rec *queueRecord, r *downloader.Report, next *QueueCounts) {
+	if r.SkipReason != "" {
+		rec.State = TaskSkipped
+		next.SkippedCount++
+		return
+	}
+	rec.State = TaskDone
+	next.DoneCount++
+	if r.FailReason != nil && *r.FailReason != "" {
+		next.FailedCount[*r.FailReason]++
+	} else {
+		next.SucceededCount++
+	}
+	if r.PageKey != "" {
+		next.PageCount++
+	}
 }
 
 // Release hands a leased task back: it is pending again, first of its domain, and the
@@ -671,10 +776,64 @@ func (q *Queue) Counts() QueueCounts {
 // TaskRecord is a task as the queue keeps it.
 type TaskRecord struct {
 	downloader.Task
-	State       string             `json:"state"`
+	State       string             `json:"state"` // as stored: TaskPending, ...; Status for the API
 	SubmittedAt time.Time          `json:"submitted_at"`
 	LeaseCount  int                `json:"lease_count"`
-	Report      *downloader.Report `json:"report,omitempty"`
+	Report      *downloader.Report `json:"report,omitempty"` // the last report
+	// AttemptCount counts the attempts that reached the origin; OwnFailureCount the
+	// failures of our own that were retried in place.
+	AttemptCount    int       `json:"attempt_count"`
+	OwnFailureCount int       `json:"own_failure_count"`
+	NextAttemptAt   time.Time `json:"next_attempt_at,omitzero"` // while waiting out a backoff
+}
+
+// Status is the record's state as the task status API names it.
+func (r *TaskRecord) Status() downloader.TaskState {
+	switch r.State {
+	case TaskLeased:
+		return downloader.TaskLeased
+	case TaskSkipped:
+		return downloader.TaskSkipped
+	case TaskDone:
+		if r.Report != nil && r.Report.FailReason != nil && *r.Report.FailReason != "" {
+			return downloader.TaskFailed
+		}
+		return downloader.TaskDone
+	}
+	return downloader.TaskQueued
+}
+
+// TaskStatus is the record as the task status API shows it.
+func (r *TaskRecord) TaskStatus() downloader.TaskStatus {
+	st := downloader.TaskStatus{TaskID: r.TaskID, URL: r.URL, Domain: r.Domain, MinIntervalMs: r.MinIntervalMs,
+		ShouldRender: r.ShouldRender, ShouldStore: r.ShouldStore, State: r.Status(),
+		AttemptCount: r.AttemptCount, OwnFailureCount: r.OwnFailureCount, SubmittedAt: r.SubmittedAt.UTC()}
+	if rep := r.Report; rep != nil {
+		st.FailReason, st.HTTPStatus, st.PageKey = rep.FailReason, rep.HTTPStatus, rep.PageKey
+		if rep.SkipReason != "" {
+			sr := rep.SkipReason
+			st.SkipReason = &sr
+		} else {
+			has := rep.HasReachedOrigin
+			st.HasReachedOrigin = &has
+		}
+		at := rep.FetchedAt.UTC()
+		st.FetchedAt = &at
+	}
+	if !r.NextAttemptAt.IsZero() {
+		at := r.NextAttemptAt.UTC()
+		st.NextAttemptAt = &at
+	}
+	if r.State == TaskLeased && !r.LeaseExpiresAt.IsZero() {
+		at := r.LeaseExpiresAt.UTC()
+		st.LeaseExpiresAt = &at
+	}
+	return st
+}
+
+func (rec *queueRecord) taskRecord() *TaskRecord {
+	return &TaskRecord{Task: rec.Task, State: rec.State, SubmittedAt: rec.SubmittedAt, LeaseCount: rec.LeaseCount,
+		Report: rec.Report, AttemptCount: rec.AttemptCount, OwnFailureCount: rec.OwnFailureCount, NextAttemptAt: rec.NextAttemptAt}
 }
 
 // Task returns one task's record, or an ENOTFOUND error.
@@ -691,11 +850,11 @@ func (q *Queue) Task(ctx context.Context, taskID string) (*TaskRecord, error) {
 	if !ok {
 		return nil, downloader.Errorf(downloader.ENOTFOUND, "task %q is not in the local queue", taskID)
 	}
-	return &TaskRecord{Task: rec.Task, State: rec.State, SubmittedAt: rec.SubmittedAt, LeaseCount: rec.LeaseCount, Report: rec.Report}, nil
+	return rec.taskRecord(), nil
 }
 
-// RangeDone calls f for every finished task's report, in task id order, until f returns
-// false. It reads the whole queue; use it for summaries, not per request.
+// RangeDone calls f for every finished task's report (done or skipped), in task id order,
+// until f returns false. It reads the whole queue; use it for summaries, not per request.
 func (q *Queue) RangeDone(ctx context.Context, f func(t *downloader.Task, r *downloader.Report) bool) error {
 	release, err := q.s.acquire(ctx, "list tasks")
 	if err != nil {
@@ -717,7 +876,7 @@ func (q *Queue) RangeDone(ctx context.Context, f func(t *downloader.Task, r *dow
 		if err := json.Unmarshal(v, &rec); err != nil {
 			return fmt.Errorf("local queue: decode task at %q: %w", iter.Key(), err)
 		}
-		if rec.State == TaskDone && rec.Report != nil && !f(&rec.Task, rec.Report) {
+		if (rec.State == TaskDone || rec.State == TaskSkipped) && rec.Report != nil && !f(&rec.Task, rec.Report) {
 			return nil
 		}
 	}
@@ -789,6 +948,13 @@ func (q *Queue) toPending(b *pebble.Batch, rec *queueRecord, next *QueueCounts) 
 func (q *Queue) addPendingLocked(domain string, notBefore time.Time) {
 	d := q.domainLocked(domain)
 	d.pending++
+	if h, ok := q.holds[domain]; ok {
+		if h.After(q.clk.Now()) {
+			notBefore = later(notBefore, h)
+		} else {
+			delete(q.holds, domain)
+		}
+	}
 	if notBefore.After(d.nextAt) {
 		d.nextAt = notBefore
 	}

@@ -284,7 +284,7 @@ func TestQueueRestart(t *testing.T) {
 	if err := q.Report(t.Context(), okReport(got[0].TaskID, clk.Now(), "")); err != nil {
 		t.Fatal(err)
 	}
-	if err := q.Report(t.Context(), failReport(got[1].TaskID, clk.Now(), downloader.FailResolverUnavailable)); err != nil {
+	if err := q.Report(t.Context(), failReport(got[1].TaskID, clk.Now(), downloader.FailInvalidTask)); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -297,7 +297,7 @@ func TestQueueRestart(t *testing.T) {
 	s2 := openTest(t, dir)
 	q2 := openQueueTest(t, s2, clk)
 	c := q2.Counts()
-	if c.DoneCount != 2 || c.PendingCount != 4 || c.LeasedCount != 0 || c.OwnFailureCount() != 1 || c.FailedCount[downloader.FailResolverUnavailable] != 1 {
+	if c.DoneCount != 2 || c.PendingCount != 4 || c.LeasedCount != 0 || c.OwnFailureCount() != 1 || c.FailedCount[downloader.FailInvalidTask] != 1 {
 		t.Fatalf("counts after restart = %+v", c)
 	}
 	// The report of a lease of the old run (kept in the outbox) still finishes its task.

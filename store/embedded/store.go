@@ -35,10 +35,16 @@
 // Data directories written before these names are moved to them once at Open
 // (migrate.go).
 //
-// downloader:domain_runtime is not stored here: on one machine the limiter lives in memory
-// (package limiter), and the table may be lost by design (SPEC §2: a lost entry is rebuilt
-// conservatively). A persisted copy would cost a write per request for nothing. The TiKV
-// store, shared by several machines, is where it becomes a stored table.
+//	downloader:domain_runtime::heartbeat, ::clean_stop, downloader:domain_runtime:{domain}
+//	    What a restart needs of the limiter's table (runtime.go): the running process's
+//	    heartbeat, and the entries a clean stop saved.
+//
+// downloader:domain_runtime itself lives in memory on one machine (package limiter): a
+// copy per request would cost a write per request, and the table may be lost by design
+// (SPEC §2: a lost entry is rebuilt conservatively). What is stored is only what makes a
+// restart wait no longer than safety needs: a heartbeat a second, and at a clean stop the
+// entries that can still refuse a request. The TiKV store, shared by several machines, is
+// where the table itself becomes a stored table.
 package embedded
 
 import (
@@ -52,6 +58,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"downloader"
@@ -88,9 +95,12 @@ type Store struct {
 	// so that it keeps growing across restarts (see nextID).
 	seq atomic.Uint64
 
-	// pageLocks serialise the check-then-write of pages with the same key (picked by the
-	// first byte of the hash), so a body stored twice at once is still written once.
-	pageLocks [64]sync.Mutex
+	// pageMu guards pageWrites, the pages being written now: a body stored twice at once
+	// is written once, the second caller waiting for the first's commit. The lock is held
+	// only to look at the map, never across a commit, so that concurrent writers share
+	// fsyncs (Pebble's commit pipeline syncs the write-ahead log once for all of them).
+	pageMu     sync.Mutex
+	pageWrites map[string]*pageWrite
 	// pageWriteCount counts pages actually written (tests check deduplication with it).
 	pageWriteCount atomic.Int64
 
@@ -151,13 +161,16 @@ func open(dir string, logger *slog.Logger, o options) (*Store, error) {
 		FormatMajorVersion: pebble.FormatNewest,
 		Logger:             pebbleLogger{logger},
 	}
+	// Bloom filters (every level inherits L0's) let a point read of an absent key skip the
+	// tables: PutPage asks for every new body's hash before writing it.
+	popts.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
 	db, err := pebble.Open(dir, popts)
 	if err != nil {
 		_ = fsCloser.Close()
 		codec.Close()
 		return nil, fmt.Errorf("embedded store: open %s: %w", dir, err)
 	}
-	s := &Store{logger: logger, db: db, fsCloser: fsCloser, opts: o, codec: codec}
+	s := &Store{logger: logger, db: db, fsCloser: fsCloser, opts: o, codec: codec, pageWrites: map[string]*pageWrite{}}
 	s.seq.Store(uint64(time.Now().UnixNano()))
 	if err := s.migrate(); err != nil {
 		_ = s.Close()

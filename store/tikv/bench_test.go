@@ -3,6 +3,7 @@ package tikv
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -56,7 +57,9 @@ func BenchmarkAdmission(b *testing.B) {
 					if twoPC {
 						commit = "/2pc"
 					}
-					b.Run(name+commit, func(b *testing.B) { benchAdmission(b, n, domains, withDone, 0, twoPC) })
+					b.Run(name+commit, func(b *testing.B) {
+						benchAdmission(b, benchRun{instances: n, domains: domains, withDone: withDone, twoPC: twoPC})
+					})
 				}
 			}
 		}
@@ -81,12 +84,51 @@ func mix(x uint64) uint64 {
 func BenchmarkAdmissionStripes(b *testing.B) {
 	for _, n := range []int{1, 3} {
 		for _, stripes := range []int{256, defaultStripeCount} {
-			b.Run(fmt.Sprintf("instances=%d/stripes=%d", n, stripes), func(b *testing.B) { benchAdmission(b, n, 10_000, true, stripes, false) })
+			b.Run(fmt.Sprintf("instances=%d/stripes=%d", n, stripes), func(b *testing.B) {
+				benchAdmission(b, benchRun{instances: n, domains: 10_000, withDone: true, stripes: stripes})
+			})
 		}
 	}
 }
 
-func benchAdmission(b *testing.B, instances, domains int, withDone bool, stripes int, twoPC bool) {
+// BenchmarkAdmissionRTT is BenchmarkAdmission (admit+done, 1pc) with 1 ms ± 0.2 ms
+// injected on every TiKV and PD round trip of every instance (tikvtest.Faults), as a real
+// cluster's network adds, at 16 and 64 workers per instance (64: a share of the cap of 64
+// all starting at once). It reports the p50 and p99 admission latency.
+//
+//	go test -run '^$' -bench BenchmarkAdmissionRTT -benchtime 3s ./store/tikv/
+func BenchmarkAdmissionRTT(b *testing.B) {
+	for _, n := range []int{1, 3} {
+		for _, spread := range []bool{true, false} {
+			for _, workers := range []int{16, 64} {
+				domains, kind := 10_000, "spread"
+				if !spread {
+					domains, kind = 4, "contended"
+				}
+				b.Run(fmt.Sprintf("instances=%d/%s/workers=%d", n, kind, workers), func(b *testing.B) {
+					benchAdmission(b, benchRun{instances: n, domains: domains, withDone: true, workers: workers, rtt: time.Millisecond})
+				})
+			}
+		}
+	}
+}
+
+// benchRun is one benchmark configuration.
+type benchRun struct {
+	instances, domains int
+	withDone           bool
+	stripes            int // 0: the default
+	twoPC              bool
+	workers            int           // per instance; 0: benchWorkers
+	rtt                time.Duration // injected per round trip (± a fifth); 0: none
+}
+
+func benchAdmission(b *testing.B, run benchRun) {
+	instances, domains, withDone, stripes, twoPC := run.instances, run.domains, run.withDone, run.stripes, run.twoPC
+	workers := run.workers
+	if workers <= 0 {
+		workers = benchWorkers
+	}
 	c := tikvtest.NewCluster(b)
 	rts := make([]*Runtime, instances)
 	stores := make([]*Store, instances)
@@ -94,8 +136,12 @@ func benchAdmission(b *testing.B, instances, domains int, withDone bool, stripes
 	for i := range rts {
 		s, cl := openStore(b, c)
 		s.twoPC = twoPC
+		if run.rtt > 0 {
+			cl.SetFaults(tikvtest.Faults{Latency: run.rtt, Jitter: run.rtt / 5, Seed: uint64(i + 1)})
+		}
 		stores[i], clients[i] = s, cl
-		rt, err := NewRuntime(s, RuntimeConfig{InstanceID: fmt.Sprintf("bench-%d", i), Gate: limiter.NewGate(64, 64), stripeCount: stripes})
+		rt, err := NewRuntime(s, RuntimeConfig{InstanceID: fmt.Sprintf("bench-%d", i), Gate: limiter.NewGate(64, 64), stripeCount: stripes,
+			TSOLag: time.Millisecond}) // the mock's TSO follows the local clock
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -105,17 +151,19 @@ func benchAdmission(b *testing.B, instances, domains int, withDone bool, stripes
 	for i := range names {
 		names[i] = fmt.Sprintf("d%05d.example", i)
 	}
-	// The loss marker of the fresh table makes every domain wait one skew allowance.
-	if err := rts[0].Heartbeat(context.Background()); err != nil {
-		b.Fatal(err)
+	// Every instance registers; the loss marker of the fresh table makes every domain wait
+	// one skew allowance.
+	for _, rt := range rts {
+		if err := rt.Heartbeat(context.Background()); err != nil {
+			b.Fatal(err)
+		}
 	}
 	time.Sleep(2 * DefaultMaxClockSkew) // a benchmark runs on the real clock
+	// Run keeps the heartbeats (the lease Admit checks) and the write-back writer going.
 	runCtx, stop := context.WithCancel(context.Background())
 	var running sync.WaitGroup
-	if withDone {
-		for _, rt := range rts {
-			running.Go(func() { _ = rt.Run(runCtx) })
-		}
+	for _, rt := range rts {
+		running.Go(func() { _ = rt.Run(runCtx) })
 	}
 	defer func() { stop(); running.Wait() }()
 
@@ -130,17 +178,27 @@ func benchAdmission(b *testing.B, instances, domains int, withDone bool, stripes
 	b.ResetTimer()
 	start, cpu, sent0 := time.Now(), processCPU(), sent()
 	var wg sync.WaitGroup
+	var latMu sync.Mutex
+	var lats []time.Duration // every admission's, merged per worker
 	for _, rt := range rts {
-		for range benchWorkers {
+		for range workers {
 			wg.Go(func() {
+				var mine []time.Duration
+				defer func() {
+					latMu.Lock()
+					lats = append(lats, mine...)
+					latMu.Unlock()
+				}()
 				for {
 					k := next.Add(1)
 					if k > int64(b.N) {
 						return
 					}
 					d := names[mix(uint64(k))%uint64(domains)]
+					t0 := time.Now()
 					tk, _, err := rt.Admit(ctx, engine.SharedAdmit{Domain: d, IntervalSource: downloader.IntervalSourceRequest,
-						Entry: downloader.EntryProbe, Now: time.Now(), Timeout: time.Second})
+						Entry: downloader.EntryProbe, Now: t0, Timeout: time.Second})
+					mine = append(mine, time.Since(t0))
 					if err != nil {
 						failed.Add(1) // failed closed: TiKV did not answer within AdmitTimeout
 						continue
@@ -182,6 +240,11 @@ func benchAdmission(b *testing.B, instances, domains int, withDone bool, stripes
 		conflicts += s.conflicts.Load()
 	}
 	b.ReportMetric(float64(conflicts)/float64(max(1, b.N)), "conflicts/op")
+	if len(lats) > 0 {
+		slices.Sort(lats)
+		b.ReportMetric(float64(lats[len(lats)/2].Microseconds())/1000, "p50_ms")
+		b.ReportMetric(float64(lats[len(lats)*99/100].Microseconds())/1000, "p99_ms")
+	}
 }
 
 // BenchmarkReadCheckWrite compares the ways to make one atomic read-check-write of a

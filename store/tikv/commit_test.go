@@ -97,6 +97,7 @@ func TestAdmissionRequests(t *testing.T) {
 			var got tikvtest.Counts
 			for range admissions {
 				rg.clk.Advance(time.Second)
+				in.renew(t) // a heartbeat is not the admission's
 				before := in.client.Counts()
 				tk, _ := in.admit(t, ask("known.example", 0, rg.clk.Now()))
 				if tk == nil {

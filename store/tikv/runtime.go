@@ -9,12 +9,10 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/tikv/client-go/v2/oracle"
 	"github.com/tikv/client-go/v2/txnkv/transaction"
 
 	"downloader"
@@ -69,21 +67,20 @@ import (
 // # Time across machines
 //
 // Instants are the instances' own clocks (UTC wall time, NTP-disciplined), compared with
-// MaxClockSkew added whenever the instant came from another instance, so two instances'
-// requests are at least I apart at the origin as long as their clocks differ by less than
-// MaxClockSkew. PD's TSO would give one clock, but the wire moment is taken on the local
-// clock, and converting it costs a round trip per request; the heartbeat compares the
-// local clock with the TSO's physical time instead and warns when they drift apart.
+// the skew allowance added whenever the instant came from another process (another
+// instance, or an earlier incarnation of this one), so two instances' requests are at least
+// I apart at the origin as long as their clocks differ by less than the allowance. PD's TSO
+// would give one clock, but the wire moment is taken on the local clock, and converting it
+// costs a round trip per request; the heartbeat bounds the local clock's offset from the
+// TSO instead, and the instance stops admitting while it cannot keep it within half the
+// allowance (membership.go).
 //
-// # The cap across machines
+// # The cap across machines, incarnations, self-fencing
 //
 // max_concurrent_count is one cluster-wide setting (Store.Settings). Each instance's gate
-// gets an even share of it over the live instances (sorted by id, the first cap mod n
-// instances one more), recomputed at every heartbeat, so a change made through any
-// instance is obeyed by all within one HeartbeatInterval. A joining instance takes its
-// share only two heartbeats after it registered, when the others have shrunk theirs; an
-// instance whose heartbeat expired (InstanceTTL) no longer counts, and its share returns to
-// the others.
+// gets an even share of it over the live instances, within what the others' claims leave;
+// the heartbeat is a lease past which the instance admits nothing; every process is an
+// incarnation of its instance id. membership.go has the rules and the timing argument.
 type Runtime struct {
 	s   *Store
 	cfg RuntimeConfig
@@ -105,13 +102,19 @@ type Runtime struct {
 	wbOn    bool
 	wbQueue chan writeBack
 
-	mu         sync.Mutex
-	clusterCap int       // max_concurrent_count in force, cluster-wide
-	live       []string  // live instance ids, sorted, self included
-	joinedAt   time.Time // first successful heartbeat; zero before
-	skewWarned time.Time
-	startedAt  time.Time
-	address    string // shown in the instance list (SetAddress)
+	// inc is this process's incarnation (membership.go): a PD timestamp taken at its first
+	// heartbeat, unique in the cluster; 0 before. Entries are this process's only when
+	// both the instance id and the incarnation match.
+	inc atomic.Uint64
+	// skewNs is the clock skew allowance in force: the largest of the live instances'.
+	skewNs atomic.Int64
+
+	// refNow reads the reference clock the local one is checked against (PD's TSO; tests
+	// put a fake clock here).
+	refNow func(context.Context) (time.Time, error)
+
+	mu sync.Mutex
+	membership
 }
 
 // RuntimeConfig configures a Runtime. Zero values take the defaults.
@@ -130,8 +133,13 @@ type RuntimeConfig struct {
 	MaxConcurrentCount int
 	HeartbeatInterval  time.Duration // default 1 s
 	InstanceTTL        time.Duration // default 5 s: a heartbeat older than this is a dead instance
-	MaxClockSkew       time.Duration // default 50 ms
-	AdmitTimeout       time.Duration // default 2 s: then the admission fails closed
+	// MaxClockSkew is the most two instances' clocks may differ (default 50 ms). Each
+	// instance keeps its own clock within half of it from PD's TSO, or stops admitting.
+	MaxClockSkew time.Duration
+	// TSOLag is how far the physical part of PD's timestamps may trail PD's clock (PD
+	// advances it every 50 ms: default 50 ms), an uncertainty of every clock check.
+	TSOLag       time.Duration
+	AdmitTimeout time.Duration // default 2 s: then the admission fails closed
 	// DefaultTimeout bounds a request whose admission gives none (default 30 s).
 	DefaultTimeout time.Duration
 	// ExpirySlack is added to a request's timeout for the moment its in-flight entry
@@ -160,6 +168,7 @@ const (
 	DefaultHeartbeatInterval = time.Second
 	DefaultInstanceTTL       = 5 * time.Second
 	DefaultMaxClockSkew      = 50 * time.Millisecond
+	DefaultTSOLag            = 50 * time.Millisecond
 	DefaultAdmitTimeout      = 2 * time.Second
 	DefaultExpirySlack       = 2 * time.Second
 	DefaultSweepInterval     = 10 * time.Minute
@@ -207,6 +216,7 @@ func NewRuntime(s *Store, cfg RuntimeConfig) (*Runtime, error) {
 	def(&cfg.HeartbeatInterval, DefaultHeartbeatInterval)
 	def(&cfg.InstanceTTL, DefaultInstanceTTL)
 	def(&cfg.MaxClockSkew, DefaultMaxClockSkew)
+	def(&cfg.TSOLag, DefaultTSOLag)
 	def(&cfg.AdmitTimeout, DefaultAdmitTimeout)
 	def(&cfg.DefaultTimeout, 30*time.Second)
 	def(&cfg.ExpirySlack, DefaultExpirySlack)
@@ -216,7 +226,9 @@ func NewRuntime(s *Store, cfg RuntimeConfig) (*Runtime, error) {
 	}
 	r := &Runtime{s: s, cfg: cfg, clk: cfg.Clock, id: cfg.InstanceID, seed: maphash.MakeSeed(),
 		log:        cfg.Logger.With("component", "tikv_runtime", "instance_id", cfg.InstanceID),
-		clusterCap: cfg.MaxConcurrentCount, address: cfg.Address}
+		membership: membership{clusterCap: cfg.MaxConcurrentCount, address: cfg.Address}}
+	r.skewNs.Store(int64(cfg.MaxClockSkew))
+	r.refNow = r.tsoNow
 	if cfg.stripeCount <= 0 {
 		cfg.stripeCount = defaultStripeCount
 	}
@@ -241,18 +253,24 @@ func (r *Runtime) InstanceID() string { return r.id }
 // domainRecord is the value of downloader:domain_runtime:{domain}.
 type domainRecord struct {
 	LastRequestAt time.Time `json:"last_request_at"`
-	// LastInstanceID set LastRequestAt; "" when it is the loss marker's.
-	LastInstanceID   string     `json:"last_instance_id,omitempty"`
-	MinIntervalMs    int64      `json:"min_interval_ms"`
-	IntervalSource   string     `json:"interval_source,omitempty"`
-	InFlightRequests []inFlight `json:"in_flight_requests,omitempty"`
+	// LastInstanceID set LastRequestAt, in its incarnation LastIncarnationID; "" when it is
+	// the loss marker's (records written before incarnations have none: they count as
+	// another process's).
+	LastInstanceID    string     `json:"last_instance_id,omitempty"`
+	LastIncarnationID uint64     `json:"last_incarnation_id,omitempty"`
+	MinIntervalMs     int64      `json:"min_interval_ms"`
+	IntervalSource    string     `json:"interval_source,omitempty"`
+	InFlightRequests  []inFlight `json:"in_flight_requests,omitempty"`
 }
 
 // inFlight is one admitted request not yet written back.
 type inFlight struct {
-	InstanceID  string    `json:"instance_id"`
-	AdmissionID uint64    `json:"admission_id"`
-	SlotAt      time.Time `json:"slot_at"`
+	InstanceID string `json:"instance_id"`
+	// IncarnationID is the admitting process's (membership.go): an admission id is unique
+	// within it, so (instance_id, incarnation, admission_id) names one request for ever.
+	IncarnationID uint64    `json:"incarnation_id,omitempty"`
+	AdmissionID   uint64    `json:"admission_id"`
+	SlotAt        time.Time `json:"slot_at"`
 	// WireAt is when the request went on the wire, once its instance wrote it back
 	// (SharedTicket.Wired); zero until then. A wired entry no longer blocks the domain:
 	// its moment is in last_request_at.
@@ -264,18 +282,6 @@ type inFlight struct {
 
 type lossRecord struct {
 	LossAt time.Time `json:"loss_at"`
-}
-
-// instanceRecord is the value of downloader:domain_runtime::instance:{id}.
-type instanceRecord struct {
-	InstanceID         string    `json:"instance_id"`
-	Address            string    `json:"address,omitempty"`
-	StartedAt          time.Time `json:"started_at"`
-	HeartbeatAt        time.Time `json:"heartbeat_at"`
-	ExpiresAt          time.Time `json:"expires_at"`
-	InFlightCount      int       `json:"in_flight_count"`
-	CapacityShareCount int       `json:"capacity_share_count"`
-	ClockOffsetMs      *int64    `json:"clock_offset_ms"` // the local clock minus PD's TSO, if measured
 }
 
 func (r *Runtime) stripeOf(domain string) int {
@@ -353,8 +359,8 @@ func (r *Runtime) foldExpired(rec *domainRecord, now time.Time) {
 	kept := rec.InFlightRequests[:0]
 	for _, f := range rec.InFlightRequests {
 		end := f.ExpiresAt
-		if f.InstanceID != r.id {
-			end = end.Add(r.cfg.MaxClockSkew)
+		if !r.isMine(f.InstanceID, f.IncarnationID) {
+			end = end.Add(r.skew())
 		}
 		if end.After(now) {
 			kept = append(kept, f)
@@ -366,7 +372,7 @@ func (r *Runtime) foldExpired(rec *domainRecord, now time.Time) {
 			sent = f.WireAt
 		}
 		if sent.After(rec.LastRequestAt) {
-			rec.LastRequestAt, rec.LastInstanceID = sent, f.InstanceID
+			rec.LastRequestAt, rec.LastInstanceID, rec.LastIncarnationID = sent, f.InstanceID, f.IncarnationID
 		}
 	}
 	rec.InFlightRequests = kept
@@ -383,10 +389,10 @@ type decision struct {
 
 // decide applies the admission rule (see Runtime) to rec at now.
 func (r *Runtime) decide(rec *domainRecord, a *engine.SharedAdmit, now time.Time) decision {
-	skew := r.cfg.MaxClockSkew
+	skew := r.skew()
 	r.foldExpired(rec, now)
 	base := rec.LastRequestAt
-	if rec.LastInstanceID != r.id {
+	if !r.isMine(rec.LastInstanceID, rec.LastIncarnationID) {
 		base = base.Add(skew)
 	}
 	next := base.Add(a.MinInterval)
@@ -396,7 +402,7 @@ func (r *Runtime) decide(rec *domainRecord, a *engine.SharedAdmit, now time.Time
 	}
 	var foreign time.Time // the latest moment another instance's request may go out
 	for _, f := range rec.InFlightRequests {
-		if exp := f.ExpiresAt.Add(skew); f.InstanceID != r.id && f.WireAt.IsZero() && exp.After(foreign) {
+		if exp := f.ExpiresAt.Add(skew); !r.isMine(f.InstanceID, f.IncarnationID) && f.WireAt.IsZero() && exp.After(foreign) {
 			foreign = exp
 		}
 	}
@@ -437,30 +443,53 @@ func (r *Runtime) Admit(ctx context.Context, a engine.SharedAdmit) (engine.Share
 	}
 	defer release()
 
+	// Self-fencing (membership.go): nothing is admitted once this instance's heartbeat is
+	// late, its clock is off, or its id is another process's.
+	lease, err := r.fence(r.now(a.Now))
+	if err != nil {
+		return nil, 0, err
+	}
+	inc := r.inc.Load()
 	id := r.seq.Add(1)
 	var d decision
 	var now time.Time
 	err = r.s.update(ctx, func(txn *transaction.KVTxn) error {
 		now = r.now(a.Now)
+		if !now.Before(lease) {
+			return errLeaseEnded
+		}
 		rec, err := r.loadDomain(ctx, txn, key, now)
 		if err != nil {
 			return err
 		}
 		d = r.decide(&rec, &a, now)
+		if d.admit && d.slot.After(lease) {
+			// A reserved slot past the lease: the others may drop this instance before
+			// then. Ask again at the slot (the lease is renewed by then, normally).
+			d.admit, d.wait = false, d.slot.Sub(now)
+		}
 		if !d.admit {
 			return nil // nothing to write; the commit of an empty transaction is free
 		}
-		rec.LastRequestAt, rec.LastInstanceID = d.slot.UTC(), r.id
+		rec.LastRequestAt, rec.LastInstanceID, rec.LastIncarnationID = d.slot.UTC(), r.id, inc
 		rec.MinIntervalMs, rec.IntervalSource = a.MinInterval.Milliseconds(), string(a.IntervalSource)
-		rec.InFlightRequests = append(d.pruned, inFlight{InstanceID: r.id, AdmissionID: id, SlotAt: d.slot.UTC(),
+		rec.InFlightRequests = append(d.pruned, inFlight{InstanceID: r.id, IncarnationID: inc, AdmissionID: id, SlotAt: d.slot.UTC(),
 			ExpiresAt: d.slot.Add(d.timeout + r.cfg.ExpirySlack).UTC()})
 		return r.put(txn, key, &rec)
 	})
+	if errors.Is(err, errLeaseEnded) {
+		return nil, 0, r.fenceErr(errLeaseEnded)
+	}
 	if err != nil {
 		return nil, 0, unavailable("admit "+a.Domain, err)
 	}
 	if !d.admit {
 		return nil, d.wait, nil
+	}
+	// The commit may have taken long: the request goes out only if this instance is still
+	// in good standing (else its entry just expires).
+	if _, err := r.fence(r.clk.Now()); err != nil {
+		return nil, 0, err
 	}
 	return &ticket{r: r, domain: a.Domain, id: id}, d.slot.Sub(now), nil
 }
@@ -511,304 +540,6 @@ func (t *ticket) Done(ctx context.Context, wireAt time.Time) {
 	t.r.flush(ctx, []writeBack{wb})
 }
 
-// MaxConcurrentCount returns the cluster-wide max_concurrent_count in force.
-func (r *Runtime) MaxConcurrentCount() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.clusterCap
-}
-
-// ApplyMaxConcurrentCount applies a cluster-wide value just stored through this instance:
-// its share goes to the gate at once (the others follow at their next heartbeat).
-func (r *Runtime) ApplyMaxConcurrentCount(n int) {
-	r.mu.Lock()
-	r.clusterCap = n
-	r.applyShareLocked(r.clk.Now())
-	r.mu.Unlock()
-}
-
-// shareOf returns instance id's share of capacity over the sorted live ids.
-func shareOf(capacity int, live []string, id string) int {
-	i, found := slices.BinarySearch(live, id)
-	if !found || len(live) == 0 {
-		return 0
-	}
-	s := capacity / len(live)
-	if i < capacity%len(live) {
-		s++
-	}
-	return s
-}
-
-// applyShareLocked sets the gate to this instance's share. Requires r.mu held.
-func (r *Runtime) applyShareLocked(now time.Time) int {
-	share := 0
-	if !r.joinedAt.IsZero() && !now.Before(r.joinedAt.Add(2*r.cfg.HeartbeatInterval)) {
-		share = shareOf(r.clusterCap, r.live, r.id)
-	}
-	if r.cfg.Gate.Capacity() != share {
-		r.log.Info("capacity share changed", "capacity_share", share, "max_concurrent_count", r.clusterCap,
-			"live_instance_count", len(r.live))
-		r.cfg.Gate.SetCapacity(share)
-	}
-	return share
-}
-
-// Start registers this instance (its first heartbeat) and returns once its share of the
-// cap applies, two heartbeat intervals later, when every other instance has made room for
-// it. It fails when TiKV cannot be reached.
-func (r *Runtime) Start(ctx context.Context) error {
-	r.mu.Lock()
-	r.startedAt = r.clk.Now()
-	r.mu.Unlock()
-	if err := r.Heartbeat(ctx); err != nil {
-		return err
-	}
-	t := r.clk.NewTimer(2 * r.cfg.HeartbeatInterval)
-	defer t.Stop()
-	select {
-	case <-t.C():
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	return r.Heartbeat(ctx)
-}
-
-// Run sends heartbeats every HeartbeatInterval (and sweeps, see SweepInterval) and writes
-// back finished requests until ctx ends, then writes back what is queued and removes this
-// instance's record so that the others take its share at once. It returns nil after ctx
-// ended.
-func (r *Runtime) Run(ctx context.Context) error {
-	stopWriter := r.startWriter()
-	nextSweep := r.clk.Now().Add(r.cfg.SweepInterval)
-	for {
-		t := r.clk.NewTimer(r.cfg.HeartbeatInterval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			stopWriter()
-			r.leave()
-			return nil
-		case <-t.C():
-		}
-		if err := r.Heartbeat(ctx); err != nil {
-			if ctx.Err() != nil {
-				continue
-			}
-			r.log.Warn("heartbeat failed", "error", err)
-		}
-		if now := r.clk.Now(); !now.Before(nextSweep) {
-			nextSweep = now.Add(r.cfg.SweepInterval)
-			if r.isOldest() {
-				if n, err := r.Sweep(ctx, now); err != nil {
-					r.log.Warn("sweep of downloader:domain_runtime failed", "error", err)
-				} else if n > 0 {
-					r.log.Info("swept downloader:domain_runtime", "deleted_count", n)
-				}
-				if err := r.collectGarbage(ctx, now); err != nil {
-					r.log.Warn("TiKV garbage collection failed", "error", err)
-				}
-			}
-		}
-	}
-}
-
-// leave deletes this instance's heartbeat record (best effort).
-func (r *Runtime) leave() {
-	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.AdmitTimeout)
-	defer cancel()
-	ctx, release, err := r.s.acquire(ctx, "leave")
-	if err != nil {
-		return
-	}
-	defer release()
-	err = r.s.update(ctx, func(txn *transaction.KVTxn) error { return txn.Delete([]byte(instancePrefix + r.id)) })
-	if err != nil {
-		r.log.Warn("remove the instance record: it expires instead", "error", err)
-	}
-}
-
-// collectGarbage advances TiKV's GC safe point to now - GCLifeTime (see RuntimeConfig);
-// every transaction of the downloader is far shorter than that.
-func (r *Runtime) collectGarbage(ctx context.Context, now time.Time) error {
-	if r.cfg.GCLifeTime <= 0 {
-		return nil
-	}
-	// The whole cluster's locks are resolved: this one gets more than an operation's time.
-	ctx, release, err := r.s.acquireFor(ctx, "gc", time.Minute)
-	if err != nil {
-		return err
-	}
-	defer release()
-	if _, err := r.s.kv.GC(ctx, oracle.GoTimeToTS(now.Add(-r.cfg.GCLifeTime))); err != nil {
-		return unavailable("gc", err)
-	}
-	return nil
-}
-
-func (r *Runtime) isOldest() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.live) > 0 && r.live[0] == r.id
-}
-
-// Heartbeat writes this instance's record, makes sure the loss marker exists, reads the
-// live instances and the cluster-wide settings, and applies this instance's share of the
-// cap. Run calls it every HeartbeatInterval.
-func (r *Runtime) Heartbeat(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.AdmitTimeout)
-	defer cancel()
-	ctx, release, err := r.s.acquire(ctx, "heartbeat")
-	if err != nil {
-		return err
-	}
-	defer release()
-
-	offset := r.clockOffset(ctx)
-	r.mu.Lock()
-	rec := instanceRecord{InstanceID: r.id, Address: r.address, StartedAt: r.startedAt.UTC(), InFlightCount: r.cfg.Gate.InFlight(),
-		CapacityShareCount: r.cfg.Gate.Capacity(), ClockOffsetMs: offset}
-	r.mu.Unlock()
-	var now time.Time
-	err = r.s.update(ctx, func(txn *transaction.KVTxn) error {
-		now = r.clk.Now()
-		rec.HeartbeatAt, rec.ExpiresAt = now.UTC(), now.Add(r.cfg.InstanceTTL).UTC()
-		b, err := json.Marshal(&rec)
-		if err != nil {
-			return err
-		}
-		if err := txn.Set([]byte(instancePrefix+r.id), b); err != nil {
-			return err
-		}
-		_, err = r.lossAt(ctx, txn, now)
-		return err
-	})
-	if err != nil {
-		return unavailable("heartbeat", err)
-	}
-	insts, err := r.instances(ctx)
-	if err != nil {
-		return unavailable("heartbeat", err)
-	}
-	st, ok, err := r.s.settings(ctx)
-	if err != nil {
-		return unavailable("heartbeat", err)
-	}
-	live := []string{r.id}
-	var dead [][]byte
-	for _, in := range insts {
-		switch {
-		case in.InstanceID == r.id:
-		case in.ExpiresAt.Add(r.cfg.MaxClockSkew).After(now):
-			live = append(live, in.InstanceID)
-		case in.ExpiresAt.Add(time.Minute).Before(now):
-			dead = append(dead, []byte(instancePrefix+in.InstanceID))
-		}
-	}
-	slices.Sort(live)
-	r.mu.Lock()
-	if ok && st.MaxConcurrentCount >= 1 {
-		r.clusterCap = st.MaxConcurrentCount
-	}
-	r.live = live
-	if r.joinedAt.IsZero() {
-		r.joinedAt = now
-	}
-	r.applyShareLocked(now)
-	r.mu.Unlock()
-	if len(dead) > 0 {
-		// Records of instances gone for a minute: any instance may delete them.
-		_ = r.s.update(ctx, func(txn *transaction.KVTxn) error {
-			for _, k := range dead {
-				if err := txn.Delete(k); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-	}
-	return nil
-}
-
-// clockOffset measures the local clock against PD's TSO (physical part, in ms) and warns,
-// at most once a minute, when the difference exceeds what MaxClockSkew allows. It returns
-// nil when the TSO cannot be read.
-func (r *Runtime) clockOffset(ctx context.Context) *int64 {
-	t0 := r.clk.Now()
-	ts, err := r.s.timestamp(ctx)
-	t1 := r.clk.Now()
-	if err != nil {
-		return nil
-	}
-	mid := t0.Add(t1.Sub(t0) / 2)
-	off := mid.Sub(oracle.GetTimeFromTS(ts))
-	ms := off.Milliseconds()
-	// The TSO's physical time may trail PD's clock by its update interval (50 ms).
-	allowed := r.cfg.MaxClockSkew/2 + t1.Sub(t0)/2 + 50*time.Millisecond
-	if off > allowed || -off > allowed {
-		r.mu.Lock()
-		warn := r.skewWarned.IsZero() || t1.Sub(r.skewWarned) > time.Minute
-		if warn {
-			r.skewWarned = t1
-		}
-		r.mu.Unlock()
-		if warn {
-			r.log.Warn("the local clock is off PD's TSO by more than the clock skew allowance: politeness across instances assumes clocks within max_clock_skew_ms",
-				"clock_offset_ms", ms, "max_clock_skew_ms", r.cfg.MaxClockSkew.Milliseconds())
-		}
-	}
-	return &ms
-}
-
-// instances reads every instance record.
-func (r *Runtime) instances(ctx context.Context) ([]instanceRecord, error) {
-	ts, err := r.s.timestamp(ctx)
-	if err != nil {
-		return nil, err
-	}
-	it, err := r.s.kv.GetSnapshot(ts).Iter([]byte(instancePrefix), keys.PrefixEnd(instancePrefix))
-	if err != nil {
-		return nil, err
-	}
-	defer it.Close()
-	var out []instanceRecord
-	for it.Valid() {
-		var in instanceRecord
-		if err := json.Unmarshal(it.Value(), &in); err != nil {
-			return nil, fmt.Errorf("decode %s: %w", it.Key(), err)
-		}
-		out = append(out, in)
-		if err := it.Next(); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
-}
-
-// Instance is one downloader instance as the cluster sees it.
-type Instance = engine.ClusterInstance
-
-// Instances lists the instances that sent a heartbeat in the last minute, live or not.
-func (r *Runtime) Instances(ctx context.Context) ([]Instance, error) {
-	ctx, release, err := r.s.acquire(ctx, "instances")
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	recs, err := r.instances(ctx)
-	if err != nil {
-		return nil, unavailable("instances", err)
-	}
-	now := r.clk.Now()
-	out := make([]Instance, len(recs))
-	for i, in := range recs {
-		out[i] = Instance{InstanceID: in.InstanceID, Address: in.Address, StartedAt: in.StartedAt, LastHeartbeatAt: in.HeartbeatAt,
-			ExpiresAt: in.ExpiresAt, IsLive: in.ExpiresAt.Add(r.cfg.MaxClockSkew).After(now),
-			InFlightCount: in.InFlightCount, CapacityShareCount: in.CapacityShareCount, ClockOffsetMs: in.ClockOffsetMs}
-	}
-	return out, nil
-}
-
 // DomainRuntime is one domain's cluster-wide state in downloader:domain_runtime.
 type DomainRuntime = engine.ClusterDomain
 
@@ -829,7 +560,7 @@ func (r *Runtime) Domain(ctx context.Context, domain string) (DomainRuntime, err
 	now := r.clk.Now()
 	live := map[string]bool{r.id: true}
 	for _, in := range insts {
-		if in.ExpiresAt.Add(r.cfg.MaxClockSkew).After(now) {
+		if in.ExpiresAt.Add(r.skew()).After(now) {
 			live[in.InstanceID] = true
 		}
 	}
@@ -861,7 +592,7 @@ func (r *Runtime) Domain(ctx context.Context, domain string) (DomainRuntime, err
 	out.LastInstanceID = rec.LastInstanceID
 	out.InFlightRequests = []InFlightRequest{}
 	for _, f := range rec.InFlightRequests {
-		if !f.ExpiresAt.Add(r.cfg.MaxClockSkew).After(now) {
+		if !f.ExpiresAt.Add(r.skew()).After(now) {
 			continue
 		}
 		e := InFlightRequest{InstanceID: f.InstanceID, SlotAt: f.SlotAt, ExpiresAt: f.ExpiresAt, IsInstanceLive: live[f.InstanceID]}
@@ -886,7 +617,7 @@ const sweepBatch = 256
 // the loss marker's moment, which is earlier still, so deleting one changes no decision.
 // It returns how many it deleted.
 func (r *Runtime) Sweep(ctx context.Context, now time.Time) (int, error) {
-	horizon := downloader.MaxMinInterval + r.cfg.MaxClockSkew
+	horizon := downloader.MaxMinInterval + r.skew()
 	deleted := 0
 	start := []byte(domainRuntimePrefix)
 	end := keys.PrefixEnd(domainRuntimePrefix)

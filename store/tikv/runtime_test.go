@@ -36,14 +36,26 @@ type instance struct {
 
 func (rg *rig) instance(id string, capacity int) *instance {
 	rg.t.Helper()
+	return rg.instanceWith(id, capacity, nil)
+}
+
+// instanceWith is instance with its configuration changed by edit first.
+func (rg *rig) instanceWith(id string, capacity int, edit func(*RuntimeConfig)) *instance {
+	rg.t.Helper()
 	s, cl := openStore(rg.t, rg.cluster)
 	gate := limiter.NewGate(capacity, 16)
-	rt, err := NewRuntime(s, RuntimeConfig{InstanceID: id, Clock: rg.clk, Gate: gate, MaxConcurrentCount: capacity,
+	cfg := RuntimeConfig{InstanceID: id, Clock: rg.clk, Gate: gate, MaxConcurrentCount: capacity,
 		HeartbeatInterval: time.Second, InstanceTTL: 5 * time.Second, MaxClockSkew: 50 * time.Millisecond,
-		AdmitTimeout: 2 * time.Second, ExpirySlack: 2 * time.Second})
+		AdmitTimeout: 2 * time.Second, ExpirySlack: 2 * time.Second, TSOLag: time.Nanosecond}
+	if edit != nil {
+		edit(&cfg)
+	}
+	rt, err := NewRuntime(s, cfg)
 	if err != nil {
 		rg.t.Fatal(err)
 	}
+	// PD's clock is the rig's: the instances' clocks are in sync with it.
+	rt.refNow = func(context.Context) (time.Time, error) { return rg.clk.Now(), nil }
 	// Register, which also writes the loss marker of a fresh table at the rig's clock.
 	if err := rt.Heartbeat(rg.t.Context()); err != nil {
 		rg.t.Fatal(err)
@@ -59,11 +71,21 @@ func ask(domain string, interval time.Duration, now time.Time) engine.SharedAdmi
 
 func (in *instance) admit(t *testing.T, a engine.SharedAdmit) (engine.SharedTicket, time.Duration) {
 	t.Helper()
+	in.renew(t)
 	tk, wait, err := in.rt.Admit(t.Context(), a)
 	if err != nil {
 		t.Fatalf("%s: Admit(%s): %v", in.rt.InstanceID(), a.Domain, err)
 	}
 	return tk, wait
+}
+
+// renew sends a heartbeat when the instance's lease has ended, as Run would have while
+// the test moved the clock (an instance whose TiKV is down stays fenced).
+func (in *instance) renew(t *testing.T) {
+	t.Helper()
+	if _, err := in.rt.fence(in.rt.clk.Now()); err != nil {
+		_ = in.rt.Heartbeat(t.Context())
+	}
 }
 
 func TestRuntimeAdmission(t *testing.T) {
@@ -268,11 +290,16 @@ func TestRuntimeCapShare(t *testing.T) {
 		t.Fatal(err)
 	}
 	ins[1].rt.ApplyMaxConcurrentCount(5)
-	if got := shares(); got != "4 2 3 " {
-		t.Errorf("shares right after the change = %s; want b at 2", got)
+	// b gives up its room at once: its new share (2) within what the others' claims at its
+	// last heartbeat leave (a 4, c still 0 then); it gets the rest once their claims (their
+	// old shares) come down.
+	if got := shares(); got != "4 1 3 " {
+		t.Errorf("shares right after the change = %s; want b at 1", got)
 	}
-	rg.clk.Advance(time.Second)
-	beat()
+	for range 3 {
+		rg.clk.Advance(time.Second)
+		beat()
+	}
 	if got := shares(); got != "2 2 1 " {
 		t.Errorf("shares of 5 over 3 = %s; want 2 2 1", got)
 	}
@@ -281,10 +308,19 @@ func TestRuntimeCapShare(t *testing.T) {
 			t.Errorf("%s: cluster cap %d; want 5", in.rt.InstanceID(), in.rt.MaxConcurrentCount())
 		}
 	}
-	// a dies: after its TTL the others share the cap.
+	// a dies: after its TTL the others share the cap, but use a's part only once its
+	// requests must have ended (its claim: TTL + request timeout + slack after its last
+	// heartbeat).
 	ins[0].client.SetDown(true)
 	ins[0].client = nil
 	for range 6 {
+		rg.clk.Advance(time.Second)
+		beat()
+	}
+	if got := shares()[2:]; got != "2 1 " {
+		t.Errorf("shares of 5 over b, c while a's claim holds = %s; want 2 1", got)
+	}
+	for range 32 {
 		rg.clk.Advance(time.Second)
 		beat()
 	}
@@ -292,7 +328,7 @@ func TestRuntimeCapShare(t *testing.T) {
 		t.Errorf("shares of 5 over b, c = %s; want 3 2", got)
 	}
 	list, err := ins[1].rt.Instances(t.Context())
-	if err != nil || len(list) != 3 || list[0].IsLive || !list[1].IsLive || list[1].CapacityShareCount != 2 {
+	if err != nil || len(list) != 3 || list[0].IsLive || !list[1].IsLive || list[1].CapacityShareCount != 3 {
 		t.Errorf("Instances = %+v, %v", list, err)
 	}
 }

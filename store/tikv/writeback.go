@@ -172,7 +172,7 @@ func (r *Runtime) flush(ctx context.Context, batch []writeBack) {
 func (r *Runtime) applyWriteBacks(rec *domainRecord, wbs []writeBack, now time.Time) {
 	kept := rec.InFlightRequests[:0]
 	for _, f := range rec.InFlightRequests {
-		if f.InstanceID == r.id {
+		if r.isMine(f.InstanceID, f.IncarnationID) {
 			if slices.ContainsFunc(wbs, func(wb writeBack) bool { return wb.id == f.AdmissionID && !wb.isWired }) {
 				continue
 			}
@@ -188,7 +188,7 @@ func (r *Runtime) applyWriteBacks(rec *domainRecord, wbs []writeBack, now time.T
 	r.foldExpired(rec, now)
 	for _, wb := range wbs {
 		if wb.wireAt.After(rec.LastRequestAt) {
-			rec.LastRequestAt, rec.LastInstanceID = wb.wireAt.UTC(), r.id
+			rec.LastRequestAt, rec.LastInstanceID, rec.LastIncarnationID = wb.wireAt.UTC(), r.id, r.inc.Load()
 		}
 	}
 }

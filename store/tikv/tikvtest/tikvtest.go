@@ -1,7 +1,10 @@
 // Package tikvtest runs client-go's in-process mock TiKV cluster (testutils.NewMockTiKV,
 // BootstrapWithSingleStore, tikv.NewTestTiKVStore) for tests and benchmarks: one cluster
-// that several downloader instances share, each through its own client, and a switch that
-// makes one client's TiKV and PD unreachable (fault injection). No network is used.
+// that several downloader instances share, each through its own client, and what one
+// client's network does to its requests (faults.go): latency with jitter, region errors,
+// ServerIsBusy, timeouts and lost answers at a rate, a PD outage, a partition of the
+// client from the whole cluster (SetDown) or from some keys (Cut), and a clock offset
+// (SkewedClock). No network is used.
 //
 // Call Init (InitBenchmark in a benchmark run) once from TestMain before making a cluster.
 package tikvtest
@@ -113,6 +116,7 @@ type Client struct {
 	KV   *tikvclient.KVStore
 	down *atomic.Bool
 	n    *counters
+	inj  *injector
 
 	closeOnce sync.Once
 	closeErr  error
@@ -124,14 +128,17 @@ func (c *Cluster) NewClient(tb testing.TB) *Client {
 	tb.Helper()
 	down := &atomic.Bool{}
 	n := &counters{}
+	inj := newInjector()
 	kv, err := tikvclient.NewTestTiKVStore(c.rpc, c.pd,
-		func(inner tikvclient.Client) tikvclient.Client { return &faultyRPC{Client: inner, down: down, n: n} },
-		func(inner pd.Client) pd.Client { return &faultyPD{Client: inner, down: down, n: n} },
+		func(inner tikvclient.Client) tikvclient.Client {
+			return &faultyRPC{Client: inner, down: down, n: n, inj: inj}
+		},
+		func(inner pd.Client) pd.Client { return &faultyPD{Client: inner, down: down, n: n, inj: inj} },
 		0)
 	if err != nil {
 		tb.Fatalf("mock TiKV client: %v", err)
 	}
-	cl := &Client{KV: kv, down: down, n: n}
+	cl := &Client{KV: kv, down: down, n: n, inj: inj}
 	c.mu.Lock()
 	c.clients = append(c.clients, cl)
 	c.mu.Unlock()
@@ -202,12 +209,13 @@ func (cl *Client) close() error {
 // afterwards.
 func (cl *Client) Close() error { return cl.close() }
 
-// faultyRPC counts requests, fails every request while down and never closes the shared
-// mock.
+// faultyRPC counts requests, fails every request while down, injects the client's Faults
+// (faults.go) and never closes the shared mock.
 type faultyRPC struct {
 	tikvclient.Client
 	down *atomic.Bool
 	n    *counters
+	inj  *injector
 }
 
 func (f *faultyRPC) SendRequest(ctx context.Context, addr string, req *tikvrpc.Request, timeout time.Duration) (*tikvrpc.Response, error) {
@@ -215,7 +223,7 @@ func (f *faultyRPC) SendRequest(ctx context.Context, addr string, req *tikvrpc.R
 	if f.down.Load() {
 		return nil, ErrUnreachable
 	}
-	return f.Client.SendRequest(ctx, addr, req, timeout)
+	return f.sendWithFaults(ctx, addr, req, timeout)
 }
 
 func (f *faultyRPC) Close() error { return nil }
@@ -226,6 +234,7 @@ type faultyPD struct {
 	pd.Client
 	down *atomic.Bool
 	n    *counters
+	inj  *injector
 }
 
 type failedTS struct{}
@@ -237,6 +246,9 @@ func (f *faultyPD) GetTS(ctx context.Context) (int64, int64, error) {
 	if f.down.Load() {
 		return 0, 0, ErrUnreachable
 	}
+	if err := f.tsWithFaults(ctx); err != nil {
+		return 0, 0, err
+	}
 	return f.Client.GetTS(ctx)
 }
 
@@ -245,13 +257,16 @@ func (f *faultyPD) GetTSAsync(ctx context.Context) pd.TSFuture {
 	if f.down.Load() {
 		return failedTS{}
 	}
-	return f.Client.GetTSAsync(ctx)
+	return slowTS{ctx: ctx, pd: f, inner: f.Client.GetTSAsync(ctx)}
 }
 
 func (f *faultyPD) GetLocalTS(ctx context.Context, dc string) (int64, int64, error) {
 	f.n.tso.Add(1)
 	if f.down.Load() {
 		return 0, 0, ErrUnreachable
+	}
+	if err := f.tsWithFaults(ctx); err != nil {
+		return 0, 0, err
 	}
 	return f.Client.GetLocalTS(ctx, dc)
 }
@@ -261,7 +276,7 @@ func (f *faultyPD) GetLocalTSAsync(ctx context.Context, dc string) pd.TSFuture {
 	if f.down.Load() {
 		return failedTS{}
 	}
-	return f.Client.GetLocalTSAsync(ctx, dc)
+	return slowTS{ctx: ctx, pd: f, inner: f.Client.GetLocalTSAsync(ctx, dc)}
 }
 
 func (f *faultyPD) Close() {}

@@ -1,0 +1,169 @@
+package export
+
+import (
+	"bytes"
+	"compress/gzip"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/nlnwa/gowarc/v3"
+
+	"downloader"
+)
+
+// WARCWriter writes WARC/1.1 records through gowarc, each record its own gzip member when
+// compressed (the .warc.gz convention, so that a reader can seek to any record). Records
+// carry SHA-1 block and payload digests in base32, the form the common replay and
+// indexing tools expect.
+//
+// What the page store keeps decides what is written: the body as served (or, for a
+// rendered task, the DOM after render), its Content-Type, the URL and final URL, and the
+// fetch time. A plain fetch becomes a request record and a response record whose HTTP
+// head is rebuilt from the status and Content-Type (the other response headers are not
+// kept); a render becomes a resource record of the rendered HTML, since it is not one
+// HTTP response. A body cut at the size cap carries WARC-Truncated: length.
+//
+// Not safe for concurrent use.
+type WARCWriter struct {
+	w         *countWriter
+	gzip      bool
+	userAgent string
+	warcinfo  string // its record id
+	opts      []gowarc.WarcRecordOption
+	marshal   gowarc.Marshaler
+}
+
+// NewWARCWriter returns a writer on w that starts with a warcinfo record naming software
+// and the file name; compress gzips each record.
+func NewWARCWriter(w io.Writer, compress bool, filename, software, userAgent string, now time.Time) (*WARCWriter, error) {
+	ww := &WARCWriter{w: &countWriter{w: w}, gzip: compress, userAgent: userAgent, marshal: gowarc.NewMarshaler(),
+		opts: []gowarc.WarcRecordOption{
+			gowarc.WithAddMissingDigest(true), gowarc.WithDefaultDigestAlgorithm("sha1"),
+			gowarc.WithDefaultDigestEncoding(gowarc.Base32), gowarc.WithAddMissingContentLength(true),
+			gowarc.WithBufferMaxMemBytes(16 << 20), gowarc.WithStrictValidation(),
+		}}
+	b := gowarc.NewRecordBuilder(gowarc.Warcinfo, ww.opts...)
+	fmt.Fprintf(b, "software: %s\r\nformat: WARC File Format 1.1\r\nconformsTo: https://iipc.github.io/warc-specifications/specifications/warc-format/warc-1.1/\r\nhttp-header-user-agent: %s\r\n", software, userAgent)
+	b.AddWarcHeaderTime(gowarc.WarcDate, now.UTC())
+	b.AddWarcHeader(gowarc.ContentType, "application/warc-fields")
+	if filename != "" {
+		b.AddWarcHeader(gowarc.WarcFilename, filename)
+	}
+	id, err := ww.write(b)
+	if err != nil {
+		return nil, err
+	}
+	ww.warcinfo = id
+	return ww, nil
+}
+
+// ByteCount is how many bytes were written.
+func (ww *WARCWriter) ByteCount() int64 { return ww.w.n }
+
+// WritePage writes the records of one stored page of task t.
+func (ww *WARCWriter) WritePage(t *Task, p *downloader.Page) error {
+	target := p.FinalURL
+	if target == "" {
+		target = p.URL
+	}
+	at := p.FetchedAt.UTC()
+	truncated := t.Report != nil && t.Report.HealthSignal != nil && t.Report.HealthSignal.IsBodyTruncated
+	ct := p.ContentType
+	if ct == "" {
+		ct = "application/octet-stream"
+	}
+	if t.Status.ShouldRender {
+		b := gowarc.NewRecordBuilder(gowarc.Resource, ww.opts...)
+		if _, err := b.Write(p.Body); err != nil {
+			return fmt.Errorf("warc: %w", err)
+		}
+		ww.headers(b, target, at, truncated)
+		b.AddWarcHeader(gowarc.ContentType, ct)
+		_, err := ww.write(b)
+		return err
+	}
+	u, err := url.Parse(target)
+	if err != nil {
+		return fmt.Errorf("warc: target %q: %w", target, err)
+	}
+	status := http.StatusOK
+	if t.Report != nil && t.Report.HTTPStatus != nil {
+		status = *t.Report.HTTPStatus
+	}
+	var resp bytes.Buffer
+	fmt.Fprintf(&resp, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n", status, http.StatusText(status), ct, len(p.Body))
+	rb := gowarc.NewRecordBuilder(gowarc.Response, ww.opts...)
+	if _, err := rb.Write(resp.Bytes()); err != nil {
+		return fmt.Errorf("warc: %w", err)
+	}
+	if _, err := rb.Write(p.Body); err != nil {
+		return fmt.Errorf("warc: %w", err)
+	}
+	ww.headers(rb, target, at, truncated)
+	rb.AddWarcHeader(gowarc.ContentType, "application/http;msgtype=response")
+	respID, err := ww.write(rb)
+	if err != nil {
+		return err
+	}
+	path := u.RequestURI()
+	req := fmt.Sprintf("GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: %s\r\nAccept-Encoding: gzip, br\r\n\r\n", path, u.Host, ww.userAgent)
+	qb := gowarc.NewRecordBuilder(gowarc.Request, ww.opts...)
+	if _, err := qb.WriteString(req); err != nil {
+		return fmt.Errorf("warc: %w", err)
+	}
+	ww.headers(qb, target, at, false)
+	qb.AddWarcHeader(gowarc.ContentType, "application/http;msgtype=request")
+	qb.AddWarcHeader(gowarc.WarcConcurrentTo, "<"+respID+">")
+	_, err = ww.write(qb)
+	return err
+}
+
+func (ww *WARCWriter) headers(b gowarc.WarcRecordBuilder, target string, at time.Time, truncated bool) {
+	b.AddWarcHeader(gowarc.WarcTargetURI, target)
+	b.AddWarcHeaderTime(gowarc.WarcDate, at)
+	if ww.warcinfo != "" {
+		b.AddWarcHeader(gowarc.WarcWarcinfoID, "<"+ww.warcinfo+">")
+	}
+	if truncated {
+		b.AddWarcHeader(gowarc.WarcTruncated, "length")
+	}
+}
+
+// write builds b's record and writes it, gzipped on its own when compressing; it returns
+// the record's id.
+func (ww *WARCWriter) write(b gowarc.WarcRecordBuilder) (string, error) {
+	rec, validation, err := b.Build()
+	if err != nil {
+		return "", fmt.Errorf("warc: build record: %w (%v)", err, validation)
+	}
+	defer rec.Close()
+	var out io.Writer = ww.w
+	var gz *gzip.Writer
+	if ww.gzip {
+		gz = gzip.NewWriter(ww.w)
+		out = gz
+	}
+	if _, _, err := ww.marshal.Marshal(out, rec, 0); err != nil {
+		return "", fmt.Errorf("warc: write record: %w", err)
+	}
+	if gz != nil {
+		if err := gz.Close(); err != nil {
+			return "", fmt.Errorf("warc: write record: %w", err)
+		}
+	}
+	return rec.RecordId(), nil
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}

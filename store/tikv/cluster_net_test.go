@@ -1,0 +1,417 @@
+package tikv
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tikv/client-go/v2/tikvrpc"
+
+	"downloader"
+	"downloader/clock"
+	"downloader/limiter"
+	"downloader/netguard"
+	"downloader/store/tikv/tikvtest"
+)
+
+// Three instances on one mock cluster under the network's conditions (tikvtest.Faults),
+// mixed A/B/C traffic on 60 domains (every tenth redirecting), violations counted at the
+// origin: zero in every case.
+
+// netCluster is three nodes, their origin and their traffic.
+type netCluster struct {
+	t          *testing.T
+	cluster    *tikvtest.Cluster
+	guard      *netguard.Guard
+	origin     *clusterOrigin
+	nodes      []*node
+	intervalOf map[string]time.Duration
+	domains    []string
+
+	sent, refused, failedClosed [3]atomic.Int64 // per node
+	stop                        []chan struct{}
+	traffic                     sync.WaitGroup
+}
+
+// newNetCluster starts three nodes with the given clocks (nil: the real clock).
+func newNetCluster(t *testing.T, clocks ...clock.Clock) *netCluster {
+	if testing.Short() {
+		t.Skip("runs for several seconds")
+	}
+	nc := &netCluster{t: t, origin: newClusterOrigin(), intervalOf: map[string]time.Duration{}}
+	t.Cleanup(nc.origin.Close)
+	rule, err := netguard.ParseConnectTo(nc.origin.ConnectTo())
+	if err != nil {
+		t.Fatal(err)
+	}
+	guard := netguard.New(netguard.Config{ConnectTo: []netguard.Rule{rule}, Dialer: loopbackDialer{t, &atomic.Int64{}}, Resolver: noResolver{t}})
+	c := tikvtest.NewCluster(t)
+	nc.cluster, nc.guard = c, guard
+	for i := range 3 {
+		var clk clock.Clock = clock.Real{}
+		if i < len(clocks) && clocks[i] != nil {
+			clk = clocks[i]
+		}
+		nc.nodes = append(nc.nodes, startNodeOn(t, c, fmt.Sprintf("node-%d", i), guard, 24, clk))
+		nc.stop = append(nc.stop, make(chan struct{}))
+	}
+	intervals := []time.Duration{200 * time.Millisecond, 300 * time.Millisecond, 400 * time.Millisecond}
+	for i := range 60 {
+		d := fmt.Sprintf("n%02d.test", i)
+		nc.domains = append(nc.domains, d)
+		nc.intervalOf[d] = intervals[i%len(intervals)]
+		if i%10 == 0 {
+			nc.intervalOf["landing-"+d] = clusterDefaultIval
+		}
+	}
+	t.Cleanup(nc.stopTraffic)
+	return nc
+}
+
+// waitShares waits until every node has its share of the cap (they registered).
+func (nc *netCluster) waitShares() {
+	waitFor(nc.t, "three instances sharing the cap", func() bool {
+		for _, n := range nc.nodes {
+			if n.gate.Capacity() != 8 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// startTraffic starts three workers per node sending A, B and C requests at random domains.
+func (nc *netCluster) startTraffic(seed uint64) {
+	for ni, n := range nc.nodes {
+		for w := range 3 {
+			nc.traffic.Go(func() {
+				rng := rand.New(rand.NewPCG(seed+uint64(ni), uint64(w)))
+				for k := 0; ; k++ {
+					select {
+					case <-nc.stop[ni]:
+						return
+					default:
+					}
+					d := nc.domains[rng.IntN(len(nc.domains))]
+					path := fmt.Sprintf("/page/%s/%d", n.id, (k+w)%3)
+					if strings.HasSuffix(d, "0.test") {
+						path = "/redir"
+					}
+					nc.send(ni, n, (k+w)%3, d, path, fmt.Sprintf("%s-%d-%d", n.id, w, k))
+				}
+			})
+		}
+	}
+}
+
+// send sends one request through entry e (0 A, 1 B, 2 C) and counts its outcome.
+func (nc *netCluster) send(ni int, n *node, e int, d, path, taskID string) {
+	t := nc.t
+	iv := nc.intervalOf[d].Milliseconds()
+	if e == 0 {
+		out := n.eng.RunTask(t.Context(), &downloader.Task{TaskID: taskID, URL: "http://" + d + path, MinIntervalMs: &iv,
+			LeaseExpiresAt: time.Now().Add(3 * time.Second)})
+		switch {
+		case out.Release:
+			nc.refused[ni].Add(1)
+		case out.Report != nil && out.Report.HasReachedOrigin:
+			nc.sent[ni].Add(1)
+		case out.Report != nil && out.Report.FailReason != nil && *out.Report.FailReason == downloader.FailSelfRateLimited:
+			nc.refused[ni].Add(1)
+		case out.Report != nil && out.Report.FailReason != nil && *out.Report.FailReason == downloader.FailRuntimeStoreUnavailable:
+			nc.failedClosed[ni].Add(1)
+		case out.Report != nil && t.Context().Err() == nil:
+			t.Errorf("%s: task failed: %+v (%v)", n.id, out.Report.Summary, *out.Report.FailReason)
+		}
+		return
+	}
+	entry := "/v1/render"
+	if e == 2 {
+		entry = "/v1/probe"
+	}
+	code, m, err := n.post(entry, fmt.Sprintf(`{"url":"http://%s%s","min_interval_ms":%d,"should_render":false}`, d, path, iv))
+	switch {
+	case err != nil:
+		if t.Context().Err() == nil {
+			t.Errorf("%s %s: %v", n.id, entry, err)
+		}
+	case code == http.StatusTooManyRequests:
+		nc.refused[ni].Add(1)
+	case code == http.StatusServiceUnavailable:
+		nc.failedClosed[ni].Add(1)
+	case code != http.StatusOK:
+		t.Errorf("%s %s %s: %d %v", n.id, entry, d, code, m)
+	case m["has_reached_origin"] == true:
+		nc.sent[ni].Add(1)
+	case m["fail_reason"] == string(downloader.FailSelfRateLimited):
+		nc.refused[ni].Add(1)
+	case m["fail_reason"] == string(downloader.FailRuntimeStoreUnavailable):
+		nc.failedClosed[ni].Add(1)
+	default:
+		t.Errorf("%s %s %s: %v", n.id, entry, d, m)
+	}
+}
+
+// waitSent waits until each node in who sent at least n more requests than it had when
+// called.
+func (nc *netCluster) waitSent(what string, n int64, who ...int) {
+	base := make([]int64, len(who))
+	for i, ni := range who {
+		base[i] = nc.sent[ni].Load()
+	}
+	waitFor(nc.t, what, func() bool {
+		for i, ni := range who {
+			if nc.sent[ni].Load() < base[i]+n {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// stopTraffic stops every worker (idempotent).
+func (nc *netCluster) stopTraffic() {
+	for _, ch := range nc.stop {
+		select {
+		case <-ch:
+		default:
+			close(ch)
+		}
+	}
+	nc.traffic.Wait()
+}
+
+// check stops the traffic and fails the test for every violation at the origin.
+func (nc *netCluster) check() {
+	nc.stopTraffic()
+	v := nc.origin.Violations(func(host string) (time.Duration, bool) {
+		iv, ok := nc.intervalOf[host]
+		return iv, ok && iv > 0
+	}, clusterTolerance)
+	for _, x := range v {
+		nc.t.Errorf("violation: %v", x)
+	}
+	nc.t.Logf("reached the origin per node %d %d %d; refused %d %d %d; failed closed %d %d %d; arrivals %d; violations %d",
+		nc.sent[0].Load(), nc.sent[1].Load(), nc.sent[2].Load(), nc.refused[0].Load(), nc.refused[1].Load(), nc.refused[2].Load(),
+		nc.failedClosed[0].Load(), nc.failedClosed[1].Load(), nc.failedClosed[2].Load(), len(nc.origin.Arrivals()), len(v))
+}
+
+// arrivalsFrom counts the arrivals whose path names node id at or after since.
+func (nc *netCluster) arrivalsFrom(id string, since time.Time) int {
+	n := 0
+	for _, a := range nc.origin.Arrivals() {
+		if strings.HasPrefix(a.Path, "/page/"+id+"/") && !a.At.Before(since) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestClusterLatency: 1 ms ± 0.5 ms on every TiKV and PD round trip of every instance.
+func TestClusterLatency(t *testing.T) {
+	nc := newNetCluster(t)
+	for _, n := range nc.nodes {
+		n.client.SetFaults(tikvtest.Faults{Latency: time.Millisecond, Jitter: 500 * time.Microsecond, Seed: 1})
+	}
+	nc.waitShares()
+	nc.startTraffic(1)
+	nc.waitSent("traffic on every node", 25, 0, 1, 2)
+	nc.check()
+}
+
+// TestClusterFault: 1 % of every instance's TiKV requests fail: region errors,
+// ServerIsBusy, timeouts and answers lost after the request was applied.
+func TestClusterFault(t *testing.T) {
+	nc := newNetCluster(t)
+	for i, n := range nc.nodes {
+		n.client.SetFaults(tikvtest.Faults{FaultRate: 0.01, Seed: uint64(i + 1)})
+	}
+	nc.waitShares()
+	nc.startTraffic(2)
+	nc.waitSent("traffic on every node", 25, 0, 1, 2)
+	nc.check()
+	injected, sent := int64(0), int64(0)
+	for _, n := range nc.nodes {
+		injected += n.client.InjectedFaultCount()
+		c := n.client.Counts()
+		sent += c.Get + c.BatchGet + c.Prewrite + c.Commit + c.OtherTiKV
+	}
+	t.Logf("injected faults: %d in %d TiKV requests", injected, sent)
+	if injected == 0 {
+		t.Error("no fault was injected")
+	}
+}
+
+// TestClusterPartition: node 2 is cut off from the whole cluster for longer than its
+// heartbeat's expiry and its requests' (TTL + request timeout + slack): the others go on
+// and take its share once its claim ended; it sends nothing it admitted after the cut;
+// it rejoins cleanly. Then node 2's heartbeats alone fail (a partial partition: its
+// admissions still work): it fences itself, and the cap is never exceeded.
+func TestClusterPartition(t *testing.T) {
+	nc := newNetCluster(t)
+	nc.waitShares()
+	nc.startTraffic(3)
+	nc.waitSent("traffic on every node", 10, 0, 1, 2)
+	cut := time.Now()
+	nc.nodes[2].client.SetDown(true)
+	// Its requests admitted before the cut end within the request timeout (from their
+	// slot) plus the slack; nothing later may come from it.
+	quiet := cut.Add(clusterTimeout + clusterSlack)
+	waitFor(t, "the cap split over nodes 0 and 1", func() bool {
+		return nc.nodes[0].gate.Capacity() == 12 && nc.nodes[1].gate.Capacity() == 12
+	})
+	if took := time.Since(cut); took < clusterTTL+clusterTimeout {
+		t.Errorf("node 2's share was taken %v after the cut: before its requests must have ended", took)
+	}
+	nc.waitSent("traffic on nodes 0 and 1 while node 2 is cut off", 10, 0, 1)
+	if n := nc.arrivalsFrom("node-2", quiet); n > 0 {
+		t.Errorf("node 2 sent %d requests while cut off", n)
+	}
+	nc.nodes[2].client.SetDown(false)
+	waitFor(t, "node 2 rejoined", func() bool {
+		return nc.nodes[2].gate.Capacity() == 8 && nc.nodes[0].gate.Capacity() == 8
+	})
+	nc.waitSent("traffic on node 2 again", 5, 2)
+
+	// The partial partition: node 2's heartbeat writes fail, its admissions go on.
+	writesOf2 := tikvtest.Touches([]byte(instancePrefix + "node-2"))
+	late := time.Now()
+	nc.nodes[2].client.Cut(func(req *tikvrpc.Request) bool { return req.Type == tikvrpc.CmdPrewrite && writesOf2(req) })
+	// What the cluster may have in flight: each admitting node its capacity (or more while
+	// its requests drain), a fenced node what it still has at the origin.
+	over := 0
+	waitFor(t, "node 2 dropped, its claim ended, its share taken", func() bool {
+		sum := 0
+		for _, n := range nc.nodes {
+			if _, err := n.rt.fence(n.rt.clk.Now()); err == nil {
+				sum += max(n.gate.Capacity(), n.gate.InFlight())
+			} else {
+				sum += nc.origin.inProgress(n.id)
+			}
+		}
+		if sum > 24 {
+			over++
+		}
+		return nc.nodes[0].gate.Capacity() == 12 && nc.nodes[1].gate.Capacity() == 12
+	})
+	if over > 0 {
+		t.Errorf("the cluster could exceed its cap of 24 at %d of the checks", over)
+	}
+	if _, err := nc.nodes[2].rt.fence(nc.nodes[2].rt.clk.Now()); !isFencedFor(err, errLeaseEnded) {
+		t.Errorf("node 2 with its heartbeats failing: %v; want fenced, heartbeat late", err)
+	}
+	if n := nc.arrivalsFrom("node-2", late.Add(clusterTTL+clusterTimeout+clusterSlack)); n > 0 {
+		t.Errorf("node 2 sent %d requests after its lease ended", n)
+	}
+	nc.nodes[2].client.Cut(nil)
+	nc.waitSent("traffic on node 2 after its heartbeats came back", 5, 2)
+	nc.check()
+}
+
+func isFencedFor(err, cause error) bool { return err != nil && errors.Is(err, cause) }
+
+// TestClusterSkew: node 1's clock is 5 ms ahead (within half the 20 ms allowance) and node
+// 2's 40 ms ahead (beyond it: its requests would be early at the origin by up to 20 ms).
+// Node 2 fences itself and sends nothing; once its clock is fixed it admits again.
+func TestClusterSkew(t *testing.T) {
+	skewed := tikvtest.NewSkewedClock(clock.Real{}, 40*time.Millisecond)
+	nc := newNetCluster(t, nil, tikvtest.NewSkewedClock(clock.Real{}, 5*time.Millisecond), skewed)
+	waitFor(t, "node 2 fenced for its clock", func() bool {
+		_, err := nc.nodes[2].rt.fence(skewed.Now())
+		return isFencedFor(err, errClockSkewed)
+	})
+	nc.startTraffic(4)
+	nc.waitSent("traffic on nodes 0 and 1", 25, 0, 1)
+	if n := nc.sent[2].Load(); n > 0 {
+		t.Errorf("node 2, its clock 40 ms off, sent %d requests", n)
+	}
+	list, err := nc.nodes[0].rt.Instances(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range list {
+		if want := in.InstanceID == "node-2"; in.IsFenced != want || (want && in.FenceReason != fenceClockSkewed) {
+			t.Errorf("%s: is_fenced %v %q; want %v", in.InstanceID, in.IsFenced, in.FenceReason, want)
+		}
+	}
+	skewed.SetOffset(0) // NTP fixed it: the next checks bound it again
+	nc.waitSent("traffic on node 2 once its clock is fixed", 5, 2)
+	nc.check()
+}
+
+// TestClusterFaultRestartFixedInstanceID: node 1 dies while its last request is held at
+// the origin and its wire moment was not written back (its write-backs fail), and a new
+// process starts under the same --instance-id: it waits for the dead one's heartbeat to
+// expire, then respects its entry until it expires (it may still go on the wire, for all
+// the new process knows). A second process started with the id of a live one is refused.
+func TestClusterFaultRestartFixedInstanceID(t *testing.T) {
+	nc := newNetCluster(t)
+	const held = "restart-held.test"
+	nc.intervalOf[held] = 100 * time.Millisecond // before the traffic reads the map
+	nc.waitShares()
+	nc.startTraffic(5)
+	nc.waitSent("traffic on every node", 5, 0, 1, 2)
+	old := nc.nodes[1]
+	// Its write-backs (batched: read with BatchGet) fail from now on; admissions (Get) work.
+	old.client.Cut(func(req *tikvrpc.Request) bool { return req.Type == tikvrpc.CmdBatchGet })
+	var holding sync.WaitGroup
+	holding.Go(func() {
+		_, _, _ = old.post("/v1/render", fmt.Sprintf(`{"url":"http://%s/hold","min_interval_ms":100,"should_render":false,"timeout_ms":%d}`,
+			held, heldTimeout.Milliseconds()))
+	})
+	defer holding.Wait()
+	defer nc.origin.releaseAll()
+	waitFor(t, "the held request at the origin", func() bool { h, _, _ := nc.origin.state(); return h == 1 })
+	close(nc.stop[1])
+	old.client.SetDown(true) // it dies: no write-back, no heartbeat, no goodbye
+	old.stop()
+	v, ok, err := nc.nodes[0].store.get(t.Context(), domainKey(held))
+	var rec domainRecord
+	if err != nil || !ok || json.Unmarshal(v, &rec) != nil || len(rec.InFlightRequests) != 1 || !rec.InFlightRequests[0].WireAt.IsZero() {
+		t.Fatalf("the dead process's entry: %s %v %v; want one, not wired", v, ok, err)
+	}
+	expiry := rec.InFlightRequests[0].ExpiresAt.Add(clusterSkew)
+
+	restarted := startNode(t, nc.cluster, "node-1", nc.guard, 24)
+	waitFor(t, "the restarted node-1 registered", func() bool { return restarted.rt.inc.Load() != 0 && restarted.gate.Capacity() > 0 })
+	if restarted.rt.inc.Load() == old.rt.inc.Load() {
+		t.Fatal("the restarted process has its predecessor's incarnation")
+	}
+	var admittedAt time.Time
+	waitFor(t, "the held domain admitted by the restarted process", func() bool {
+		code, m, err := restarted.post("/v1/probe", fmt.Sprintf(`{"url":"http://%s/page","min_interval_ms":100,"should_render":false}`, held))
+		if err != nil || code != http.StatusOK {
+			t.Fatalf("probe: %d %v %v", code, m, err)
+		}
+		if m["has_reached_origin"] == true {
+			admittedAt = time.Now()
+			return true
+		}
+		return false
+	})
+	if admittedAt.Before(expiry) {
+		t.Errorf("the restarted process admitted %s %v before its predecessor's unwired request expired", held, expiry.Sub(admittedAt))
+	}
+
+	// node-0 is live: a second process with its id is refused at start.
+	st, _ := openStore(t, nc.cluster)
+	dup, err := NewRuntime(st, RuntimeConfig{InstanceID: "node-0", Gate: limiter.NewGate(8, 8), HeartbeatInterval: clusterHeartbeat,
+		InstanceTTL: clusterTTL, MaxClockSkew: clusterSkew, TSOLag: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), clusterWait)
+	defer cancel()
+	if err := dup.Start(ctx); !isInstanceIDInUse(err) {
+		t.Errorf("a second process started as node-0: %v; want the id in use", err)
+	}
+	nc.check()
+}
