@@ -405,8 +405,23 @@ func (p *Pool) takeTab(ctx context.Context, b *browser, site string) (*tab, erro
 			return nil, context.Cause(ctx)
 		}
 	}
+	// With IsolationWipe the tab made here is one of the slot's long-lived tabs: counted
+	// as being made, so that refill (the browser's start-up races this render to it) does
+	// not make one more than the slots.
+	own := p.cfg.Isolation == IsolationWipe
+	if own {
+		p.mu.Lock()
+		p.making++
+		p.mu.Unlock()
+	}
 	p.refill()
-	return p.newTab(ctx, b)
+	t, err := p.newTab(ctx, b)
+	if own {
+		p.mu.Lock()
+		p.making-- // newTab counted it live before this
+		p.mu.Unlock()
+	}
+	return t, err
 }
 
 // wipingHasSiteLocked reports whether a tab whose context rendered site is being wiped:
