@@ -48,7 +48,7 @@ type Renderer interface {
 	// release is called.
 	AcquireSlot(ctx context.Context) (release func(), failed *downloader.Outcome)
 	// RenderInSlot renders one page under a slot taken with AcquireSlot.
-	RenderInSlot(ctx context.Context, u *url.URL, adm *limiter.Admission, timeout time.Duration) *downloader.Outcome
+	RenderInSlot(ctx context.Context, u *url.URL, adm *limiter.Admission, opts downloader.RenderOptions) *downloader.Outcome
 }
 
 // EgressJudge tells our own network failing from the origins failing (package egress): it
@@ -327,7 +327,7 @@ func (e *Engine) run(ctx context.Context, req downloader.Request, u *url.URL, ad
 	case req.ShouldRender && e.cfg.Renderer == nil:
 		out = downloader.Failed(downloader.FailRendererUnavailable)
 	case req.ShouldRender:
-		out = e.cfg.Renderer.RenderInSlot(ctx, u, adm, timeout)
+		out = e.cfg.Renderer.RenderInSlot(ctx, u, adm, downloader.RenderOptions{Timeout: timeout, SkipResourceTypes: req.SkipResourceTypes})
 	case req.Entry == downloader.EntryProbe && e.once != nil:
 		out = e.once.FetchOnce(ctx, u, adm)
 	default:

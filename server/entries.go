@@ -30,6 +30,9 @@ type renderRequest struct {
 	ShouldStore   *bool  `json:"should_store"`
 	MinIntervalMs *int64 `json:"min_interval_ms"`
 	TimeoutMs     *int64 `json:"timeout_ms"`
+	// SkipResourceTypes: absent is the renderer's default (image, media, font), [] loads
+	// everything.
+	SkipResourceTypes []string `json:"skip_resource_types"`
 }
 
 // renderResponse is entry B's answer: the lean summary plus the content.
@@ -141,6 +144,14 @@ func (s *Server) handleRender() http.Handler {
 				return
 			}
 			req.Timeout = time.Duration(ms) * time.Millisecond
+		}
+		if body.SkipResourceTypes != nil {
+			types, err := downloader.ParseResourceTypes("skip_resource_types", body.SkipResourceTypes)
+			if err != nil {
+				s.writeError(w, r, err)
+				return
+			}
+			req.SkipResourceTypes = types
 		}
 		res, err := s.cfg.Render.Render(r.Context(), req, u)
 		var ol *engine.OverLimitError
