@@ -1028,7 +1028,7 @@ func (q *Queue) record(b *pebble.Batch, id string) (*queueRecord, bool, error) {
 }
 
 func (q *Queue) putRecord(b *pebble.Batch, rec *queueRecord) error {
-	v, err := json.Marshal(rec)
+	v, err := encodeQueueRecord(rec)
 	if err != nil {
 		return fmt.Errorf("local queue: encode task %s: %w", rec.TaskID, err)
 	}
