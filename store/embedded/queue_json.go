@@ -12,9 +12,8 @@ import (
 // time fields' MarshalJSON) was the largest part of the queue's CPU. A string or time that
 // needs more than the plain form (escapes, a year outside 0..9999) and the report are
 // left to encoding/json, so the output stays exactly what json.Marshal gives (the
-// table test in queue_json_test.go compares the two).
-func encodeQueueRecord(rec *queueRecord) ([]byte, error) {
-	b := make([]byte, 0, 256+len(rec.URL)+len(rec.TaskID)+len(rec.Domain))
+// table test in queue_json_test.go compares the two). It appends to b.
+func encodeQueueRecord(b []byte, rec *queueRecord) ([]byte, error) {
 	var err error
 	b = append(b, `{"task_id":`...)
 	b = appendJSONString(b, rec.TaskID)

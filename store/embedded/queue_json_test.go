@@ -15,6 +15,7 @@ func TestEncodeQueueRecordIsJSONMarshal(t *testing.T) {
 	zero := int64(0)
 	status, n := 200, 1234
 	fail := downloader.FailReason("http_status_error")
+	var buf []byte // reused from case to case, as putRecord reuses its buffers
 	for _, tc := range []struct {
 		name string
 		rec  queueRecord
@@ -32,7 +33,8 @@ func TestEncodeQueueRecordIsJSONMarshal(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := encodeQueueRecord(&tc.rec)
+			got, err := encodeQueueRecord(buf[:0], &tc.rec)
+			buf = got
 			if err != nil || !bytes.Equal(got, want) {
 				t.Fatalf("encodeQueueRecord =\n%s, %v\njson.Marshal =\n%s", got, err, want)
 			}
@@ -41,7 +43,7 @@ func TestEncodeQueueRecordIsJSONMarshal(t *testing.T) {
 	// A year or a zone json refuses is refused alike.
 	for _, bad := range []time.Time{time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), at.In(time.FixedZone("far", 25*3600))} {
 		rec := queueRecord{SubmittedAt: bad}
-		if _, err := encodeQueueRecord(&rec); err == nil {
+		if _, err := encodeQueueRecord(nil, &rec); err == nil {
 			t.Fatalf("%v encoded", bad)
 		}
 	}
