@@ -53,7 +53,7 @@ func main() {
 		concurrent = flag.Int("max-concurrent-count", 64, "requests in flight (max_concurrent_count; Colly's Parallelism)")
 	)
 	var opt options
-	flag.StringVar(&opt.only, "only", "", "run only this part: polite-a, polite, throughput, probe, probe-c, cpu, rss")
+	flag.StringVar(&opt.only, "only", "", "run only this part: polite-a, polite, throughput, probe, probe-c, cpu, cpu-a (entry A's rows only, for profiles), rss")
 	flag.IntVar(&opt.rssTasks, "rss-task-count", 100000, "memory workload: tasks queued")
 	flag.IntVar(&opt.rssHosts, "rss-host-count", 10000, "memory workload: hosts they are spread over")
 	flag.IntVar(&opt.probeDomains, "probe-domain-count", 10000, "probe workload: domains, one probe each")
@@ -496,8 +496,8 @@ func run(opt options, hosts, pages int, interval, latency time.Duration, runs, t
 	if strings.HasPrefix(opt.only, "probe") {
 		return runProbeTable(opt, latency, concurrent)
 	}
-	if opt.only == "cpu" {
-		return runCPUTable(tHosts, tPages, latency, concurrent, opt.heldPerSlot)
+	if opt.only == "cpu" || opt.only == "cpu-a" {
+		return runCPUTable(tHosts, tPages, latency, concurrent, opt.heldPerSlot, opt.only == "cpu-a")
 	}
 	if opt.only == "rss" {
 		return runRSSTable(opt.rssTasks, opt.rssHosts)
@@ -532,7 +532,7 @@ func run(opt options, hosts, pages int, interval, latency time.Duration, runs, t
 	if err := runProbeTable(opt, latency, concurrent); err != nil {
 		return err
 	}
-	if err := runCPUTable(tHosts, tPages, latency, concurrent, opt.heldPerSlot); err != nil {
+	if err := runCPUTable(tHosts, tPages, latency, concurrent, opt.heldPerSlot, false); err != nil {
 		return err
 	}
 	return runRSSTable(opt.rssTasks, opt.rssHosts)

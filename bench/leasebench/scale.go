@@ -18,8 +18,9 @@ import (
 // throughput workload, interval 0): entry A with and without stored pages, Colly, and
 // Colly plus a visible-text extraction of each page (htmltext.Text, the work entry A does
 // for every page and Colly does not). getrusage of the process, origin included: the
-// origin's share is the same in every row.
-func runCPUTable(hosts, pages int, latency time.Duration, concurrent, heldPerSlot int) error {
+// origin's share is the same in every row. With onlyEntryA the Colly rows are left out, so
+// that a profile of the run holds entry A alone (the ratio column is then left empty).
+func runCPUTable(hosts, pages int, latency time.Duration, concurrent, heldPerSlot int, onlyEntryA bool) error {
 	out := os.Stdout
 	fmt.Fprintf(out, "\n## CPU per 1,000 plain pages: %d hosts × %d pages, interval 0, origin latency %v, %d in flight\n\n", hosts, pages, latency, concurrent)
 	fmt.Fprintln(out, "| crawler | pages | CPU-seconds per 1,000 pages | ÷ Colly + text extraction |")
@@ -38,6 +39,9 @@ func runCPUTable(hosts, pages int, latency time.Duration, concurrent, heldPerSlo
 			return runCollyText(w, concurrent)
 		}},
 	}
+	if onlyEntryA {
+		rows = rows[:2]
+	}
 	rs := make([]result, len(rows))
 	for i, r := range rows {
 		res, err := r.f()
@@ -48,7 +52,11 @@ func runCPUTable(hosts, pages int, latency time.Duration, concurrent, heldPerSlo
 	}
 	floor := cpuPerPage(rs[len(rs)-1])
 	for i, r := range rows {
-		fmt.Fprintf(out, "| %s | %d | %.3f | %.2f |\n", r.name, rs[i].pageCount, cpuPerPage(rs[i]), cpuPerPage(rs[i])/floor)
+		ratio := ""
+		if !onlyEntryA {
+			ratio = fmt.Sprintf("%.2f", cpuPerPage(rs[i])/floor)
+		}
+		fmt.Fprintf(out, "| %s | %d | %.3f | %s |\n", r.name, rs[i].pageCount, cpuPerPage(rs[i]), ratio)
 	}
 	return nil
 }

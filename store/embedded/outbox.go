@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -42,10 +43,22 @@ type Outbox struct {
 	// locks serialise the check-then-delete of a task's entry with its puts. No lock is
 	// held across an fsync (PutReport).
 	locks [64]sync.Mutex
+
+	// floor is a key below which the outbox holds no report: a listing starts there
+	// instead of at the prefix, so that it does not step over the tombstones of every
+	// report deleted since the last compaction (the sender lists from the start after
+	// each burst of puts, and deletes what it sent). A put below it lowers it; a listing
+	// raises it to the first key it found, unless a put may have landed meanwhile
+	// (floorGen moved). Memory only: a new Outbox starts at the prefix.
+	floorMu  sync.Mutex
+	floor    []byte
+	floorGen uint64
 }
 
 // NewOutbox returns the outbox kept in s.
-func NewOutbox(s *Store) *Outbox { return &Outbox{s: s, seed: maphash.MakeSeed()} }
+func NewOutbox(s *Store) *Outbox {
+	return &Outbox{s: s, seed: maphash.MakeSeed(), floor: []byte(outboxPrefix)}
+}
 
 func (o *Outbox) lock(taskID string) func() {
 	mu := &o.locks[maphash.String(o.seed, taskID)%uint64(len(o.locks))]
@@ -92,6 +105,7 @@ func (o *Outbox) PutReport(ctx context.Context, r *downloader.Report) error {
 	unlock := o.lock(r.TaskID)
 	err = o.s.db.ApplyNoSyncWait(b, pebble.Sync)
 	unlock()
+	o.lowerFloor(outboxKey(r.TaskID))
 	if err == nil {
 		err = b.SyncWait()
 	}
@@ -123,12 +137,25 @@ func (o *Outbox) PendingReports(ctx context.Context, after string, limit int) ([
 	if after != "" {
 		lower = append(outboxKey(after), 0)
 	}
-	iter, err := o.s.db.NewIterWithContext(ctx, &pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(outboxPrefix)})
+	// Read the floor before the iterator exists: a put visible to the iterator is
+	// listed, one made visible after it moves floorGen (PutReport lowers the floor once
+	// its write is visible) and keeps this listing from raising the floor past it.
+	o.floorMu.Lock()
+	gen, fromFloor := o.floorGen, bytes.Compare(lower, o.floor) <= 0
+	if fromFloor {
+		lower = append([]byte(nil), o.floor...)
+	}
+	o.floorMu.Unlock()
+	upper := prefixEnd(outboxPrefix)
+	iter, err := o.s.db.NewIterWithContext(ctx, &pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return nil, fmt.Errorf("embedded store: list reports: %w", err)
 	}
 	var out []downloader.Report
 	for ok := iter.First(); ok && len(out) < limit; ok = iter.Next() {
+		if len(out) == 0 && fromFloor {
+			o.raiseFloor(gen, iter.Key())
+		}
 		v, err := iter.ValueAndErr()
 		if err != nil {
 			_ = iter.Close()
@@ -141,10 +168,34 @@ func (o *Outbox) PendingReports(ctx context.Context, after string, limit int) ([
 		}
 		out = append(out, r)
 	}
+	if len(out) == 0 && fromFloor && iter.Error() == nil {
+		o.raiseFloor(gen, upper)
+	}
 	if err := iter.Close(); err != nil {
 		return nil, fmt.Errorf("embedded store: list reports: %w", err)
 	}
 	return out, nil
+}
+
+// lowerFloor makes the listing floor at most key, after a put of key became visible.
+func (o *Outbox) lowerFloor(key []byte) {
+	o.floorMu.Lock()
+	defer o.floorMu.Unlock()
+	o.floorGen++
+	if bytes.Compare(key, o.floor) < 0 {
+		o.floor = key
+	}
+}
+
+// raiseFloor moves the floor up to key, the first key a listing that started at or
+// below the floor found (none before it), unless a put came since the listing read
+// floorGen at gen.
+func (o *Outbox) raiseFloor(gen uint64, key []byte) {
+	o.floorMu.Lock()
+	defer o.floorMu.Unlock()
+	if o.floorGen == gen && bytes.Compare(key, o.floor) > 0 {
+		o.floor = append(o.floor[:0:0], key...)
+	}
 }
 
 // DeleteReport removes r's task from the outbox if the stored report is still r (same

@@ -34,15 +34,13 @@ func (s *Store) PutPage(ctx context.Context, p *downloader.Page) (string, error)
 	}
 	defer release()
 
-	// Most repeated bodies are caught here, before paying for compression.
-	if ok, err := s.has(dbKey); err != nil || ok {
-		return key, err
-	}
 	sc := s.scopeOf(ctx)
 	if sc != nil && sc.hasPage(key) {
 		return key, nil
 	}
-	v, _ := s.codec.Encode(p, 0)
+	// Register the write before looking the body up, so that one lookup serves: a write
+	// of the same body that ended before this registration is committed (visible to it),
+	// one still running is waited for. A repeated body is caught before compression.
 	w, first := s.startPageWrite(key)
 	if !first {
 		// The same body is being written now: it is durable when that write is.
@@ -53,18 +51,23 @@ func (s *Store) PutPage(ctx context.Context, p *downloader.Page) (string, error)
 			return "", fmt.Errorf("embedded store: put page %s: %w", key, ctx.Err())
 		}
 	}
+	if ok, err := s.has(dbKey); err != nil || ok {
+		w.err = err
+		s.endPageWrite(key, w)
+		return key, err
+	}
+	v, _ := s.codec.Encode(p, 0)
 	if sc != nil {
 		// In a task scope the page is committed with the task's report (taskwrites.go);
 		// until then others writing the same body wait for that commit.
-		if ok, err := s.has(dbKey); err != nil || ok {
-			w.err = err
-			s.endPageWrite(key, w)
-			return key, err
-		}
 		sc.addPage(key, w, dbKey, v)
 		return key, nil
 	}
-	w.err = s.writePage(dbKey, key, v)
+	if err := s.db.Set(dbKey, v, s.opts.pageWrite); err != nil {
+		w.err = fmt.Errorf("embedded store: put page %s: %w", key, err)
+	} else {
+		s.pageWriteCount.Add(1)
+	}
 	s.endPageWrite(key, w)
 	if w.err != nil {
 		return "", w.err
@@ -96,19 +99,6 @@ func (s *Store) endPageWrite(key string, w *pageWrite) {
 	delete(s.pageWrites, key)
 	s.pageMu.Unlock()
 	close(w.done)
-}
-
-// writePage writes v under dbKey unless a write that ended before this one registered
-// stored it already.
-func (s *Store) writePage(dbKey []byte, key string, v []byte) error {
-	if ok, err := s.has(dbKey); err != nil || ok {
-		return err
-	}
-	if err := s.db.Set(dbKey, v, s.opts.pageWrite); err != nil {
-		return fmt.Errorf("embedded store: put page %s: %w", key, err)
-	}
-	s.pageWriteCount.Add(1)
-	return nil
 }
 
 // Page returns the page stored under key, or an ENOTFOUND error when there is none

@@ -210,6 +210,10 @@ type Queue struct {
 	// entry per domain that has one: a restart forgets them (robots.txt is read again).
 	holds  map[string]time.Time
 	floors map[string]time.Duration
+
+	// recordBufs holds buffers for encoding task records (a batch copies what it is
+	// given): one record is written per Submit, Lease and Report.
+	recordBufs sync.Pool
 }
 
 // liveLease is a lease this process handed out: its expiry and the task record as Lease
@@ -1013,10 +1017,16 @@ func (q *Queue) record(b *pebble.Batch, id string) (*queueRecord, bool, error) {
 }
 
 func (q *Queue) putRecord(b *pebble.Batch, rec *queueRecord) error {
-	v, err := json.Marshal(rec)
+	buf, _ := q.recordBufs.Get().(*[]byte)
+	if buf == nil {
+		buf = new([]byte)
+	}
+	defer q.recordBufs.Put(buf)
+	v, err := encodeQueueRecord((*buf)[:0], rec)
 	if err != nil {
 		return fmt.Errorf("local queue: encode task %s: %w", rec.TaskID, err)
 	}
+	*buf = v
 	if err := b.Set([]byte(queueTaskPrefix+rec.TaskID), v, nil); err != nil {
 		return fmt.Errorf("local queue: put task %s: %w", rec.TaskID, err)
 	}

@@ -1,9 +1,11 @@
 package embedded
 
 import (
+	"bytes"
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -376,5 +378,75 @@ func TestOutbox(t *testing.T) {
 	o2 := NewOutbox(openTest(t, dir))
 	if n, err := o2.ReportCount(ctx); n != 4 || err != nil {
 		t.Fatalf("after restart %d reports, %v; want 4", n, err)
+	}
+}
+
+// TestOutboxListingFloor checks that the listing floor (where a listing from the start
+// begins) never hides a report: puts below a raised floor, deletes of the first reports,
+// an emptied outbox and puts after it are all listed.
+func TestOutboxListingFloor(t *testing.T) {
+	s := openTest(t, filepath.Join(t.TempDir(), "store"))
+	ctx := t.Context()
+	o := NewOutbox(s)
+	ids := func() []string {
+		t.Helper()
+		var got []string
+		after := ""
+		for {
+			page, err := o.PendingReports(ctx, after, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(page) == 0 {
+				return got
+			}
+			for _, r := range page {
+				got = append(got, r.TaskID)
+			}
+			after = page[len(page)-1].TaskID
+		}
+	}
+	put := func(ids ...string) {
+		t.Helper()
+		for _, id := range ids {
+			if err := o.PutReport(ctx, okReport(id, queueStart, "")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	del := func(ids ...string) {
+		t.Helper()
+		var rs []downloader.Report
+		for _, id := range ids {
+			rs = append(rs, *okReport(id, queueStart, ""))
+		}
+		if err := o.DeleteReports(ctx, rs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, step := range []struct {
+		name  string
+		do    func()
+		want  string
+		floor string // the floor's key after the listings
+	}{
+		{"first puts", func() { put("m", "n", "o", "p") }, "m n o p", outboxPrefix + "m"},
+		{"first two deleted: the floor rises to o", func() { del("m", "n") }, "o p", outboxPrefix + "o"},
+		{"a put below the floor", func() { put("a") }, "a o p", outboxPrefix + "a"},
+		{"a put between", func() { put("n2") }, "a n2 o p", outboxPrefix + "a"},
+		{"everything deleted", func() { del("a", "n2", "o", "p") }, "", string(prefixEnd(outboxPrefix))},
+		{"puts after the outbox was empty", func() { put("z", "b") }, "b z", outboxPrefix + "b"},
+		{"the last deleted", func() { del("z") }, "b", outboxPrefix + "b"},
+	} {
+		step.do()
+		// Twice: the first listing may move the floor, the second starts from it.
+		for range 2 {
+			if got := strings.Join(ids(), " "); got != step.want {
+				t.Fatalf("%s: listed %q, want %q", step.name, got, step.want)
+			}
+		}
+		if !bytes.Equal(o.floor, []byte(step.floor)) {
+			t.Fatalf("%s: floor %q, want %q", step.name, o.floor, step.floor)
+		}
 	}
 }
