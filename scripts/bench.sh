@@ -12,8 +12,8 @@
 #       client); -only cpu (CPU-seconds per 1,000 plain pages beside Colly and Colly + a
 #       visible-text extraction; -only cpu-a: entry A's rows alone, for profiles); -only
 #       rss (RSS per task with 10^5 tasks queued over 10^4 hosts). Profiles of the whole
-#       run: -cpuprofile F -blockprofile F -mutexprofile F -memprofile F; split a CPU profile by component with: python3 bench/profsplit.py
-#       BINARY F (build the binary with: cd bench && go build -o /tmp/leasebench ./leasebench).
+#       run: -cpuprofile F -blockprofile F -mutexprofile F -memprofile F; split a CPU
+#       profile by component with: python3 bench/profsplit.py BINARY F (build the binary with: cd bench && go build -o /tmp/leasebench ./leasebench).
 #
 #   bash scripts/bench.sh render      renders on crawl-like traffic (BenchmarkRenderCrawl,
 #       docs/benchmarks.md): one row per VARIANT · PAGE · c=N, then the targets as
