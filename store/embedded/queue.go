@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -230,6 +231,12 @@ type queueDomain struct {
 	pending int
 	nextAt  time.Time // when its next task is due (the previous one's due time + interval)
 	index   int       // in ready
+	// floor: no pending index entry of the domain has a lower seq. The domain's first
+	// pending task is looked up from there, not from the domain's prefix, which would step
+	// over the tombstone of every task leased from it since the last compaction. Lease
+	// raises it past what it takes; every put of a pending entry lowers it
+	// (addPendingLocked). Memory only: it is rebuilt with the index on open.
+	floor uint64
 }
 
 // OpenQueue opens the queue kept in s: it rebuilds the in-memory index of pending tasks by
@@ -304,7 +311,16 @@ func (q *Queue) loadPending(ctx context.Context) error {
 			_ = iter.Close()
 			return fmt.Errorf("local queue: unexpected key %q", iter.Key())
 		}
-		q.domainLocked(unescapeDomain(k[:i])).pending++
+		seq, err := strconv.ParseUint(k[i+1:], 16, 64)
+		if err != nil {
+			_ = iter.Close()
+			return fmt.Errorf("local queue: unexpected key %q", iter.Key())
+		}
+		d := q.domainLocked(unescapeDomain(k[:i]))
+		if d.pending == 0 {
+			d.floor = seq // keys are in seq order: the domain's first
+		}
+		d.pending++
 	}
 	if err := iter.Close(); err != nil {
 		return fmt.Errorf("local queue: scan pending: %w", err)
@@ -356,7 +372,7 @@ func (q *Queue) requeueStale(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	for _, rec := range touched {
-		q.addPendingLocked(rec.Domain, time.Time{})
+		q.addPendingLocked(rec.Domain, rec.Seq, time.Time{})
 	}
 	return len(touched), nil
 }
@@ -428,7 +444,11 @@ func (q *Queue) Submit(ctx context.Context, tasks []downloader.Task) ([]SubmitRe
 	next := q.counts.clone()
 	seq := q.seq
 	out := make([]SubmitResult, len(checked))
-	var added []string // domains
+	type put struct {
+		domain string
+		seq    uint64
+	}
+	var added []put
 	for i := range checked {
 		t := &checked[i]
 		urlKey := queueURLKey(t.URL)
@@ -464,7 +484,7 @@ func (q *Queue) Submit(ctx context.Context, tasks []downloader.Task) ([]SubmitRe
 			return nil, fmt.Errorf("local queue: submit: %w", err)
 		}
 		next.PendingCount++
-		added = append(added, t.Domain)
+		added = append(added, put{t.Domain, seq})
 		out[i] = SubmitResult{TaskID: t.TaskID, URL: t.URL, State: TaskPending}
 	}
 	if len(added) == 0 {
@@ -479,8 +499,8 @@ func (q *Queue) Submit(ctx context.Context, tasks []downloader.Task) ([]SubmitRe
 		return nil, err
 	}
 	q.seq = seq
-	for _, d := range added {
-		q.addPendingLocked(d, time.Time{})
+	for _, a := range added {
+		q.addPendingLocked(a.domain, a.seq, time.Time{})
 	}
 	return out, nil
 }
@@ -520,6 +540,7 @@ func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([
 		d       *queueDomain
 		pending int
 		nextAt  time.Time
+		floor   uint64
 	}
 	var (
 		out   []downloader.Task
@@ -529,7 +550,7 @@ func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([
 	rollback := func() {
 		for i := len(undos) - 1; i >= 0; i-- {
 			u := undos[i]
-			u.d.pending, u.d.nextAt = u.pending, u.nextAt
+			u.d.pending, u.d.nextAt, u.d.floor = u.pending, u.nextAt, u.floor
 			q.domains[u.d.name] = u.d
 			if u.d.index < 0 {
 				heap.Push(&q.ready, u.d)
@@ -540,8 +561,8 @@ func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([
 	}
 	for len(out) < maxTaskCount && q.ready.Len() > 0 && !q.ready[0].nextAt.After(horizon) {
 		d := q.ready[0]
-		undos = append(undos, undo{d: d, pending: d.pending, nextAt: d.nextAt})
-		rec, err := q.firstPending(b, d.name)
+		undos = append(undos, undo{d: d, pending: d.pending, nextAt: d.nextAt, floor: d.floor})
+		rec, err := q.firstPending(b, d)
 		if err != nil {
 			rollback()
 			return nil, err
@@ -555,6 +576,7 @@ func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([
 			continue
 		}
 		err = b.Delete(pendingKey(d.name, rec.Seq), nil)
+		d.floor = rec.Seq + 1 // it was the first: none is below it, and it is gone
 		if err == nil {
 			err = b.Set([]byte(queueLeasPrefix+rec.TaskID), nil, nil)
 		}
@@ -706,7 +728,7 @@ func (q *Queue) Report(ctx context.Context, r *downloader.Report) error {
 	}
 	switch d.action {
 	case actionRetryInPlace:
-		q.addPendingLocked(rec.Domain, time.Time{})
+		q.addPendingLocked(rec.Domain, rec.Seq, time.Time{})
 	case actionRetryLater:
 		heap.Push(&q.retries, retryEntry{taskID: rec.TaskID, domain: rec.Domain, at: d.at})
 	}
@@ -770,7 +792,7 @@ func (q *Queue) Release(ctx context.Context, taskID string, retryAfter time.Dura
 		return err
 	}
 	delete(q.leased, taskID)
-	q.addPendingLocked(rec.Domain, q.clk.Now().Add(max(retryAfter, 0)))
+	q.addPendingLocked(rec.Domain, rec.Seq, q.clk.Now().Add(max(retryAfter, 0)))
 	return nil
 }
 
@@ -906,7 +928,7 @@ func (q *Queue) expireLocked(now time.Time) error {
 	}
 	for _, rec := range back {
 		delete(q.leased, rec.TaskID)
-		q.addPendingLocked(rec.Domain, time.Time{})
+		q.addPendingLocked(rec.Domain, rec.Seq, time.Time{})
 	}
 	if len(back) > 0 {
 		q.log.Warn("leases expired: tasks handed out again", "task_count", len(back))
@@ -929,10 +951,14 @@ func (q *Queue) toPending(b *pebble.Batch, rec *queueRecord, next *QueueCounts) 
 	return nil
 }
 
-// addPendingLocked counts one more pending task of domain, due no earlier than notBefore.
-// Requires q.mu held.
-func (q *Queue) addPendingLocked(domain string, notBefore time.Time) {
+// addPendingLocked counts one more pending task of domain, its index entry at seq (written
+// and committed), due no earlier than notBefore. Requires q.mu held.
+func (q *Queue) addPendingLocked(domain string, seq uint64, notBefore time.Time) {
 	d := q.domainLocked(domain)
+	if d.pending == 0 || seq < d.floor {
+		// A domain with no pending task has no index entry: its floor is this one.
+		d.floor = seq
+	}
 	d.pending++
 	if h, ok := q.holds[domain]; ok {
 		if h.After(q.clk.Now()) {
@@ -961,10 +987,12 @@ func (q *Queue) domainLocked(domain string) *queueDomain {
 	return d
 }
 
-// firstPending returns the first pending task of domain as b sees it, or nil.
-func (q *Queue) firstPending(b *pebble.Batch, domain string) (*queueRecord, error) {
+// firstPending returns the first pending task of d as b sees it, or nil. It looks from
+// d.floor on: below it there is no pending entry, only tombstones.
+func (q *Queue) firstPending(b *pebble.Batch, d *queueDomain) (*queueRecord, error) {
+	domain := d.name
 	prefix := queuePendPrefix + escapeDomain(domain) + ":"
-	iter, err := b.NewIter(&pebble.IterOptions{LowerBound: []byte(prefix), UpperBound: prefixEnd(prefix)})
+	iter, err := b.NewIter(&pebble.IterOptions{LowerBound: pendingKey(domain, d.floor), UpperBound: prefixEnd(prefix)})
 	if err != nil {
 		return nil, fmt.Errorf("local queue: pending of %s: %w", domain, err)
 	}

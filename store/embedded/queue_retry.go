@@ -220,7 +220,7 @@ func (q *Queue) promoteRetriesLocked(now time.Time) error {
 		return err
 	}
 	for _, rec := range back {
-		q.addPendingLocked(rec.Domain, time.Time{})
+		q.addPendingLocked(rec.Domain, rec.Seq, time.Time{})
 	}
 	return nil
 }

@@ -1,0 +1,203 @@
+package embedded
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"downloader"
+	"downloader/clock"
+)
+
+// checkPendingFloors fails t unless every domain's floor is at or below its first pending
+// index entry and its count matches its entries, and no domain the queue does not know of
+// has an entry: a task below a floor, or of a forgotten domain, would never be leased.
+func checkPendingFloors(t *testing.T, q *Queue, step string) {
+	t.Helper()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	iter, err := q.s.db.NewIter(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer iter.Close()
+	entries := map[string][]uint64{}
+	for ok := iter.SeekGE([]byte(queuePendPrefix)); ok && strings.HasPrefix(string(iter.Key()), queuePendPrefix); ok = iter.Next() {
+		k := string(iter.Key()[len(queuePendPrefix):])
+		i := strings.LastIndexByte(k, ':')
+		var seq uint64
+		if _, err := fmt.Sscanf(k[i+1:], "%x", &seq); err != nil {
+			t.Fatalf("%s: key %q: %v", step, iter.Key(), err)
+		}
+		entries[unescapeDomain(k[:i])] = append(entries[unescapeDomain(k[:i])], seq)
+	}
+	for name, seqs := range entries {
+		d := q.domains[name]
+		if d == nil {
+			t.Fatalf("%s: %s has pending entries %v but the queue does not know the domain", step, name, seqs)
+		}
+		if seqs[0] < d.floor {
+			t.Fatalf("%s: %s's first pending entry %d is below its floor %d: hidden", step, name, seqs[0], d.floor)
+		}
+		if d.pending != len(seqs) {
+			t.Fatalf("%s: %s counts %d pending, has entries %v", step, name, d.pending, seqs)
+		}
+	}
+	for name, d := range q.domains {
+		if len(entries[name]) == 0 {
+			t.Fatalf("%s: %s counts %d pending, has no entry", step, name, d.pending)
+		}
+	}
+}
+
+// TestQueuePendingFloor: whatever puts a task back below a domain's floor (a release, a
+// retry in place, an expired lease, a backoff's end, a submit after the domain drained, a
+// restart), no task is hidden: after every step the floors are at or below the first
+// pending entries, and at the end every unfinished task is leased again, with or without
+// a restart of the queue before.
+func TestQueuePendingFloor(t *testing.T) {
+	type step struct {
+		op   string // submit, lease, release, own_failure, backoff, done, expire
+		urls []string
+		n    int      // lease: how many
+		want []string // lease: the URLs handed out, in order (nil: not checked)
+	}
+	a := func(i int) string { return fmt.Sprintf("http://a.test/%d", i) }
+	b := func(i int) string { return fmt.Sprintf("http://b.test/%d", i) }
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"release below the floor, several leases in one batch", []step{
+			{op: "submit", urls: []string{a(1), a(2), a(3), a(4)}},
+			{op: "lease", n: 3, want: []string{a(1), a(2), a(3)}},
+			{op: "release", urls: []string{a(2)}},
+			{op: "release", urls: []string{a(1)}},
+			{op: "lease", n: 3, want: []string{a(1), a(2), a(4)}},
+		}},
+		{"retry in place below the floor", []step{
+			{op: "submit", urls: []string{a(1), a(2), a(3)}},
+			{op: "lease", n: 2, want: []string{a(1), a(2)}},
+			{op: "own_failure", urls: []string{a(1)}},
+			{op: "done", urls: []string{a(2)}},
+			{op: "lease", n: 1, want: []string{a(1)}},
+		}},
+		{"expired leases below the floor", []step{
+			{op: "submit", urls: []string{a(1), a(2), a(3)}},
+			{op: "lease", n: 2, want: []string{a(1), a(2)}},
+			{op: "expire"},
+			{op: "lease", n: 1, want: []string{a(1)}},
+		}},
+		{"backoff ends below the floor", []step{
+			{op: "submit", urls: []string{a(1), a(2), a(3)}},
+			{op: "lease", n: 3},
+			{op: "backoff", urls: []string{a(1)}},
+			{op: "done", urls: []string{a(3)}},
+			{op: "expire"},
+			{op: "lease", n: 1, want: []string{a(1)}},
+		}},
+		{"drained domain: a release, then a submit", []step{
+			{op: "submit", urls: []string{a(1), a(2)}},
+			{op: "lease", n: 2},
+			{op: "done", urls: []string{a(2)}},
+			{op: "release", urls: []string{a(1)}},
+			{op: "submit", urls: []string{a(3)}},
+			{op: "lease", n: 1, want: []string{a(1)}},
+			{op: "done", urls: []string{a(1)}},
+			{op: "submit", urls: []string{a(4)}},
+		}},
+		{"two domains interleaved, pending report of an expired lease", []step{
+			{op: "submit", urls: []string{a(1), b(1), a(2), b(2), a(3)}},
+			{op: "lease", n: 4},
+			{op: "expire"},
+			{op: "lease", n: 1},
+			{op: "done", urls: []string{b(2)}}, // pending again after the expiry: taken as leased
+			{op: "release", urls: []string{a(1)}},
+			{op: "own_failure", urls: []string{b(1)}},
+		}},
+	}
+	for _, tc := range tests {
+		for _, restart := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/restart=%v", tc.name, restart), func(t *testing.T) {
+				dir := t.TempDir()
+				s := openTest(t, dir)
+				clk := clock.NewFake(queueStart)
+				q := openRetryQueue(t, s, clk)
+				ids := map[string]string{}
+				finished := map[string]bool{}
+				for i, st := range tc.steps {
+					name := fmt.Sprintf("step %d (%s %v)", i, st.op, st.urls)
+					clk.Advance(time.Millisecond) // a distinct fetched_at per report
+					switch st.op {
+					case "submit":
+						var tasks []downloader.Task
+						for _, u := range st.urls {
+							tasks = append(tasks, downloader.Task{URL: u})
+						}
+						for _, r := range submit(t, q, tasks...) {
+							ids[r.URL] = r.TaskID
+						}
+					case "lease":
+						got := urls(lease(t, q, st.n))
+						if len(got) != st.n || (st.want != nil && !slices.Equal(got, st.want)) {
+							t.Fatalf("%s: leased %v, want %d: %v", name, got, st.n, st.want)
+						}
+					case "expire":
+						clk.Advance(2 * time.Minute)
+					default:
+						for _, u := range st.urls {
+							var err error
+							switch st.op {
+							case "release":
+								err = q.Release(t.Context(), ids[u], 0)
+							case "own_failure":
+								err = q.Report(t.Context(), failReport(ids[u], clk.Now(), downloader.FailRendererCrashed))
+							case "backoff":
+								err = q.Report(t.Context(), statusReport(ids[u], clk.Now(), 503, nil))
+							case "done":
+								err = q.Report(t.Context(), okReport(ids[u], clk.Now(), ""))
+								finished[u] = true
+							default:
+								t.Fatalf("unknown op %q", st.op)
+							}
+							if err != nil {
+								t.Fatalf("%s: %v", name, err)
+							}
+						}
+					}
+					checkPendingFloors(t, q, name)
+				}
+				if restart {
+					if err := s.Close(); err != nil {
+						t.Fatal(err)
+					}
+					s = openTest(t, dir)
+					q = openRetryQueue(t, s, clk)
+					checkPendingFloors(t, q, "after the restart")
+				}
+				clk.Advance(2 * time.Minute) // past every lease and backoff
+				var left, want []string
+				for {
+					more := lease(t, q, 2)
+					if len(more) == 0 {
+						break
+					}
+					left = append(left, urls(more)...)
+					checkPendingFloors(t, q, "leasing what is left")
+				}
+				for u := range ids {
+					if !finished[u] {
+						want = append(want, u)
+					}
+				}
+				slices.Sort(left)
+				slices.Sort(want)
+				if !slices.Equal(left, want) {
+					t.Fatalf("at the end leased %v, want every unfinished task %v", left, want)
+				}
+			})
+		}
+	}
+}
