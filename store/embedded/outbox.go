@@ -305,11 +305,7 @@ func encodeReport(r *downloader.Report) ([]byte, error) {
 	v[0] = reportHeader
 	binary.BigEndian.PutUint64(v[1:9], uint64(r.FetchedAt.Unix()))
 	binary.BigEndian.PutUint32(v[9:13], uint32(r.FetchedAt.Nanosecond()))
-	j, err := json.Marshal(r)
-	if err != nil {
-		return nil, err
-	}
-	return append(v, j...), nil
+	return r.AppendJSON(v) // json.Marshal's bytes, without its reflection
 }
 
 func decodeReport(v []byte, r *downloader.Report) error {

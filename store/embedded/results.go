@@ -41,7 +41,7 @@ func (s *Store) PutFetchResult(ctx context.Context, r *downloader.FetchResult) e
 	}
 	rec := *r
 	rec.FetchedAt = rec.FetchedAt.UTC()
-	v, err := json.Marshal(&rec)
+	v, err := rec.AppendJSON(make([]byte, 0, 512)) // json.Marshal's bytes, without its reflection
 	if err != nil {
 		return fmt.Errorf("embedded store: encode fetch result: %w", err)
 	}
