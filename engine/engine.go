@@ -98,7 +98,7 @@ type Config struct {
 	Egress   EgressJudge // nil: failures keep the reason the fetcher or renderer gave
 	// Shared is the limiter state shared with other instances (cluster mode, shared.go).
 	// nil: one machine, the local limiter alone decides.
-	Shared SharedRuntime
+	Shared downloader.SharedRuntime
 
 	DefaultMinInterval time.Duration // applies when B or C gives no min_interval_ms
 	DefaultTimeout     time.Duration // per request, when the caller gives none
@@ -248,11 +248,11 @@ func (e *Engine) do(ctx context.Context, req downloader.Request, u *url.URL) (*R
 		}
 	}
 	defer release()
-	var ticket SharedTicket
+	var ticket downloader.SharedTicket
 	var end time.Time
 	if e.cfg.Shared != nil {
 		admitAt := e.cfg.Clock.Now() // no later than the slot the shared runtime gives
-		t, wait, err := e.cfg.Shared.Admit(ctx, SharedAdmit{Domain: req.Domain, MinInterval: req.MinInterval,
+		t, wait, err := e.cfg.Shared.Admit(ctx, downloader.SharedAdmit{Domain: req.Domain, MinInterval: req.MinInterval,
 			IntervalSource: req.IntervalSource, Entry: req.Entry, Now: admitAt, Timeout: e.timeoutOf(req)})
 		if err != nil || wait > 0 {
 			release()
@@ -445,7 +445,7 @@ type Hops struct {
 	DefaultMinInterval time.Duration
 	// Shared, when set (cluster mode), admits each hop cluster-wide too, after the local
 	// limiter; DefaultTimeout bounds a hop whose context has no deadline.
-	Shared         SharedRuntime
+	Shared         downloader.SharedRuntime
 	DefaultTimeout time.Duration
 }
 

@@ -15,19 +15,19 @@ import (
 
 // fakeShared is a SharedRuntime of function fields (nil Admit admits at once).
 type fakeShared struct {
-	AdmitFunc func(r SharedAdmit) (SharedTicket, time.Duration, error)
+	AdmitFunc func(r downloader.SharedAdmit) (downloader.SharedTicket, time.Duration, error)
 
 	mu      sync.Mutex
-	asks    []SharedAdmit
+	asks    []downloader.SharedAdmit
 	done    []time.Time // wireAt of every ended ticket
 	wired   []time.Time // every Wired moment
 	cap     int
 	applied []int
 }
 
-var _ SharedRuntime = (*fakeShared)(nil)
+var _ downloader.SharedRuntime = (*fakeShared)(nil)
 
-func (f *fakeShared) Admit(ctx context.Context, r SharedAdmit) (SharedTicket, time.Duration, error) {
+func (f *fakeShared) Admit(ctx context.Context, r downloader.SharedAdmit) (downloader.SharedTicket, time.Duration, error) {
 	f.mu.Lock()
 	f.asks = append(f.asks, r)
 	f.mu.Unlock()
@@ -37,7 +37,7 @@ func (f *fakeShared) Admit(ctx context.Context, r SharedAdmit) (SharedTicket, ti
 	return f.ticket(), 0, nil
 }
 
-func (f *fakeShared) ticket() SharedTicket { return fakeTicket{f} }
+func (f *fakeShared) ticket() downloader.SharedTicket { return fakeTicket{f} }
 
 func (f *fakeShared) MaxConcurrentCount() int {
 	f.mu.Lock()
@@ -75,12 +75,16 @@ func (t fakeTicket) Done(ctx context.Context, wireAt time.Time) {
 var errStoreDown = errors.New("tikv down (test)")
 
 func TestSharedAdmissionPerEntry(t *testing.T) {
-	refuse := func(SharedAdmit) (SharedTicket, time.Duration, error) { return nil, 1500 * time.Millisecond, nil }
-	fail := func(SharedAdmit) (SharedTicket, time.Duration, error) { return nil, 0, errStoreDown }
+	refuse := func(downloader.SharedAdmit) (downloader.SharedTicket, time.Duration, error) {
+		return nil, 1500 * time.Millisecond, nil
+	}
+	fail := func(downloader.SharedAdmit) (downloader.SharedTicket, time.Duration, error) {
+		return nil, 0, errStoreDown
+	}
 	tests := []struct {
 		name   string
 		entry  downloader.Entry
-		admit  func(SharedAdmit) (SharedTicket, time.Duration, error)
+		admit  func(downloader.SharedAdmit) (downloader.SharedTicket, time.Duration, error)
 		reason downloader.FailReason // "" : sent
 		b503   bool
 	}{
@@ -180,7 +184,7 @@ func TestSharedTaskWaitsForTheStoreAndTheSlot(t *testing.T) {
 	sh := &fakeShared{}
 	var mu sync.Mutex
 	calls := 0
-	sh.AdmitFunc = func(r SharedAdmit) (SharedTicket, time.Duration, error) {
+	sh.AdmitFunc = func(r downloader.SharedAdmit) (downloader.SharedTicket, time.Duration, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		calls++
@@ -222,7 +226,7 @@ func TestSharedTaskWaitsForTheStoreAndTheSlot(t *testing.T) {
 
 func TestSharedTaskReleasedPastTheLease(t *testing.T) {
 	e, clk, f, _ := newTestEngine(t)
-	e.cfg.Shared = &fakeShared{AdmitFunc: func(SharedAdmit) (SharedTicket, time.Duration, error) {
+	e.cfg.Shared = &fakeShared{AdmitFunc: func(downloader.SharedAdmit) (downloader.SharedTicket, time.Duration, error) {
 		return nil, time.Minute, nil
 	}}
 	out := e.RunTask(context.Background(), &downloader.Task{TaskID: "1", URL: "http://a.test/", MinIntervalMs: ms(100),
@@ -304,7 +308,7 @@ func (c fakeDeadline) Deadline() (time.Time, bool) { return c.at, true }
 func TestSharedHopUnavailable(t *testing.T) {
 	e, clk, _, _ := newTestEngine(t)
 	sh := &fakeShared{}
-	sh.AdmitFunc = func(r SharedAdmit) (SharedTicket, time.Duration, error) {
+	sh.AdmitFunc = func(r downloader.SharedAdmit) (downloader.SharedTicket, time.Duration, error) {
 		if r.Domain == "b.test" {
 			return nil, 0, errStoreDown
 		}
@@ -338,7 +342,7 @@ func TestSharedHopUnavailable(t *testing.T) {
 		t.Errorf("asked %d times; want a.test, then b.test twice", n)
 	}
 	// A hop refused by the limit itself (busy elsewhere past the deadline) stays ours.
-	sh.AdmitFunc = func(r SharedAdmit) (SharedTicket, time.Duration, error) {
+	sh.AdmitFunc = func(r downloader.SharedAdmit) (downloader.SharedTicket, time.Duration, error) {
 		if r.Domain == "b.test" {
 			return nil, time.Minute, nil
 		}
@@ -392,7 +396,7 @@ func TestSharedAdmissionTimeCountsAgainstTheRequest(t *testing.T) {
 		f := &deadlineFetcher{}
 		e.cfg.Fetcher = f
 		e.cfg.DefaultTimeout = time.Second
-		e.cfg.Shared = &fakeShared{AdmitFunc: func(SharedAdmit) (SharedTicket, time.Duration, error) {
+		e.cfg.Shared = &fakeShared{AdmitFunc: func(downloader.SharedAdmit) (downloader.SharedTicket, time.Duration, error) {
 			clk.Advance(tt.took) // the transaction's time
 			return fakeTicket{&fakeShared{}}, 0, nil
 		}}
@@ -414,6 +418,21 @@ func TestSharedAdmissionTimeCountsAgainstTheRequest(t *testing.T) {
 			if left > tt.maxLeft {
 				t.Errorf("admission took %v of a 1 s timeout: the request had %v left, want at most %v", tt.took, left, tt.maxLeft)
 			}
+		}
+	}
+}
+
+func TestEvenShare(t *testing.T) {
+	live := []string{"a", "b", "c"}
+	for _, tc := range []struct {
+		capacity int
+		id       string
+		want     int
+	}{
+		{10, "a", 4}, {10, "b", 3}, {10, "c", 3}, {2, "a", 1}, {2, "b", 1}, {2, "c", 0}, {10, "z", 0},
+	} {
+		if got := EvenShare(tc.capacity, live, tc.id); got != tc.want {
+			t.Errorf("EvenShare(%d, %s) = %d; want %d", tc.capacity, tc.id, got, tc.want)
 		}
 	}
 }

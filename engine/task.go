@@ -74,7 +74,7 @@ func (e *Engine) RunTask(ctx context.Context, t *downloader.Task) TaskOutcome {
 		releaseSlot()
 		return TaskOutcome{Release: true, RetryAfter: time.Second}
 	}
-	var ticket SharedTicket
+	var ticket downloader.SharedTicket
 	var end time.Time
 	if e.cfg.Shared != nil {
 		tk, slotAt, outcome, ok := e.admitTaskShared(ctx, t, req, deadline)

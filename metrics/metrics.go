@@ -41,10 +41,10 @@ type Sources struct {
 	// shared runtime's); nil: the gate's capacity, which is the setting on one machine.
 	MaxConcurrentCount func() int
 	// Egress is the egress detector's state; nil: no egress metrics.
-	Egress func() engine.EgressState
+	Egress func() downloader.EgressState
 	// Fence is this instance's fence from its cluster (cluster mode: the shared runtime's
 	// FenceState; one machine: never fenced); nil: no fence metric.
-	Fence func() engine.FenceState
+	Fence func() downloader.FenceState
 }
 
 // Metrics counts engine events into Prometheus metrics. It implements engine.Observer
@@ -259,7 +259,7 @@ func (l *live) Collect(ch chan<- prometheus.Metric) {
 	}
 	if f := l.src.Fence; f != nil {
 		st := f()
-		for _, r := range engine.FenceReasons() {
+		for _, r := range downloader.FenceReasons() {
 			v := 0.0
 			if st.IsFenced && st.FenceReason == r {
 				v = 1

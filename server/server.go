@@ -32,7 +32,7 @@ type Config struct {
 	// GET /v1/cluster answers the one local instance.
 	Cluster ClusterView
 	// Egress is the egress detector's state at now; nil (or ok false): no detector.
-	Egress func(now time.Time) (st engine.EgressState, ok bool)
+	Egress func(now time.Time) (st downloader.EgressState, ok bool)
 
 	// Engine, when set, fills whichever of the dependencies above are nil from one engine
 	// (New, fromEngine). It is a bridge for the callers not yet wired field by field

@@ -75,7 +75,7 @@ func startNodeOn(t *testing.T, c *tikvtest.Cluster, id string, guard *netguard.G
 	lim := limiter.New(clk)
 	gate := limiter.NewGate(capacity, 16)
 	logger := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", id)
-	rt, err := NewRuntime(st, RuntimeConfig{InstanceID: id, Clock: clk, Logger: logger, Gate: gate, MaxConcurrentCount: capacity,
+	rt, err := NewRuntime(st, RuntimeConfig{Share: engine.EvenShare, InstanceID: id, Clock: clk, Logger: logger, Gate: gate, MaxConcurrentCount: capacity,
 		HeartbeatInterval: clusterHeartbeat, InstanceTTL: clusterTTL, MaxClockSkew: clusterSkew,
 		AdmitTimeout: 3 * time.Second, DefaultTimeout: clusterTimeout, ExpirySlack: clusterSlack, TSOLag: time.Millisecond})
 	if err != nil {
