@@ -131,12 +131,6 @@ func New(cfg Config) *Engine {
 	return &Engine{cfg: cfg, log: cfg.Logger, once: once, stopping: make(chan struct{})}
 }
 
-// Limiter returns the engine's limiter.
-func (e *Engine) Limiter() *limiter.Limiter { return e.cfg.Limiter }
-
-// Gate returns the engine's global cap.
-func (e *Engine) Gate() *limiter.Gate { return e.cfg.Gate }
-
 // DefaultMinInterval returns the interval used when a caller gives none.
 func (e *Engine) DefaultMinInterval() time.Duration { return e.cfg.DefaultMinInterval }
 

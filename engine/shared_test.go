@@ -151,11 +151,11 @@ func TestSharedAdmissionPerEntry(t *testing.T) {
 				t.Errorf("a request refused cluster-wide was sent")
 			}
 			// The local admission was given back: the domain is free locally at once.
-			if _, wait := e.Limiter().Allow(clk.Now(), "a.test", time.Second, downloader.IntervalSourceRequest, downloader.EntryRender); wait != 0 {
+			if _, wait := e.cfg.Limiter.Allow(clk.Now(), "a.test", time.Second, downloader.IntervalSourceRequest, downloader.EntryRender); wait != 0 {
 				t.Errorf("local slot still taken (wait %v)", wait)
 			}
-			if e.Gate().InFlight() != 0 {
-				t.Errorf("gate in flight = %d", e.Gate().InFlight())
+			if e.cfg.Gate.InFlight() != 0 {
+				t.Errorf("gate in flight = %d", e.cfg.Gate.InFlight())
 			}
 		})
 	}
@@ -234,8 +234,8 @@ func TestSharedTaskReleasedPastTheLease(t *testing.T) {
 	if !out.Release || out.RetryAfterSeconds() != 60 || len(f.at) != 0 {
 		t.Fatalf("outcome = %+v (fetched %d); want a release after 60 s", out, len(f.at))
 	}
-	if e.Gate().InFlight() != 0 {
-		t.Errorf("gate in flight = %d", e.Gate().InFlight())
+	if e.cfg.Gate.InFlight() != 0 {
+		t.Errorf("gate in flight = %d", e.cfg.Gate.InFlight())
 	}
 }
 
@@ -249,9 +249,9 @@ func TestSharedSettings(t *testing.T) {
 	if _, err := e.SetSettings(context.Background(), downloader.Settings{MaxConcurrentCount: 12}, "test"); err != nil {
 		t.Fatal(err)
 	}
-	if sh.MaxConcurrentCount() != 12 || e.Gate().Capacity() != 8 {
+	if sh.MaxConcurrentCount() != 12 || e.cfg.Gate.Capacity() != 8 {
 		t.Errorf("cluster cap %d, gate %d; want 12 applied through the shared runtime, the gate left to it",
-			sh.MaxConcurrentCount(), e.Gate().Capacity())
+			sh.MaxConcurrentCount(), e.cfg.Gate.Capacity())
 	}
 }
 
@@ -259,7 +259,7 @@ func TestSharedHopsEndWithTheRequest(t *testing.T) {
 	e, clk, _, _ := newTestEngine(t)
 	sh := &fakeShared{}
 	e.cfg.Shared = sh
-	hops := Hops{Limiter: e.Limiter(), DefaultMinInterval: time.Second, Shared: sh, DefaultTimeout: time.Second}
+	hops := Hops{Limiter: e.cfg.Limiter, DefaultMinInterval: time.Second, Shared: sh, DefaultTimeout: time.Second}
 	var hopWire time.Time
 	e.cfg.Fetcher = fetcherFunc(func(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome {
 		if err := adm.WaitWire(ctx); err != nil {
@@ -315,7 +315,7 @@ func TestSharedHopUnavailable(t *testing.T) {
 		return sh.ticket(), 0, nil
 	}
 	e.cfg.Shared = sh
-	hops := Hops{Limiter: e.Limiter(), DefaultMinInterval: time.Second, Shared: sh, DefaultTimeout: time.Second}
+	hops := Hops{Limiter: e.cfg.Limiter, DefaultMinInterval: time.Second, Shared: sh, DefaultTimeout: time.Second}
 	var hopErr error
 	e.cfg.Fetcher = fetcherFunc(func(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome {
 		if err := adm.WaitWire(ctx); err != nil {

@@ -85,7 +85,7 @@ func startNodeOn(t *testing.T, c *tikvtest.Cluster, id string, guard *netguard.G
 		DefaultMinInterval: clusterDefaultIval, Shared: rt, DefaultTimeout: clusterTimeout}})
 	eng := engine.New(engine.Config{Clock: clk, Logger: logger, Limiter: lim, Gate: gate, Fetcher: f, Results: st, Pages: st,
 		Settings: st, Shared: rt, DefaultMinInterval: clusterDefaultIval, DefaultTimeout: clusterTimeout})
-	srv := server.New(server.Config{Engine: eng, Guard: guard, Clock: clk, Results: st, Pages: st})
+	srv := server.New(server.Config{Probe: eng, Render: eng, Settings: eng, Domains: lim, Slots: gate, Cluster: rt, Guard: guard, Clock: clk, Results: st, Pages: st})
 	srv.SetReady(true)
 	n := &node{id: id, client: cl, store: st, rt: rt, gate: gate, eng: eng, fetch: f, http: httptest.NewServer(srv),
 		done: make(chan struct{})}
