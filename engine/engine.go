@@ -59,30 +59,6 @@ type EgressJudge interface {
 	Judge(now time.Time, domain string, entry downloader.Entry, reason downloader.FailReason, hasResponse bool) downloader.FailReason
 }
 
-// Observer is told about every finished request and every over-limit event, for metrics,
-// logs and the console. Implementations must be fast and safe for concurrent use.
-type Observer interface {
-	Observe(ev *Event)
-}
-
-// Event is one finished request or one over-limit refusal.
-type Event struct {
-	At             time.Time
-	Entry          downloader.Entry
-	URL            string
-	Domain         string
-	ShouldRender   bool
-	MinInterval    time.Duration
-	IntervalSource downloader.IntervalSource
-	// OverLimit is set when the limiter or the global cap refused or delayed the request.
-	OverLimit bool
-	// Delay is how long entry A's task was delayed, or the wait a refusal announced.
-	Delay    time.Duration
-	Summary  downloader.Summary
-	Duration time.Duration // service time, for finished requests
-	TaskID   string
-}
-
 // Config wires an Engine. Limiter, Gate and Fetcher are required.
 type Config struct {
 	Clock    clock.Clock
@@ -94,8 +70,8 @@ type Config struct {
 	Results  downloader.ResultStore
 	Pages    downloader.PageStore
 	Settings downloader.SettingsStore
-	Observer Observer    // nil: none
-	Egress   EgressJudge // nil: failures keep the reason the fetcher or renderer gave
+	Observer downloader.Observer // nil: none
+	Egress   EgressJudge         // nil: failures keep the reason the fetcher or renderer gave
 	// Shared is the limiter state shared with other instances (cluster mode, shared.go).
 	// nil: one machine, the local limiter alone decides.
 	Shared downloader.SharedRuntime
@@ -288,7 +264,7 @@ func (e *Engine) renderSlot(ctx context.Context, req downloader.Request) (releas
 func (e *Engine) overLimit(req downloader.Request, now time.Time, reason downloader.FailReason, wait time.Duration) *OverLimitError {
 	s := downloader.Failed(reason).Summary(req.Domain)
 	s.HealthSignal = nil
-	e.observe(&Event{At: now, Entry: req.Entry, URL: req.URL, Domain: req.Domain, ShouldRender: req.ShouldRender,
+	e.observe(&downloader.Event{At: now, Entry: req.Entry, URL: req.URL, Domain: req.Domain, ShouldRender: req.ShouldRender,
 		MinInterval: req.MinInterval, IntervalSource: req.IntervalSource, OverLimit: true, Delay: wait, Summary: s})
 	return &OverLimitError{Reason: reason, RetryAfter: wait}
 }
@@ -365,7 +341,7 @@ func (e *Engine) finish(ctx context.Context, req downloader.Request, u *url.URL,
 		}
 		res.PageKey = key
 	}
-	e.observe(&Event{At: at, Entry: req.Entry, URL: req.URL, Domain: req.Domain, ShouldRender: req.ShouldRender,
+	e.observe(&downloader.Event{At: at, Entry: req.Entry, URL: req.URL, Domain: req.Domain, ShouldRender: req.ShouldRender,
 		MinInterval: req.MinInterval, IntervalSource: req.IntervalSource, Summary: res.Summary, Duration: took})
 	return res
 }
@@ -399,7 +375,7 @@ func (e *Engine) store(ctx context.Context, req downloader.Request, taskID strin
 	return key, nil
 }
 
-func (e *Engine) observe(ev *Event) {
+func (e *Engine) observe(ev *downloader.Event) {
 	if e.cfg.Observer != nil {
 		e.cfg.Observer.Observe(ev)
 	}

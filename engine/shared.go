@@ -52,7 +52,7 @@ func (e *Engine) sharedUnavailable(req downloader.Request, now time.Time, err er
 	out := downloader.Failed(downloader.FailRuntimeStoreUnavailable)
 	s := out.Summary(req.Domain)
 	s.HealthSignal = nil // no request was made
-	e.observe(&Event{At: now, Entry: req.Entry, URL: req.URL, Domain: req.Domain, ShouldRender: req.ShouldRender,
+	e.observe(&downloader.Event{At: now, Entry: req.Entry, URL: req.URL, Domain: req.Domain, ShouldRender: req.ShouldRender,
 		MinInterval: req.MinInterval, IntervalSource: req.IntervalSource, Summary: s})
 	if req.Entry == downloader.EntryRender {
 		return nil, errSharedUnavailable
@@ -65,7 +65,7 @@ func (e *Engine) sharedUnavailable(req downloader.Request, now time.Time, err er
 // again, until the slot would pass deadline (the task is then handed back). ok is false
 // when the task must be handed back, with outcome. slotAt is no later than the slot the
 // shared runtime gave.
-func (e *Engine) admitTaskShared(ctx context.Context, t *downloader.Task, req downloader.Request, deadline time.Time) (ticket downloader.SharedTicket, slotAt time.Time, outcome TaskOutcome, ok bool) {
+func (e *Engine) admitTaskShared(ctx context.Context, t *downloader.Task, req downloader.Request, deadline time.Time) (ticket downloader.SharedTicket, slotAt time.Time, outcome downloader.TaskOutcome, ok bool) {
 	pause := sharedRetryMin
 	observed := false
 	for {
@@ -79,24 +79,24 @@ func (e *Engine) admitTaskShared(ctx context.Context, t *downloader.Task, req do
 			wait, pause = pause, min(2*pause, sharedRetryMax)
 		} else if wait > 0 && !observed {
 			observed = true
-			e.observe(&Event{At: now, Entry: req.Entry, URL: req.URL, Domain: req.Domain, ShouldRender: req.ShouldRender,
+			e.observe(&downloader.Event{At: now, Entry: req.Entry, URL: req.URL, Domain: req.Domain, ShouldRender: req.ShouldRender,
 				MinInterval: req.MinInterval, IntervalSource: req.IntervalSource, OverLimit: true, Delay: wait, TaskID: t.TaskID})
 		}
 		if tk != nil {
 			if err := e.sleep(ctx, wait); err != nil {
 				tk.Done(context.WithoutCancel(ctx), e.cfg.Clock.Now())
-				return nil, time.Time{}, TaskOutcome{Release: true, RetryAfter: time.Second}, false
+				return nil, time.Time{}, downloader.TaskOutcome{Release: true, RetryAfter: time.Second}, false
 			}
-			return tk, now.Add(wait), TaskOutcome{}, true
+			return tk, now.Add(wait), downloader.TaskOutcome{}, true
 		}
 		if ctx.Err() != nil || e.isStopping() {
-			return nil, time.Time{}, TaskOutcome{Release: true, RetryAfter: time.Second}, false
+			return nil, time.Time{}, downloader.TaskOutcome{Release: true, RetryAfter: time.Second}, false
 		}
 		if !deadline.IsZero() && now.Add(wait).After(deadline) {
-			return nil, time.Time{}, TaskOutcome{Release: true, RetryAfter: wait}, false
+			return nil, time.Time{}, downloader.TaskOutcome{Release: true, RetryAfter: wait}, false
 		}
 		if err := e.sleep(ctx, wait); err != nil {
-			return nil, time.Time{}, TaskOutcome{Release: true, RetryAfter: time.Second}, false
+			return nil, time.Time{}, downloader.TaskOutcome{Release: true, RetryAfter: time.Second}, false
 		}
 	}
 }

@@ -198,7 +198,7 @@ func TestSharedTaskWaitsForTheStoreAndTheSlot(t *testing.T) {
 	}
 	e.cfg.Shared = sh
 	lease := clk.Now().Add(time.Hour)
-	done := make(chan TaskOutcome)
+	done := make(chan downloader.TaskOutcome)
 	go func() {
 		done <- e.RunTask(context.Background(), &downloader.Task{TaskID: "1", URL: "http://a.test/", MinIntervalMs: ms(100), LeaseExpiresAt: lease})
 	}()

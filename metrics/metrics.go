@@ -22,7 +22,6 @@ import (
 
 	"downloader"
 	"downloader/clock"
-	"downloader/engine"
 	"downloader/limiter"
 	"downloader/observe"
 )
@@ -47,7 +46,7 @@ type Sources struct {
 	Fence func() downloader.FenceState
 }
 
-// Metrics counts engine events into Prometheus metrics. It implements engine.Observer
+// Metrics counts engine events into Prometheus metrics. It implements downloader.Observer
 // and is safe for concurrent use. Create it with New.
 type Metrics struct {
 	requests       *prometheus.CounterVec
@@ -57,7 +56,7 @@ type Metrics struct {
 	renderDuration *prometheus.HistogramVec
 }
 
-var _ engine.Observer = (*Metrics)(nil)
+var _ downloader.Observer = (*Metrics)(nil)
 
 // New creates the metrics and registers them, with a collector of the live values of src,
 // on reg. It fails if any of them is already registered there.
@@ -139,7 +138,7 @@ func reasonLabel(s *downloader.Summary) string {
 }
 
 // Observe counts one engine event.
-func (m *Metrics) Observe(ev *engine.Event) {
+func (m *Metrics) Observe(ev *downloader.Event) {
 	entry := string(ev.Entry)
 	shouldRender := strconv.FormatBool(ev.ShouldRender)
 	reason := reasonLabel(&ev.Summary)

@@ -15,7 +15,6 @@ import (
 
 	"downloader"
 	"downloader/clock"
-	"downloader/engine"
 	"downloader/limiter"
 	"downloader/observe"
 )
@@ -24,12 +23,12 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var t0 = time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC)
 
-func event(e downloader.Entry, render bool, reason downloader.FailReason, overLimit bool, d time.Duration) *engine.Event {
+func event(e downloader.Entry, render bool, reason downloader.FailReason, overLimit bool, d time.Duration) *downloader.Event {
 	out := &downloader.Outcome{FailReason: reason}
 	if reason == "" {
 		out.HTTPStatus = 200
 	}
-	ev := &engine.Event{Entry: e, Domain: "a.test", URL: "http://a.test/", ShouldRender: render,
+	ev := &downloader.Event{Entry: e, Domain: "a.test", URL: "http://a.test/", ShouldRender: render,
 		OverLimit: overLimit, Duration: d}
 	if e != downloader.EntryLease || !overLimit {
 		ev.Summary = out.Summary("a.test")
@@ -85,7 +84,7 @@ func TestCounters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	events := []*engine.Event{
+	events := []*downloader.Event{
 		event(downloader.EntryProbe, false, "", false, 20*time.Millisecond),
 		event(downloader.EntryProbe, false, "", false, 40*time.Millisecond),
 		event(downloader.EntryProbe, true, downloader.FailRenderTimeout, false, 3*time.Second),
