@@ -1,6 +1,9 @@
 package downloader
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // Task is one unit of entry A's work, as leased from the scheduler or the local queue
 // (docs/scheduler-contract.md). MinIntervalMs is a pointer so that a missing value (an
@@ -89,4 +92,18 @@ type TaskStatus struct {
 	FetchedAt        *time.Time  `json:"fetched_at"`       // of the last report
 	NextAttemptAt    *time.Time  `json:"next_attempt_at"`  // while waiting out a backoff
 	LeaseExpiresAt   *time.Time  `json:"lease_expires_at"` // while leased
+}
+
+// TaskOutcome is what entry A does with a leased task: report it, or hand it back.
+type TaskOutcome struct {
+	// Report is set when the task ran (or was invalid): send it to the scheduler.
+	Report *Report
+	// Release is set when the task was handed back unrun, with RetryAfter.
+	Release    bool
+	RetryAfter time.Duration
+}
+
+// RetryAfterSeconds is RetryAfter rounded up to whole seconds, at least 1.
+func (o TaskOutcome) RetryAfterSeconds() int64 {
+	return max(1, int64(math.Ceil(o.RetryAfter.Seconds())))
 }

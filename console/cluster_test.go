@@ -28,11 +28,11 @@ func TestRuntimeShowsInstancesAndEgress(t *testing.T) {
 	lim := limiter.New(clk)
 	clk.Advance(2 * time.Hour)
 	off := int64(-3)
-	fc := &testkit.Cluster{InstanceList: []engine.ClusterInstance{
+	fc := &testkit.Cluster{InstanceList: []downloader.ClusterInstance{
 		{InstanceID: "dl-1", Address: "10.0.0.1:8080", LastHeartbeatAt: clk.Now().UTC(), IsLive: true, InFlightCount: 3, CapacityShareCount: 6, ClockOffsetMs: &off},
 		{InstanceID: "dl-2", Address: "10.0.0.2:8080", LastHeartbeatAt: clk.Now().UTC(), IsLive: true, CapacityShareCount: 6,
-			IsFenced: true, FenceReason: engine.FenceClockSkewed},
-		{InstanceID: "dl-3", LastHeartbeatAt: clk.Now().Add(-30 * time.Second).UTC(), IsFenced: true, FenceReason: engine.FenceHeartbeatLate},
+			IsFenced: true, FenceReason: downloader.FenceClockSkewed},
+		{InstanceID: "dl-3", LastHeartbeatAt: clk.Now().Add(-30 * time.Second).UTC(), IsFenced: true, FenceReason: downloader.FenceHeartbeatLate},
 	}}
 	det := egress.New(egress.Config{Clock: clk, MinDomainCount: 3})
 	down := clk.Now()
@@ -43,7 +43,7 @@ func TestRuntimeShowsInstancesAndEgress(t *testing.T) {
 	gate := limiter.NewGate(6, 4)
 	eng := engine.New(engine.Config{Clock: clk, Limiter: lim, Gate: gate, Fetcher: fetcher{clk},
 		Observer: obs, Shared: fc, Egress: det, DefaultMinInterval: time.Second})
-	egressOf := func(now time.Time) (engine.EgressState, bool) { return engine.EgressStateOf(det.Status(now)), true }
+	egressOf := func(now time.Time) (downloader.EgressState, bool) { return det.Status(now).EgressState(), true }
 	con, err := New(Config{Clock: clk, Settings: eng, Limiter: lim, Gate: gate, Cluster: fc, Egress: egressOf, Observer: obs,
 		Domains: observe.NewDomainTable(lim, time.Nanosecond), Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
 	if err != nil {

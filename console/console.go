@@ -36,7 +36,6 @@ import (
 
 	"downloader"
 	"downloader/clock"
-	"downloader/engine"
 	"downloader/observe"
 )
 
@@ -56,7 +55,7 @@ type Config struct {
 	// Cluster is the instance list in cluster mode; nil on the embedded store.
 	Cluster ClusterView
 	// Egress is the egress detector's state at now; nil (or ok false): no detector.
-	Egress   func(now time.Time) (st engine.EgressState, ok bool)
+	Egress   func(now time.Time) (st downloader.EgressState, ok bool)
 	Observer *observe.Observer
 	Domains  *observe.DomainTable
 	// Renderer reports the renderer pool; nil when the service has none.

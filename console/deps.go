@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/engine"
 	"downloader/limiter"
 )
 
@@ -39,5 +38,5 @@ type GateView interface {
 // ClusterView is the cluster's instance list (store/tikv's Runtime) in cluster mode.
 type ClusterView interface {
 	InstanceID() string
-	Instances(ctx context.Context) ([]engine.ClusterInstance, error)
+	Instances(ctx context.Context) ([]downloader.ClusterInstance, error)
 }

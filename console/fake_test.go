@@ -7,7 +7,6 @@ import (
 
 	"downloader"
 	"downloader/clock"
-	"downloader/engine"
 	"downloader/internal/testkit"
 	"downloader/limiter"
 	"downloader/observe"
@@ -50,10 +49,12 @@ func TestPagesOnFakes(t *testing.T) {
 		Limiter: &fakeLimiterStats{StatsFn: func(time.Time) limiter.Stats { return limiter.Stats{DomainCount: 4, InFlightCount: 2} }},
 		Gate:    &fakeGate{InFlightFn: func() int { return 3 }, WaitingFn: func() int { return 1 }, QueueLengthFn: func() int { return 5 }},
 		Cluster: &testkit.ClusterView{InstanceIDFn: func() string { return "dl-9" },
-			InstancesFn: func(context.Context) ([]engine.ClusterInstance, error) {
-				return []engine.ClusterInstance{{InstanceID: "dl-9", IsLive: true}, {InstanceID: "dl-8"}}, nil
+			InstancesFn: func(context.Context) ([]downloader.ClusterInstance, error) {
+				return []downloader.ClusterInstance{{InstanceID: "dl-9", IsLive: true}, {InstanceID: "dl-8"}}, nil
 			}},
-		Egress: func(time.Time) (engine.EgressState, bool) { return engine.EgressState{IsUnavailable: true}, true },
+		Egress: func(time.Time) (downloader.EgressState, bool) {
+			return downloader.EgressState{IsUnavailable: true}, true
+		},
 	})
 	if err != nil {
 		t.Fatal(err)

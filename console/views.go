@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/engine"
 	"downloader/limiter"
 	"downloader/observe"
 )
@@ -33,7 +32,7 @@ type Runtime struct {
 	OverLimitRatio float64               `json:"over_limit_ratio"`
 	Entries        []observe.EntryCounts `json:"entries"`
 	// Egress is this instance's egress detector (nil without one).
-	Egress *engine.EgressState `json:"egress"`
+	Egress *downloader.EgressState `json:"egress"`
 	// Cluster lists the instances sharing the TiKV store (cluster mode); nil on the
 	// embedded store (one machine).
 	Cluster *ClusterStatus `json:"cluster"`
@@ -41,9 +40,9 @@ type Runtime struct {
 
 // ClusterStatus is the instance list of the runtime page (cluster mode).
 type ClusterStatus struct {
-	InstanceID        string                   `json:"instance_id"` // the instance serving the page
-	LiveInstanceCount int                      `json:"live_instance_count"`
-	Instances         []engine.ClusterInstance `json:"instances"`
+	InstanceID        string                       `json:"instance_id"` // the instance serving the page
+	LiveInstanceCount int                          `json:"live_instance_count"`
+	Instances         []downloader.ClusterInstance `json:"instances"`
 	// Error says why the list could not be read (TiKV unreachable); "" when it was.
 	Error string `json:"error,omitempty"`
 }
@@ -77,7 +76,7 @@ func (c *Console) RuntimeOf(ctx context.Context) Runtime {
 	if cv == nil {
 		return rt
 	}
-	cs := &ClusterStatus{InstanceID: cv.InstanceID(), Instances: []engine.ClusterInstance{}}
+	cs := &ClusterStatus{InstanceID: cv.InstanceID(), Instances: []downloader.ClusterInstance{}}
 	list, err := cv.Instances(ctx)
 	if err != nil {
 		c.log.Warn("console: instance list", "error", err)
@@ -528,18 +527,18 @@ func stateLabel(s limiter.State) [2]string {
 
 // fenceLabel says in words, English and Chinese, why an instance admits nothing (its
 // fence_reason), or that it admits.
-func fenceLabel(in engine.ClusterInstance) [2]string {
+func fenceLabel(in downloader.ClusterInstance) [2]string {
 	if !in.IsFenced {
 		return [2]string{"admitting", "正常放行"}
 	}
 	switch in.FenceReason {
-	case engine.FenceHeartbeatLate:
+	case downloader.FenceHeartbeatLate:
 		return [2]string{"fenced: heartbeat late, admits nothing until one commits", "已隔离：心跳逾期，心跳恢复前不放行"}
-	case engine.FenceClockSkewed:
+	case downloader.FenceClockSkewed:
 		return [2]string{"fenced: clock off PD by more than half of max_clock_skew_ms (check NTP)", "已隔离：时钟偏差超过 max_clock_skew_ms 的一半（检查 NTP）"}
-	case engine.FenceNotRegistered:
+	case downloader.FenceNotRegistered:
 		return [2]string{"fenced: not registered yet", "已隔离：尚未注册"}
-	case engine.FenceInstanceIDTakenOver:
+	case downloader.FenceInstanceIDTakenOver:
 		return [2]string{"fenced for good: another process took its instance_id (stop it)", "永久隔离：另一进程占用了其 instance_id（请停止本进程）"}
 	}
 	return [2]string{"fenced: " + in.FenceReason, "已隔离"}

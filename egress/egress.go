@@ -354,3 +354,14 @@ func (d *Detector) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// EgressState is s as the API, the console and the metrics show it.
+func (s Status) EgressState() downloader.EgressState {
+	st := downloader.EgressState{IsUnavailable: s.IsDown, FailingDomainCount: s.FailingDomainCount, SeenDomainCount: s.SeenDomainCount,
+		HasCanary: s.HasCanary, IsCanaryOK: s.IsCanaryOK}
+	if s.IsDown && !s.DownSinceAt.IsZero() {
+		at := s.DownSinceAt.UTC()
+		st.UnavailableSinceAt = &at
+	}
+	return st
+}

@@ -59,30 +59,6 @@ type EgressJudge interface {
 	Judge(now time.Time, domain string, entry downloader.Entry, reason downloader.FailReason, hasResponse bool) downloader.FailReason
 }
 
-// Observer is told about every finished request and every over-limit event, for metrics,
-// logs and the console. Implementations must be fast and safe for concurrent use.
-type Observer interface {
-	Observe(ev *Event)
-}
-
-// Event is one finished request or one over-limit refusal.
-type Event struct {
-	At             time.Time
-	Entry          downloader.Entry
-	URL            string
-	Domain         string
-	ShouldRender   bool
-	MinInterval    time.Duration
-	IntervalSource downloader.IntervalSource
-	// OverLimit is set when the limiter or the global cap refused or delayed the request.
-	OverLimit bool
-	// Delay is how long entry A's task was delayed, or the wait a refusal announced.
-	Delay    time.Duration
-	Summary  downloader.Summary
-	Duration time.Duration // service time, for finished requests
-	TaskID   string
-}
-
 // Config wires an Engine. Limiter, Gate and Fetcher are required.
 type Config struct {
 	Clock    clock.Clock
@@ -94,11 +70,11 @@ type Config struct {
 	Results  downloader.ResultStore
 	Pages    downloader.PageStore
 	Settings downloader.SettingsStore
-	Observer Observer    // nil: none
-	Egress   EgressJudge // nil: failures keep the reason the fetcher or renderer gave
+	Observer downloader.Observer // nil: none
+	Egress   EgressJudge         // nil: failures keep the reason the fetcher or renderer gave
 	// Shared is the limiter state shared with other instances (cluster mode, shared.go).
 	// nil: one machine, the local limiter alone decides.
-	Shared SharedRuntime
+	Shared downloader.SharedRuntime
 
 	DefaultMinInterval time.Duration // applies when B or C gives no min_interval_ms
 	DefaultTimeout     time.Duration // per request, when the caller gives none
@@ -130,12 +106,6 @@ func New(cfg Config) *Engine {
 	once, _ := cfg.Fetcher.(OnceFetcher)
 	return &Engine{cfg: cfg, log: cfg.Logger, once: once, stopping: make(chan struct{})}
 }
-
-// Limiter returns the engine's limiter.
-func (e *Engine) Limiter() *limiter.Limiter { return e.cfg.Limiter }
-
-// Gate returns the engine's global cap.
-func (e *Engine) Gate() *limiter.Gate { return e.cfg.Gate }
 
 // DefaultMinInterval returns the interval used when a caller gives none.
 func (e *Engine) DefaultMinInterval() time.Duration { return e.cfg.DefaultMinInterval }
@@ -248,11 +218,11 @@ func (e *Engine) do(ctx context.Context, req downloader.Request, u *url.URL) (*R
 		}
 	}
 	defer release()
-	var ticket SharedTicket
+	var ticket downloader.SharedTicket
 	var end time.Time
 	if e.cfg.Shared != nil {
 		admitAt := e.cfg.Clock.Now() // no later than the slot the shared runtime gives
-		t, wait, err := e.cfg.Shared.Admit(ctx, SharedAdmit{Domain: req.Domain, MinInterval: req.MinInterval,
+		t, wait, err := e.cfg.Shared.Admit(ctx, downloader.SharedAdmit{Domain: req.Domain, MinInterval: req.MinInterval,
 			IntervalSource: req.IntervalSource, Entry: req.Entry, Now: admitAt, Timeout: e.timeoutOf(req)})
 		if err != nil || wait > 0 {
 			release()
@@ -294,7 +264,7 @@ func (e *Engine) renderSlot(ctx context.Context, req downloader.Request) (releas
 func (e *Engine) overLimit(req downloader.Request, now time.Time, reason downloader.FailReason, wait time.Duration) *OverLimitError {
 	s := downloader.Failed(reason).Summary(req.Domain)
 	s.HealthSignal = nil
-	e.observe(&Event{At: now, Entry: req.Entry, URL: req.URL, Domain: req.Domain, ShouldRender: req.ShouldRender,
+	e.observe(&downloader.Event{At: now, Entry: req.Entry, URL: req.URL, Domain: req.Domain, ShouldRender: req.ShouldRender,
 		MinInterval: req.MinInterval, IntervalSource: req.IntervalSource, OverLimit: true, Delay: wait, Summary: s})
 	return &OverLimitError{Reason: reason, RetryAfter: wait}
 }
@@ -371,7 +341,7 @@ func (e *Engine) finish(ctx context.Context, req downloader.Request, u *url.URL,
 		}
 		res.PageKey = key
 	}
-	e.observe(&Event{At: at, Entry: req.Entry, URL: req.URL, Domain: req.Domain, ShouldRender: req.ShouldRender,
+	e.observe(&downloader.Event{At: at, Entry: req.Entry, URL: req.URL, Domain: req.Domain, ShouldRender: req.ShouldRender,
 		MinInterval: req.MinInterval, IntervalSource: req.IntervalSource, Summary: res.Summary, Duration: took})
 	return res
 }
@@ -405,7 +375,7 @@ func (e *Engine) store(ctx context.Context, req downloader.Request, taskID strin
 	return key, nil
 }
 
-func (e *Engine) observe(ev *Event) {
+func (e *Engine) observe(ev *downloader.Event) {
 	if e.cfg.Observer != nil {
 		e.cfg.Observer.Observe(ev)
 	}
@@ -445,7 +415,7 @@ type Hops struct {
 	DefaultMinInterval time.Duration
 	// Shared, when set (cluster mode), admits each hop cluster-wide too, after the local
 	// limiter; DefaultTimeout bounds a hop whose context has no deadline.
-	Shared         SharedRuntime
+	Shared         downloader.SharedRuntime
 	DefaultTimeout time.Duration
 }
 

@@ -114,7 +114,7 @@ func TestRunTaskDelaysToItsSlot(t *testing.T) {
 	if out := e.RunTask(context.Background(), task("1")); out.Report == nil {
 		t.Fatalf("first task: %+v", out)
 	}
-	done := make(chan TaskOutcome)
+	done := make(chan downloader.TaskOutcome)
 	go func() { done <- e.RunTask(context.Background(), task("2")) }()
 	clk.WaitTimers(1)
 	clk.Advance(499 * time.Millisecond)
@@ -131,7 +131,7 @@ func TestRunTaskDelaysToItsSlot(t *testing.T) {
 	if gap := f.at[1].Sub(f.at[0]); gap != 500*time.Millisecond {
 		t.Errorf("gap between wire moments = %v, want 500ms", gap)
 	}
-	if st := e.Limiter().Stats(clk.Now()); st.Trigger24hCount[downloader.EntryLease] != 1 {
+	if st := e.cfg.Limiter.Stats(clk.Now()); st.Trigger24hCount[downloader.EntryLease] != 1 {
 		t.Errorf("entry A triggers = %d, want 1", st.Trigger24hCount[downloader.EntryLease])
 	}
 }
@@ -155,7 +155,7 @@ func TestRunTaskReleasesWhenTheWaitOutlivesTheLease(t *testing.T) {
 		t.Errorf("released task was fetched")
 	}
 	// Releasing left the domain's slot where it was.
-	st, _ := e.Limiter().Domain(clk.Now(), "slow.test")
+	st, _ := e.cfg.Limiter.Domain(clk.Now(), "slow.test")
 	if st.InFlightCount != 0 {
 		t.Errorf("in_flight_count = %d", st.InFlightCount)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -12,54 +13,8 @@ import (
 	"downloader/limiter"
 )
 
-// SharedRuntime is downloader:domain_runtime shared by several downloader instances
-// (cluster mode: store/tikv.Runtime), so that a domain's interval holds across all of them
-// and all three entries. The engine consults it after the local limiter admitted a request
-// (a local refusal is the fast path and asks it nothing) and after the global cap gave a
-// slot, right before the request runs. With Config.Shared nil nothing changes.
-// Implementations are safe for concurrent use.
-type SharedRuntime interface {
-	// Admit takes domain's cluster-wide admission for one request decided at r.Now. It
-	// returns a ticket when admitted, with the delay until the request's slot (0 unless
-	// r.Reserve); or no ticket and the wait after which asking again may succeed; or an
-	// error when the shared state cannot be reached: then the request must not be sent
-	// (fail closed).
-	Admit(ctx context.Context, r SharedAdmit) (SharedTicket, time.Duration, error)
-	// MaxConcurrentCount returns the cluster-wide max_concurrent_count in force.
-	MaxConcurrentCount() int
-	// ApplyMaxConcurrentCount applies a cluster-wide max_concurrent_count that was just
-	// stored through this instance: this instance's share of it takes effect at once.
-	ApplyMaxConcurrentCount(n int)
-}
-
-// SharedAdmit is one admission asked of the SharedRuntime.
-type SharedAdmit struct {
-	Domain         string
-	MinInterval    time.Duration
-	IntervalSource downloader.IntervalSource
-	Entry          downloader.Entry
-	Now            time.Time
-	// Reserve lets a busy domain give a future slot (entry A, redirect hops) rather than
-	// a refusal, unless that slot is after Deadline (zero: no deadline).
-	Reserve  bool
-	Deadline time.Time
-	// Timeout bounds the request from its slot: by then it went on the wire or never will.
-	Timeout time.Duration
-}
-
-// SharedTicket is one admitted request. Wired is called at most once, when the request's
-// first bytes went on the wire (the local limiter's OnWire), with that moment; it must not
-// block (the write-back is queued: the other instances may space their requests from it
-// rather than waiting for the request to end; if it is lost they wait as before). Done is
-// called exactly once, when the request ended (sent or not), with wireAt: no earlier than
-// the moment the request went on the wire, if it did, and no later than now.
-type SharedTicket interface {
-	Wired(at time.Time)
-	Done(ctx context.Context, wireAt time.Time)
-}
-
 // tellWire makes adm tell ticket its wire moment (see SharedTicket.Wired).
-func tellWire(adm *limiter.Admission, ticket SharedTicket) {
+func tellWire(adm *limiter.Admission, ticket downloader.SharedTicket) {
 	if ticket != nil {
 		adm.OnWire(ticket.Wired)
 	}
@@ -97,7 +52,7 @@ func (e *Engine) sharedUnavailable(req downloader.Request, now time.Time, err er
 	out := downloader.Failed(downloader.FailRuntimeStoreUnavailable)
 	s := out.Summary(req.Domain)
 	s.HealthSignal = nil // no request was made
-	e.observe(&Event{At: now, Entry: req.Entry, URL: req.URL, Domain: req.Domain, ShouldRender: req.ShouldRender,
+	e.observe(&downloader.Event{At: now, Entry: req.Entry, URL: req.URL, Domain: req.Domain, ShouldRender: req.ShouldRender,
 		MinInterval: req.MinInterval, IntervalSource: req.IntervalSource, Summary: s})
 	if req.Entry == downloader.EntryRender {
 		return nil, errSharedUnavailable
@@ -110,12 +65,12 @@ func (e *Engine) sharedUnavailable(req downloader.Request, now time.Time, err er
 // again, until the slot would pass deadline (the task is then handed back). ok is false
 // when the task must be handed back, with outcome. slotAt is no later than the slot the
 // shared runtime gave.
-func (e *Engine) admitTaskShared(ctx context.Context, t *downloader.Task, req downloader.Request, deadline time.Time) (ticket SharedTicket, slotAt time.Time, outcome TaskOutcome, ok bool) {
+func (e *Engine) admitTaskShared(ctx context.Context, t *downloader.Task, req downloader.Request, deadline time.Time) (ticket downloader.SharedTicket, slotAt time.Time, outcome downloader.TaskOutcome, ok bool) {
 	pause := sharedRetryMin
 	observed := false
 	for {
 		now := e.cfg.Clock.Now()
-		tk, wait, err := e.cfg.Shared.Admit(ctx, SharedAdmit{Domain: req.Domain, MinInterval: req.MinInterval,
+		tk, wait, err := e.cfg.Shared.Admit(ctx, downloader.SharedAdmit{Domain: req.Domain, MinInterval: req.MinInterval,
 			IntervalSource: req.IntervalSource, Entry: req.Entry, Now: now, Reserve: true, Deadline: deadline,
 			Timeout: e.timeoutOf(req)})
 		if err != nil {
@@ -124,24 +79,24 @@ func (e *Engine) admitTaskShared(ctx context.Context, t *downloader.Task, req do
 			wait, pause = pause, min(2*pause, sharedRetryMax)
 		} else if wait > 0 && !observed {
 			observed = true
-			e.observe(&Event{At: now, Entry: req.Entry, URL: req.URL, Domain: req.Domain, ShouldRender: req.ShouldRender,
+			e.observe(&downloader.Event{At: now, Entry: req.Entry, URL: req.URL, Domain: req.Domain, ShouldRender: req.ShouldRender,
 				MinInterval: req.MinInterval, IntervalSource: req.IntervalSource, OverLimit: true, Delay: wait, TaskID: t.TaskID})
 		}
 		if tk != nil {
 			if err := e.sleep(ctx, wait); err != nil {
 				tk.Done(context.WithoutCancel(ctx), e.cfg.Clock.Now())
-				return nil, time.Time{}, TaskOutcome{Release: true, RetryAfter: time.Second}, false
+				return nil, time.Time{}, downloader.TaskOutcome{Release: true, RetryAfter: time.Second}, false
 			}
-			return tk, now.Add(wait), TaskOutcome{}, true
+			return tk, now.Add(wait), downloader.TaskOutcome{}, true
 		}
 		if ctx.Err() != nil || e.isStopping() {
-			return nil, time.Time{}, TaskOutcome{Release: true, RetryAfter: time.Second}, false
+			return nil, time.Time{}, downloader.TaskOutcome{Release: true, RetryAfter: time.Second}, false
 		}
 		if !deadline.IsZero() && now.Add(wait).After(deadline) {
-			return nil, time.Time{}, TaskOutcome{Release: true, RetryAfter: wait}, false
+			return nil, time.Time{}, downloader.TaskOutcome{Release: true, RetryAfter: wait}, false
 		}
 		if err := e.sleep(ctx, wait); err != nil {
-			return nil, time.Time{}, TaskOutcome{Release: true, RetryAfter: time.Second}, false
+			return nil, time.Time{}, downloader.TaskOutcome{Release: true, RetryAfter: time.Second}, false
 		}
 	}
 }
@@ -150,7 +105,7 @@ func (e *Engine) admitTaskShared(ctx context.Context, t *downloader.Task, req do
 // knows a request of domain went on the wire, which is no earlier than this request's
 // wire moment. adm must still be live (not yet Done or Cancelled), so that the domain's
 // entry is still in the table.
-func (e *Engine) sharedDone(ctx context.Context, ticket SharedTicket, adm *limiter.Admission, domain string) {
+func (e *Engine) sharedDone(ctx context.Context, ticket downloader.SharedTicket, adm *limiter.Admission, domain string) {
 	if ticket == nil {
 		return
 	}
@@ -200,7 +155,7 @@ func (h *hopTickets) wasUnavailable() bool {
 }
 
 type hopTicket struct {
-	ticket SharedTicket
+	ticket downloader.SharedTicket
 	slot   time.Time
 	domain string
 }
@@ -260,7 +215,7 @@ func (h Hops) admitHopShared(ctx context.Context, a *limiter.Admission, domain s
 		if !deadline.IsZero() {
 			timeout = deadline.Sub(now)
 		}
-		tk, wait, err := h.Shared.Admit(ctx, SharedAdmit{Domain: domain, MinInterval: interval, IntervalSource: source,
+		tk, wait, err := h.Shared.Admit(ctx, downloader.SharedAdmit{Domain: domain, MinInterval: interval, IntervalSource: source,
 			Entry: entryFrom(ctx), Now: now, Reserve: true, Deadline: deadline, Timeout: timeout})
 		lastErr = err
 		if err != nil {
@@ -288,4 +243,22 @@ func (h Hops) admitHopShared(ctx context.Context, a *limiter.Admission, domain s
 			return err
 		}
 	}
+}
+
+// EvenShare is the capacity-share policy of cluster mode (SPEC §2, the global cap across
+// machines): the cluster-wide max_concurrent_count (capacity) split evenly over the live
+// instances (their sorted ids), the remainder going one each to the first ids. It returns
+// instance id's share; 0 when id is not live. store/tikv's Runtime asks it at every
+// heartbeat (RuntimeConfig.Share, wired by cmd) and keeps the result within what the
+// other instances' claims leave.
+func EvenShare(capacity int, live []string, id string) int {
+	i, found := slices.BinarySearch(live, id)
+	if !found || len(live) == 0 {
+		return 0
+	}
+	s := capacity / len(live)
+	if i < capacity%len(live) {
+		s++
+	}
+	return s
 }

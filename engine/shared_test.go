@@ -15,19 +15,19 @@ import (
 
 // fakeShared is a SharedRuntime of function fields (nil Admit admits at once).
 type fakeShared struct {
-	AdmitFunc func(r SharedAdmit) (SharedTicket, time.Duration, error)
+	AdmitFunc func(r downloader.SharedAdmit) (downloader.SharedTicket, time.Duration, error)
 
 	mu      sync.Mutex
-	asks    []SharedAdmit
+	asks    []downloader.SharedAdmit
 	done    []time.Time // wireAt of every ended ticket
 	wired   []time.Time // every Wired moment
 	cap     int
 	applied []int
 }
 
-var _ SharedRuntime = (*fakeShared)(nil)
+var _ downloader.SharedRuntime = (*fakeShared)(nil)
 
-func (f *fakeShared) Admit(ctx context.Context, r SharedAdmit) (SharedTicket, time.Duration, error) {
+func (f *fakeShared) Admit(ctx context.Context, r downloader.SharedAdmit) (downloader.SharedTicket, time.Duration, error) {
 	f.mu.Lock()
 	f.asks = append(f.asks, r)
 	f.mu.Unlock()
@@ -37,7 +37,7 @@ func (f *fakeShared) Admit(ctx context.Context, r SharedAdmit) (SharedTicket, ti
 	return f.ticket(), 0, nil
 }
 
-func (f *fakeShared) ticket() SharedTicket { return fakeTicket{f} }
+func (f *fakeShared) ticket() downloader.SharedTicket { return fakeTicket{f} }
 
 func (f *fakeShared) MaxConcurrentCount() int {
 	f.mu.Lock()
@@ -75,12 +75,16 @@ func (t fakeTicket) Done(ctx context.Context, wireAt time.Time) {
 var errStoreDown = errors.New("tikv down (test)")
 
 func TestSharedAdmissionPerEntry(t *testing.T) {
-	refuse := func(SharedAdmit) (SharedTicket, time.Duration, error) { return nil, 1500 * time.Millisecond, nil }
-	fail := func(SharedAdmit) (SharedTicket, time.Duration, error) { return nil, 0, errStoreDown }
+	refuse := func(downloader.SharedAdmit) (downloader.SharedTicket, time.Duration, error) {
+		return nil, 1500 * time.Millisecond, nil
+	}
+	fail := func(downloader.SharedAdmit) (downloader.SharedTicket, time.Duration, error) {
+		return nil, 0, errStoreDown
+	}
 	tests := []struct {
 		name   string
 		entry  downloader.Entry
-		admit  func(SharedAdmit) (SharedTicket, time.Duration, error)
+		admit  func(downloader.SharedAdmit) (downloader.SharedTicket, time.Duration, error)
 		reason downloader.FailReason // "" : sent
 		b503   bool
 	}{
@@ -147,11 +151,11 @@ func TestSharedAdmissionPerEntry(t *testing.T) {
 				t.Errorf("a request refused cluster-wide was sent")
 			}
 			// The local admission was given back: the domain is free locally at once.
-			if _, wait := e.Limiter().Allow(clk.Now(), "a.test", time.Second, downloader.IntervalSourceRequest, downloader.EntryRender); wait != 0 {
+			if _, wait := e.cfg.Limiter.Allow(clk.Now(), "a.test", time.Second, downloader.IntervalSourceRequest, downloader.EntryRender); wait != 0 {
 				t.Errorf("local slot still taken (wait %v)", wait)
 			}
-			if e.Gate().InFlight() != 0 {
-				t.Errorf("gate in flight = %d", e.Gate().InFlight())
+			if e.cfg.Gate.InFlight() != 0 {
+				t.Errorf("gate in flight = %d", e.cfg.Gate.InFlight())
 			}
 		})
 	}
@@ -180,7 +184,7 @@ func TestSharedTaskWaitsForTheStoreAndTheSlot(t *testing.T) {
 	sh := &fakeShared{}
 	var mu sync.Mutex
 	calls := 0
-	sh.AdmitFunc = func(r SharedAdmit) (SharedTicket, time.Duration, error) {
+	sh.AdmitFunc = func(r downloader.SharedAdmit) (downloader.SharedTicket, time.Duration, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		calls++
@@ -194,7 +198,7 @@ func TestSharedTaskWaitsForTheStoreAndTheSlot(t *testing.T) {
 	}
 	e.cfg.Shared = sh
 	lease := clk.Now().Add(time.Hour)
-	done := make(chan TaskOutcome)
+	done := make(chan downloader.TaskOutcome)
 	go func() {
 		done <- e.RunTask(context.Background(), &downloader.Task{TaskID: "1", URL: "http://a.test/", MinIntervalMs: ms(100), LeaseExpiresAt: lease})
 	}()
@@ -222,7 +226,7 @@ func TestSharedTaskWaitsForTheStoreAndTheSlot(t *testing.T) {
 
 func TestSharedTaskReleasedPastTheLease(t *testing.T) {
 	e, clk, f, _ := newTestEngine(t)
-	e.cfg.Shared = &fakeShared{AdmitFunc: func(SharedAdmit) (SharedTicket, time.Duration, error) {
+	e.cfg.Shared = &fakeShared{AdmitFunc: func(downloader.SharedAdmit) (downloader.SharedTicket, time.Duration, error) {
 		return nil, time.Minute, nil
 	}}
 	out := e.RunTask(context.Background(), &downloader.Task{TaskID: "1", URL: "http://a.test/", MinIntervalMs: ms(100),
@@ -230,8 +234,8 @@ func TestSharedTaskReleasedPastTheLease(t *testing.T) {
 	if !out.Release || out.RetryAfterSeconds() != 60 || len(f.at) != 0 {
 		t.Fatalf("outcome = %+v (fetched %d); want a release after 60 s", out, len(f.at))
 	}
-	if e.Gate().InFlight() != 0 {
-		t.Errorf("gate in flight = %d", e.Gate().InFlight())
+	if e.cfg.Gate.InFlight() != 0 {
+		t.Errorf("gate in flight = %d", e.cfg.Gate.InFlight())
 	}
 }
 
@@ -245,9 +249,9 @@ func TestSharedSettings(t *testing.T) {
 	if _, err := e.SetSettings(context.Background(), downloader.Settings{MaxConcurrentCount: 12}, "test"); err != nil {
 		t.Fatal(err)
 	}
-	if sh.MaxConcurrentCount() != 12 || e.Gate().Capacity() != 8 {
+	if sh.MaxConcurrentCount() != 12 || e.cfg.Gate.Capacity() != 8 {
 		t.Errorf("cluster cap %d, gate %d; want 12 applied through the shared runtime, the gate left to it",
-			sh.MaxConcurrentCount(), e.Gate().Capacity())
+			sh.MaxConcurrentCount(), e.cfg.Gate.Capacity())
 	}
 }
 
@@ -255,7 +259,7 @@ func TestSharedHopsEndWithTheRequest(t *testing.T) {
 	e, clk, _, _ := newTestEngine(t)
 	sh := &fakeShared{}
 	e.cfg.Shared = sh
-	hops := Hops{Limiter: e.Limiter(), DefaultMinInterval: time.Second, Shared: sh, DefaultTimeout: time.Second}
+	hops := Hops{Limiter: e.cfg.Limiter, DefaultMinInterval: time.Second, Shared: sh, DefaultTimeout: time.Second}
 	var hopWire time.Time
 	e.cfg.Fetcher = fetcherFunc(func(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome {
 		if err := adm.WaitWire(ctx); err != nil {
@@ -304,14 +308,14 @@ func (c fakeDeadline) Deadline() (time.Time, bool) { return c.at, true }
 func TestSharedHopUnavailable(t *testing.T) {
 	e, clk, _, _ := newTestEngine(t)
 	sh := &fakeShared{}
-	sh.AdmitFunc = func(r SharedAdmit) (SharedTicket, time.Duration, error) {
+	sh.AdmitFunc = func(r downloader.SharedAdmit) (downloader.SharedTicket, time.Duration, error) {
 		if r.Domain == "b.test" {
 			return nil, 0, errStoreDown
 		}
 		return sh.ticket(), 0, nil
 	}
 	e.cfg.Shared = sh
-	hops := Hops{Limiter: e.Limiter(), DefaultMinInterval: time.Second, Shared: sh, DefaultTimeout: time.Second}
+	hops := Hops{Limiter: e.cfg.Limiter, DefaultMinInterval: time.Second, Shared: sh, DefaultTimeout: time.Second}
 	var hopErr error
 	e.cfg.Fetcher = fetcherFunc(func(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome {
 		if err := adm.WaitWire(ctx); err != nil {
@@ -338,7 +342,7 @@ func TestSharedHopUnavailable(t *testing.T) {
 		t.Errorf("asked %d times; want a.test, then b.test twice", n)
 	}
 	// A hop refused by the limit itself (busy elsewhere past the deadline) stays ours.
-	sh.AdmitFunc = func(r SharedAdmit) (SharedTicket, time.Duration, error) {
+	sh.AdmitFunc = func(r downloader.SharedAdmit) (downloader.SharedTicket, time.Duration, error) {
 		if r.Domain == "b.test" {
 			return nil, time.Minute, nil
 		}
@@ -392,7 +396,7 @@ func TestSharedAdmissionTimeCountsAgainstTheRequest(t *testing.T) {
 		f := &deadlineFetcher{}
 		e.cfg.Fetcher = f
 		e.cfg.DefaultTimeout = time.Second
-		e.cfg.Shared = &fakeShared{AdmitFunc: func(SharedAdmit) (SharedTicket, time.Duration, error) {
+		e.cfg.Shared = &fakeShared{AdmitFunc: func(downloader.SharedAdmit) (downloader.SharedTicket, time.Duration, error) {
 			clk.Advance(tt.took) // the transaction's time
 			return fakeTicket{&fakeShared{}}, 0, nil
 		}}
@@ -414,6 +418,21 @@ func TestSharedAdmissionTimeCountsAgainstTheRequest(t *testing.T) {
 			if left > tt.maxLeft {
 				t.Errorf("admission took %v of a 1 s timeout: the request had %v left, want at most %v", tt.took, left, tt.maxLeft)
 			}
+		}
+	}
+}
+
+func TestEvenShare(t *testing.T) {
+	live := []string{"a", "b", "c"}
+	for _, tc := range []struct {
+		capacity int
+		id       string
+		want     int
+	}{
+		{10, "a", 4}, {10, "b", 3}, {10, "c", 3}, {2, "a", 1}, {2, "b", 1}, {2, "c", 0}, {10, "z", 0},
+	} {
+		if got := EvenShare(tc.capacity, live, tc.id); got != tc.want {
+			t.Errorf("EvenShare(%d, %s) = %d; want %d", tc.capacity, tc.id, got, tc.want)
 		}
 	}
 }

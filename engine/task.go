@@ -3,27 +3,12 @@ package engine
 import (
 	"context"
 	"errors"
-	"math"
 	"net/url"
 	"time"
 
 	"downloader"
 	"downloader/limiter"
 )
-
-// TaskOutcome is what entry A does with a leased task: report it, or hand it back.
-type TaskOutcome struct {
-	// Report is set when the task ran (or was invalid): send it to the scheduler.
-	Report *downloader.Report
-	// Release is set when the task was handed back unrun, with RetryAfter.
-	Release    bool
-	RetryAfter time.Duration
-}
-
-// RetryAfterSeconds is RetryAfter rounded up to whole seconds, at least 1.
-func (o TaskOutcome) RetryAfterSeconds() int64 {
-	return max(1, int64(math.Ceil(o.RetryAfter.Seconds())))
-}
 
 // ValidateTask checks a leased task; it is downloader.ValidateLeasedTask, the one task
 // validator, kept under this name for the callers that reach it through the engine.
@@ -36,14 +21,14 @@ func ValidateTask(t *downloader.Task) (*url.URL, downloader.Request, error) {
 // that slot (plus the time the request may take) would outlive the lease, hands the task
 // back at once; else it waits for the slot, then for a global slot, fetches or renders,
 // stores the fetch_result (and the page when should_store) and returns the report.
-func (e *Engine) RunTask(ctx context.Context, t *downloader.Task) TaskOutcome {
+func (e *Engine) RunTask(ctx context.Context, t *downloader.Task) downloader.TaskOutcome {
 	now := e.cfg.Clock.Now()
 	u, req, err := ValidateTask(t)
 	if err != nil {
 		return e.invalidTask(ctx, t, now, err)
 	}
 	if e.isStopping() {
-		return TaskOutcome{Release: true, RetryAfter: time.Second}
+		return downloader.TaskOutcome{Release: true, RetryAfter: time.Second}
 	}
 	req.Timeout = e.cfg.DefaultTimeout
 	var deadline time.Time
@@ -52,29 +37,29 @@ func (e *Engine) RunTask(ctx context.Context, t *downloader.Task) TaskOutcome {
 	}
 	adm, delay, ok := e.cfg.Limiter.Reserve(now, req.Domain, req.MinInterval, req.IntervalSource, req.Entry, deadline)
 	if delay > 0 {
-		e.observe(&Event{At: now, Entry: req.Entry, URL: req.URL, Domain: req.Domain, ShouldRender: req.ShouldRender,
+		e.observe(&downloader.Event{At: now, Entry: req.Entry, URL: req.URL, Domain: req.Domain, ShouldRender: req.ShouldRender,
 			MinInterval: req.MinInterval, IntervalSource: req.IntervalSource, OverLimit: true, Delay: delay, TaskID: t.TaskID})
 	}
 	if !ok {
-		return TaskOutcome{Release: true, RetryAfter: delay}
+		return downloader.TaskOutcome{Release: true, RetryAfter: delay}
 	}
 	defer adm.Cancel()
 	if err := e.sleep(ctx, delay); err != nil {
-		return TaskOutcome{Release: true, RetryAfter: time.Second}
+		return downloader.TaskOutcome{Release: true, RetryAfter: time.Second}
 	}
 	releaseSlot := func() {}
 	if req.ShouldRender && e.cfg.Renderer != nil {
 		var failed *downloader.Outcome
 		if releaseSlot, failed = e.renderSlot(ctx, req); failed != nil {
 			// Nothing was fetched: the task goes back rather than failing for our reasons.
-			return TaskOutcome{Release: true, RetryAfter: time.Second}
+			return downloader.TaskOutcome{Release: true, RetryAfter: time.Second}
 		}
 	}
 	if err := e.cfg.Gate.Acquire(ctx, limiter.QueueAlways); err != nil {
 		releaseSlot()
-		return TaskOutcome{Release: true, RetryAfter: time.Second}
+		return downloader.TaskOutcome{Release: true, RetryAfter: time.Second}
 	}
-	var ticket SharedTicket
+	var ticket downloader.SharedTicket
 	var end time.Time
 	if e.cfg.Shared != nil {
 		tk, slotAt, outcome, ok := e.admitTaskShared(ctx, t, req, deadline)
@@ -101,12 +86,12 @@ func (e *Engine) RunTask(ctx context.Context, t *downloader.Task) TaskOutcome {
 	}()
 	if out.FailReason == downloader.FailLocalQueueFull || out.FailReason == downloader.FailShuttingDown {
 		// Nothing was fetched: the task goes back rather than failing for our reasons.
-		return TaskOutcome{Release: true, RetryAfter: time.Second}
+		return downloader.TaskOutcome{Release: true, RetryAfter: time.Second}
 	}
 	return e.report(ctx, t, req, out, start)
 }
 
-func (e *Engine) invalidTask(ctx context.Context, t *downloader.Task, now time.Time, err error) TaskOutcome {
+func (e *Engine) invalidTask(ctx context.Context, t *downloader.Task, now time.Time, err error) downloader.TaskOutcome {
 	domain := t.Domain
 	if _, d, perr := downloader.ParseTargetURL("url", t.URL); perr == nil {
 		domain = d
@@ -117,16 +102,16 @@ func (e *Engine) invalidTask(ctx context.Context, t *downloader.Task, now time.T
 	return e.report(ctx, t, req, out, now)
 }
 
-func (e *Engine) report(ctx context.Context, t *downloader.Task, req downloader.Request, out *downloader.Outcome, start time.Time) TaskOutcome {
+func (e *Engine) report(ctx context.Context, t *downloader.Task, req downloader.Request, out *downloader.Outcome, start time.Time) downloader.TaskOutcome {
 	key, err := e.store(ctx, req, t.TaskID, out, start)
 	if err != nil {
 		e.log.Error("store task result", "task_id", t.TaskID, "url", t.URL, "error", err)
 	}
 	s := out.Summary(req.Domain)
-	e.observe(&Event{At: start, Entry: downloader.EntryLease, URL: t.URL, Domain: req.Domain, ShouldRender: req.ShouldRender,
+	e.observe(&downloader.Event{At: start, Entry: downloader.EntryLease, URL: t.URL, Domain: req.Domain, ShouldRender: req.ShouldRender,
 		MinInterval: req.MinInterval, IntervalSource: req.IntervalSource, Summary: s,
 		Duration: e.cfg.Clock.Now().Sub(start), TaskID: t.TaskID})
-	return TaskOutcome{Report: &downloader.Report{TaskID: t.TaskID, Summary: s, FetchedAt: start.UTC(), PageKey: key}}
+	return downloader.TaskOutcome{Report: &downloader.Report{TaskID: t.TaskID, Summary: s, FetchedAt: start.UTC(), PageKey: key}}
 }
 
 func (e *Engine) sleep(ctx context.Context, d time.Duration) error {

@@ -40,7 +40,6 @@ import (
 
 	"downloader"
 	"downloader/clock"
-	"downloader/engine"
 )
 
 // Source hands out tasks and takes their outcomes: the scheduler's HTTP contract
@@ -88,7 +87,7 @@ type TaskOutbox interface {
 // Runner runs one leased task (*engine.Engine). Stopping it is its owner's business (see
 // the package comment): a stopped runner hands every task back as a release.
 type Runner interface {
-	RunTask(ctx context.Context, t *downloader.Task) engine.TaskOutcome
+	RunTask(ctx context.Context, t *downloader.Task) downloader.TaskOutcome
 }
 
 // Outbox keeps reports durably until the source acknowledged them (embedded.Outbox).

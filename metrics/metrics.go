@@ -22,7 +22,6 @@ import (
 
 	"downloader"
 	"downloader/clock"
-	"downloader/engine"
 	"downloader/limiter"
 	"downloader/observe"
 )
@@ -41,13 +40,13 @@ type Sources struct {
 	// shared runtime's); nil: the gate's capacity, which is the setting on one machine.
 	MaxConcurrentCount func() int
 	// Egress is the egress detector's state; nil: no egress metrics.
-	Egress func() engine.EgressState
+	Egress func() downloader.EgressState
 	// Fence is this instance's fence from its cluster (cluster mode: the shared runtime's
 	// FenceState; one machine: never fenced); nil: no fence metric.
-	Fence func() engine.FenceState
+	Fence func() downloader.FenceState
 }
 
-// Metrics counts engine events into Prometheus metrics. It implements engine.Observer
+// Metrics counts engine events into Prometheus metrics. It implements downloader.Observer
 // and is safe for concurrent use. Create it with New.
 type Metrics struct {
 	requests       *prometheus.CounterVec
@@ -57,7 +56,7 @@ type Metrics struct {
 	renderDuration *prometheus.HistogramVec
 }
 
-var _ engine.Observer = (*Metrics)(nil)
+var _ downloader.Observer = (*Metrics)(nil)
 
 // New creates the metrics and registers them, with a collector of the live values of src,
 // on reg. It fails if any of them is already registered there.
@@ -139,7 +138,7 @@ func reasonLabel(s *downloader.Summary) string {
 }
 
 // Observe counts one engine event.
-func (m *Metrics) Observe(ev *engine.Event) {
+func (m *Metrics) Observe(ev *downloader.Event) {
 	entry := string(ev.Entry)
 	shouldRender := strconv.FormatBool(ev.ShouldRender)
 	reason := reasonLabel(&ev.Summary)
@@ -259,7 +258,7 @@ func (l *live) Collect(ch chan<- prometheus.Metric) {
 	}
 	if f := l.src.Fence; f != nil {
 		st := f()
-		for _, r := range engine.FenceReasons() {
+		for _, r := range downloader.FenceReasons() {
 			v := 0.0
 			if st.IsFenced && st.FenceReason == r {
 				v = 1

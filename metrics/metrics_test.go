@@ -15,7 +15,6 @@ import (
 
 	"downloader"
 	"downloader/clock"
-	"downloader/engine"
 	"downloader/limiter"
 	"downloader/observe"
 )
@@ -24,12 +23,12 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var t0 = time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC)
 
-func event(e downloader.Entry, render bool, reason downloader.FailReason, overLimit bool, d time.Duration) *engine.Event {
+func event(e downloader.Entry, render bool, reason downloader.FailReason, overLimit bool, d time.Duration) *downloader.Event {
 	out := &downloader.Outcome{FailReason: reason}
 	if reason == "" {
 		out.HTTPStatus = 200
 	}
-	ev := &engine.Event{Entry: e, Domain: "a.test", URL: "http://a.test/", ShouldRender: render,
+	ev := &downloader.Event{Entry: e, Domain: "a.test", URL: "http://a.test/", ShouldRender: render,
 		OverLimit: overLimit, Duration: d}
 	if e != downloader.EntryLease || !overLimit {
 		ev.Summary = out.Summary("a.test")
@@ -85,7 +84,7 @@ func TestCounters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	events := []*engine.Event{
+	events := []*downloader.Event{
 		event(downloader.EntryProbe, false, "", false, 20*time.Millisecond),
 		event(downloader.EntryProbe, false, "", false, 40*time.Millisecond),
 		event(downloader.EntryProbe, true, downloader.FailRenderTimeout, false, 3*time.Second),
@@ -185,10 +184,10 @@ func TestLiveValues(t *testing.T) {
 func TestClusterAndEgressValues(t *testing.T) {
 	gate := limiter.NewGate(4, 4) // this instance's share of 12 over three instances
 	cluster := 12
-	eg := engine.EgressState{}
+	eg := downloader.EgressState{}
 	reg := prometheus.NewRegistry()
 	_, err := New(reg, Sources{Gate: gate, MaxConcurrentCount: func() int { return cluster },
-		Egress: func() engine.EgressState { return eg }})
+		Egress: func() downloader.EgressState { return eg }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +201,7 @@ func TestClusterAndEgressValues(t *testing.T) {
 	}
 	check(map[string]float64{"downloader_max_concurrent_count": 12, "downloader_instance_max_concurrent_count": 4,
 		"downloader_egress_is_unavailable": 0, "downloader_egress_failing_domain_count": 0})
-	cluster, eg = 30, engine.EgressState{IsUnavailable: true, FailingDomainCount: 7}
+	cluster, eg = 30, downloader.EgressState{IsUnavailable: true, FailingDomainCount: 7}
 	gate.SetCapacity(10)
 	check(map[string]float64{"downloader_max_concurrent_count": 30, "downloader_instance_max_concurrent_count": 10,
 		"downloader_egress_is_unavailable": 1, "downloader_egress_failing_domain_count": 7})
@@ -211,15 +210,15 @@ func TestClusterAndEgressValues(t *testing.T) {
 // TestFenceValues: downloader_instance_is_fenced has one series per fence reason, 1 on
 // the current reason while fenced and 0 everywhere else; without a source, no series.
 func TestFenceValues(t *testing.T) {
-	var st engine.FenceState
+	var st downloader.FenceState
 	reg := prometheus.NewRegistry()
-	if _, err := New(reg, Sources{Fence: func() engine.FenceState { return st }}); err != nil {
+	if _, err := New(reg, Sources{Fence: func() downloader.FenceState { return st }}); err != nil {
 		t.Fatal(err)
 	}
-	for _, cur := range []engine.FenceState{{}, {IsFenced: true, FenceReason: engine.FenceHeartbeatLate},
-		{IsFenced: true, FenceReason: engine.FenceClockSkewed}, {IsFenced: true, FenceReason: engine.FenceInstanceIDTakenOver}, {}} {
+	for _, cur := range []downloader.FenceState{{}, {IsFenced: true, FenceReason: downloader.FenceHeartbeatLate},
+		{IsFenced: true, FenceReason: downloader.FenceClockSkewed}, {IsFenced: true, FenceReason: downloader.FenceInstanceIDTakenOver}, {}} {
 		st = cur
-		for _, r := range engine.FenceReasons() {
+		for _, r := range downloader.FenceReasons() {
 			want := 0.0
 			if cur.IsFenced && cur.FenceReason == r {
 				want = 1
@@ -248,7 +247,7 @@ func TestFenceValues(t *testing.T) {
 func TestHandlerAndLint(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := New(reg, Sources{Gate: limiter.NewGate(4, 4), Renderer: func() observe.RendererStats { return observe.RendererStats{} },
-		Fence: func() engine.FenceState { return engine.FenceState{} }})
+		Fence: func() downloader.FenceState { return downloader.FenceState{} }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,6 @@ import (
 
 	"downloader"
 	"downloader/clock"
-	"downloader/engine"
 )
 
 // Windows of the rolling counts.
@@ -55,7 +54,7 @@ type Config struct {
 	Clock  clock.Clock  // default clock.Real{}
 	Logger *slog.Logger // default: discard
 	// Sinks are told about every event after the observer has counted it (e.g. metrics).
-	Sinks []engine.Observer
+	Sinks []downloader.Observer
 	// SampleCount is how many recent probe samples are kept (default DefaultSampleCount).
 	SampleCount int
 }
@@ -83,12 +82,12 @@ type recentCounts struct {
 	serviceCount uint64
 }
 
-// Observer implements engine.Observer. It is safe for concurrent use; Observe takes one
+// Observer implements downloader.Observer. It is safe for concurrent use; Observe takes one
 // short lock. Create it with New.
 type Observer struct {
 	clk   clock.Clock
 	log   *slog.Logger
-	sinks []engine.Observer
+	sinks []downloader.Observer
 
 	reasons     []downloader.FailReason // display order; index+1 is the bucket index
 	reasonIndex map[downloader.FailReason]int
@@ -101,7 +100,7 @@ type Observer struct {
 	full    bool          // samples has wrapped
 }
 
-var _ engine.Observer = (*Observer)(nil)
+var _ downloader.Observer = (*Observer)(nil)
 
 // New returns an observer with empty windows.
 func New(cfg Config) *Observer {
@@ -141,7 +140,7 @@ func entryIndex(e downloader.Entry) int {
 }
 
 // Observe counts ev, keeps it as a sample if it is a probe, logs it, and passes it on.
-func (o *Observer) Observe(ev *engine.Event) {
+func (o *Observer) Observe(ev *downloader.Event) {
 	now := o.clk.Now()
 	o.count(ev, now)
 	o.logEvent(ev)
@@ -150,7 +149,7 @@ func (o *Observer) Observe(ev *engine.Event) {
 	}
 }
 
-func (o *Observer) count(ev *engine.Event, now time.Time) {
+func (o *Observer) count(ev *downloader.Event, now time.Time) {
 	e := entryIndex(ev.Entry)
 	if e < 0 {
 		return
@@ -207,7 +206,7 @@ func (o *Observer) count(ev *engine.Event, now time.Time) {
 }
 
 // failReasonOf returns the event's fail reason ("" for success or a delay).
-func failReasonOf(ev *engine.Event) downloader.FailReason {
+func failReasonOf(ev *downloader.Event) downloader.FailReason {
 	if ev.Summary.FailReason == nil {
 		return ""
 	}
@@ -363,7 +362,7 @@ type ProbeSample struct {
 	IsOverLimit bool   `json:"is_over_limit"`
 }
 
-func sampleOf(ev *engine.Event, now time.Time) ProbeSample {
+func sampleOf(ev *downloader.Event, now time.Time) ProbeSample {
 	at := ev.At
 	if at.IsZero() {
 		at = now
@@ -408,7 +407,7 @@ func (o *Observer) ProbeSamples(limit int) []ProbeSample {
 
 // logEvent writes one line per probe (Info) and per over-limit event (Info), and one per
 // other finished request (Debug), with the field names of the API (SPEC §7).
-func (o *Observer) logEvent(ev *engine.Event) {
+func (o *Observer) logEvent(ev *downloader.Event) {
 	level, msg := slog.LevelDebug, "request"
 	switch {
 	case ev.Entry == downloader.EntryProbe:

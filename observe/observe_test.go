@@ -13,7 +13,6 @@ import (
 
 	"downloader"
 	"downloader/clock"
-	"downloader/engine"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -29,7 +28,7 @@ const (
 func ptr[T any](v T) *T { return &v }
 
 // finished is a finished request of entry e that took d.
-func finished(e downloader.Entry, d time.Duration, reason downloader.FailReason) *engine.Event {
+func finished(e downloader.Entry, d time.Duration, reason downloader.FailReason) *downloader.Event {
 	out := &downloader.Outcome{FailReason: reason}
 	if reason == "" || reason == downloader.FailHTTPStatusError {
 		out.HTTPStatus = 200
@@ -38,14 +37,14 @@ func finished(e downloader.Entry, d time.Duration, reason downloader.FailReason)
 		}
 		out.RawTextLength = ptr(12)
 	}
-	return &engine.Event{Entry: e, URL: "https://news.example.tw/", Domain: "news.example.tw",
+	return &downloader.Event{Entry: e, URL: "https://news.example.tw/", Domain: "news.example.tw",
 		MinInterval: time.Second, IntervalSource: downloader.IntervalSourceRequest,
 		Summary: out.Summary("news.example.tw"), Duration: d}
 }
 
 // refused is an over-limit event of entry e.
-func refused(e downloader.Entry, reason downloader.FailReason) *engine.Event {
-	ev := &engine.Event{Entry: e, URL: "https://blog.example.com/", Domain: "blog.example.com",
+func refused(e downloader.Entry, reason downloader.FailReason) *downloader.Event {
+	ev := &downloader.Event{Entry: e, URL: "https://blog.example.com/", Domain: "blog.example.com",
 		MinInterval: time.Second, IntervalSource: downloader.IntervalSourceDefault, OverLimit: true, Delay: 1500 * time.Millisecond}
 	if e != entryA {
 		s := downloader.Failed(reason).Summary(ev.Domain)
@@ -55,12 +54,12 @@ func refused(e downloader.Entry, reason downloader.FailReason) *engine.Event {
 	return ev
 }
 
-func renderProbe(ev *engine.Event) *engine.Event { ev.ShouldRender = true; return ev }
+func renderProbe(ev *downloader.Event) *downloader.Event { ev.ShouldRender = true; return ev }
 
 func TestCounts(t *testing.T) {
 	type step struct {
 		after time.Duration // since t0
-		ev    *engine.Event
+		ev    *downloader.Event
 	}
 	tests := []struct {
 		name  string
@@ -313,10 +312,10 @@ func TestLogLines(t *testing.T) {
 
 type recordingSink struct {
 	mu  sync.Mutex
-	evs []*engine.Event
+	evs []*downloader.Event
 }
 
-func (r *recordingSink) Observe(ev *engine.Event) {
+func (r *recordingSink) Observe(ev *downloader.Event) {
 	r.mu.Lock()
 	r.evs = append(r.evs, ev)
 	r.mu.Unlock()
@@ -325,7 +324,7 @@ func (r *recordingSink) Observe(ev *engine.Event) {
 func TestSinksAndConcurrency(t *testing.T) {
 	sink := &recordingSink{}
 	clk := clock.NewFake(t0)
-	o := New(Config{Clock: clk, Sinks: []engine.Observer{sink}, SampleCount: 16})
+	o := New(Config{Clock: clk, Sinks: []downloader.Observer{sink}, SampleCount: 16})
 	const workers, each = 8, 200
 	var wg sync.WaitGroup
 	for w := range workers {

@@ -4,7 +4,6 @@ import (
 	"net/http"
 
 	"downloader"
-	"downloader/engine"
 	"downloader/limiter"
 )
 
@@ -22,12 +21,12 @@ const localInstanceID = "local"
 type clusterAnswer struct {
 	StoreBackend string `json:"store_backend"`
 	// InstanceID is the instance that answered.
-	InstanceID         string                   `json:"instance_id"`
-	MaxConcurrentCount int                      `json:"max_concurrent_count"`
-	LiveInstanceCount  int                      `json:"live_instance_count"`
-	Instances          []engine.ClusterInstance `json:"instances"`
+	InstanceID         string                       `json:"instance_id"`
+	MaxConcurrentCount int                          `json:"max_concurrent_count"`
+	LiveInstanceCount  int                          `json:"live_instance_count"`
+	Instances          []downloader.ClusterInstance `json:"instances"`
 	// Egress is the answering instance's egress detector (nil without one).
-	Egress *engine.EgressState `json:"egress"`
+	Egress *downloader.EgressState `json:"egress"`
 }
 
 // handleCluster answers GET /v1/cluster. In cluster mode it lists the instances that sent
@@ -53,15 +52,15 @@ func (s *Server) handleCluster() http.Handler {
 		} else {
 			g := s.cfg.Slots
 			ans.StoreBackend, ans.InstanceID = storeBackendEmbedded, localInstanceID
-			local := engine.ClusterInstance{InstanceID: localInstanceID, StartedAt: s.cfg.StartedAt.UTC(), LastHeartbeatAt: now.UTC(),
+			local := downloader.ClusterInstance{InstanceID: localInstanceID, StartedAt: s.cfg.StartedAt.UTC(), LastHeartbeatAt: now.UTC(),
 				ExpiresAt: now.UTC(), IsLive: true, InFlightCount: g.InFlight(), CapacityShareCount: g.Capacity()}
 			if a := s.address.Load(); a != nil {
 				local.Address = *a
 			}
-			ans.Instances = []engine.ClusterInstance{local}
+			ans.Instances = []downloader.ClusterInstance{local}
 		}
 		if ans.Instances == nil {
-			ans.Instances = []engine.ClusterInstance{}
+			ans.Instances = []downloader.ClusterInstance{}
 		}
 		for _, in := range ans.Instances {
 			if in.IsLive {
@@ -76,7 +75,7 @@ func (s *Server) handleCluster() http.Handler {
 // the top, as on one machine) and, in cluster mode, the domain's cluster-wide record.
 type domainAnswer struct {
 	*limiter.DomainState
-	Cluster *engine.ClusterDomain `json:"cluster,omitempty"`
+	Cluster *downloader.ClusterDomain `json:"cluster,omitempty"`
 }
 
 // handleDomain answers one domain's downloader:domain_runtime entry: the local limiter's,

@@ -50,14 +50,14 @@ func TestClusterMode(t *testing.T) {
 	hb := clk.Now().Add(-300 * time.Millisecond).UTC()
 	wire := clk.Now().Add(-time.Second).UTC()
 	fc := &testkit.Cluster{
-		InstanceList: []engine.ClusterInstance{
+		InstanceList: []downloader.ClusterInstance{
 			{InstanceID: "dl-1", Address: "10.0.0.1:8080", LastHeartbeatAt: hb, IsLive: true, InFlightCount: 3, CapacityShareCount: 6},
 			{InstanceID: "dl-2", Address: "10.0.0.2:8080", LastHeartbeatAt: hb, IsLive: true, InFlightCount: 1, CapacityShareCount: 6},
 			{InstanceID: "dl-3", LastHeartbeatAt: hb.Add(-time.Minute / 2), IsLive: false},
 		},
-		DomainRecords: map[string]engine.ClusterDomain{"shared.test": {Domain: "shared.test", MinIntervalMs: 2000, IsStored: true,
+		DomainRecords: map[string]downloader.ClusterDomain{"shared.test": {Domain: "shared.test", MinIntervalMs: 2000, IsStored: true,
 			LastRequestAt: wire, LastInstanceID: "dl-1", InFlightCount: 1,
-			InFlightRequests: []engine.ClusterInFlight{{InstanceID: "dl-1", WireAt: &wire, IsInstanceLive: true}}}},
+			InFlightRequests: []downloader.ClusterInFlight{{InstanceID: "dl-1", WireAt: &wire, IsInstanceLive: true}}}},
 	}
 	det := egress.New(egress.Config{Clock: clk, MinDomainCount: 3})
 	for i := range 3 { // three distinct domains failing at network level through entry B: down
@@ -66,7 +66,7 @@ func TestClusterMode(t *testing.T) {
 	gate := limiter.NewGate(6, 2)
 	eng := engine.New(engine.Config{Clock: clk, Limiter: lim, Gate: gate, Fetcher: &fakeFetcher{clk: clk},
 		Shared: fc, Egress: det, DefaultMinInterval: time.Second, DefaultTimeout: 5 * time.Second})
-	egressOf := func(now time.Time) (engine.EgressState, bool) { return engine.EgressStateOf(det.Status(now)), true }
+	egressOf := func(now time.Time) (downloader.EgressState, bool) { return det.Status(now).EgressState(), true }
 	h := &harness{clk: clk, eng: eng, lim: lim, gate: gate, srv: New(Config{Probe: eng, Render: eng, Settings: eng,
 		Domains: lim, Slots: gate, Cluster: fc, Egress: egressOf, Clock: clk})}
 

@@ -45,8 +45,8 @@ type DomainView interface {
 // cluster mode. Errors are EUNAVAILABLE when TiKV cannot be reached.
 type ClusterView interface {
 	InstanceID() string
-	Instances(ctx context.Context) ([]engine.ClusterInstance, error)
-	Domain(ctx context.Context, domain string) (engine.ClusterDomain, error)
+	Instances(ctx context.Context) ([]downloader.ClusterInstance, error)
+	Domain(ctx context.Context, domain string) (downloader.ClusterDomain, error)
 }
 
 // SlotView is this instance's global cap (limiter.Gate), shown as the one local instance

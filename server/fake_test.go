@@ -81,10 +81,12 @@ func TestHandlersOnFakes(t *testing.T) {
 		Domains: &fakeDomains{DomainFn: func(time.Time, string) (limiter.DomainState, bool) { return limiter.DomainState{}, false }},
 		Cluster: &testkit.ClusterView{
 			InstanceIDFn: func() string { return "dl-1" },
-			InstancesFn: func(context.Context) ([]engine.ClusterInstance, error) {
+			InstancesFn: func(context.Context) ([]downloader.ClusterInstance, error) {
 				return nil, downloader.Errorf(downloader.EUNAVAILABLE, "tikv unreachable")
 			},
-			DomainFn: func(context.Context, string) (engine.ClusterDomain, error) { return engine.ClusterDomain{}, nil },
+			DomainFn: func(context.Context, string) (downloader.ClusterDomain, error) {
+				return downloader.ClusterDomain{}, nil
+			},
 		},
 		Slots: &fakeSlots{},
 	}

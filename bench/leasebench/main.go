@@ -338,7 +338,7 @@ type lateness struct {
 	late  []time.Duration
 }
 
-func (l *lateness) Observe(ev *engine.Event) {
+func (l *lateness) Observe(ev *downloader.Event) {
 	if ev.Entry != downloader.EntryLease {
 		return
 	}

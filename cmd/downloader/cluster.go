@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"downloader/clock"
+	"downloader/engine"
 	"downloader/limiter"
 	tikvstore "downloader/store/tikv"
 )
@@ -111,7 +112,7 @@ func openCluster(c *config, logger *slog.Logger, clk clock.Clock, gate *limiter.
 		return nil, fmt.Errorf("open the TiKV store: %w", err)
 	}
 	rc := c.Cluster.runtime
-	rc.InstanceID, rc.Clock, rc.Logger, rc.Gate = c.Cluster.InstanceID, clk, logger, gate
+	rc.InstanceID, rc.Clock, rc.Logger, rc.Gate, rc.Share = c.Cluster.InstanceID, clk, logger, gate, engine.EvenShare
 	rc.MaxConcurrentCount = c.MaxConcurrentCount
 	rc.MaxClockSkew = time.Duration(c.Cluster.MaxClockSkewMs) * time.Millisecond
 	if rc.MaxClockSkew == 0 {

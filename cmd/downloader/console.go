@@ -1,6 +1,7 @@
 package main
 
 import (
+	"downloader"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -10,7 +11,6 @@ import (
 
 	"downloader/clock"
 	"downloader/console"
-	"downloader/engine"
 	"downloader/limiter"
 	"downloader/metrics"
 	"downloader/observe"
@@ -49,7 +49,7 @@ func newObservability(clk clock.Clock, logger *slog.Logger, lim *limiter.Limiter
 	if err != nil {
 		return nil, err
 	}
-	o.observer = observe.New(observe.Config{Clock: clk, Logger: logger, Sinks: []engine.Observer{m}})
+	o.observer = observe.New(observe.Config{Clock: clk, Logger: logger, Sinks: []downloader.Observer{m}})
 	return o, nil
 }
 

@@ -94,7 +94,7 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 	// Cluster mode (cluster.go): results, pages, settings and the limiter state in TiKV.
 	results, pages, settings := downloader.ResultStore(st), downloader.PageStore(st), downloader.SettingsStore(st)
 	var cl *cluster
-	var shared engine.SharedRuntime
+	var shared downloader.SharedRuntime
 	if c.Cluster.Store == storeTiKV {
 		if cl, err = openCluster(c, logger, clk, gate); err != nil {
 			st.Close()
@@ -130,13 +130,13 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 	}
 	det := egress.New(egress.Config{Clock: clk, Logger: logger, Canary: c.egressCanary(),
 		Window: time.Duration(c.EgressWindowSeconds) * time.Second, MinDomainCount: c.EgressMinDomainCount})
-	live := metrics.Sources{Egress: func() engine.EgressState { return engine.EgressStateOf(det.Status(clk.Now())) },
-		Fence: func() engine.FenceState { return engine.FenceState{} }} // one machine is never fenced
+	live := metrics.Sources{Egress: func() downloader.EgressState { return det.Status(clk.Now()).EgressState() },
+		Fence: func() downloader.FenceState { return downloader.FenceState{} }} // one machine is never fenced
 	if shared != nil {
 		live.MaxConcurrentCount = shared.MaxConcurrentCount // the cluster's; the gate holds this instance's share
 	}
-	if f, ok := shared.(engine.Fencer); ok {
-		live.Fence = func() engine.FenceState { return f.FenceState(clk.Now()) }
+	if f, ok := shared.(downloader.Fencer); ok {
+		live.Fence = func() downloader.FenceState { return f.FenceState(clk.Now()) }
 	}
 	obs, err := newObservability(clk, logger, lim, gate, pool, live)
 	if err != nil {
@@ -174,7 +174,7 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 	if cl != nil {
 		clusterView = cl.runtime
 	}
-	egressOf := func(now time.Time) (engine.EgressState, bool) { return engine.EgressStateOf(det.Status(now)), true }
+	egressOf := func(now time.Time) (downloader.EgressState, bool) { return det.Status(now).EgressState(), true }
 	extra, err := obs.routes(console.Config{Settings: eng, Limiter: lim, Gate: gate, Cluster: clusterView, Egress: egressOf}) // the console and /metrics
 	if err != nil {
 		a.close()

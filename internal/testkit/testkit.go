@@ -2,8 +2,8 @@
 // is written once: resolvers that never touch the network, an in-memory settings store,
 // and a fake cluster runtime. Only tests import it.
 //
-// It imports engine (for the cluster types), so engine's own tests cannot use it; nor can
-// the tests of the packages engine imports (limiter, clock, egress, htmltext).
+// It imports only the root package (the cluster types are its vocabulary), so the tests
+// of any package but the root may use it.
 package testkit
 
 import (
@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/engine"
 )
 
 // Resolver answers name lookups from a table and never touches the network: Errs first,
@@ -102,25 +101,25 @@ type Cluster struct {
 	MaxConcurrent int    // MaxConcurrentCount; default 12
 
 	Mu            sync.Mutex
-	InstanceList  []engine.ClusterInstance
-	DomainRecords map[string]engine.ClusterDomain
+	InstanceList  []downloader.ClusterInstance
+	DomainRecords map[string]downloader.ClusterDomain
 	Err           error // returned by the views
 }
 
 var (
-	_ engine.SharedRuntime = (*Cluster)(nil)
-	_ engine.ClusterView   = (*Cluster)(nil)
+	_ downloader.SharedRuntime = (*Cluster)(nil)
+	_ downloader.ClusterView   = (*Cluster)(nil)
 )
 
 // Set replaces the instance list and the views' error.
-func (f *Cluster) Set(instances []engine.ClusterInstance, err error) {
+func (f *Cluster) Set(instances []downloader.ClusterInstance, err error) {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
 	f.InstanceList, f.Err = instances, err
 }
 
 // Admit admits at once, with no ticket.
-func (f *Cluster) Admit(context.Context, engine.SharedAdmit) (engine.SharedTicket, time.Duration, error) {
+func (f *Cluster) Admit(context.Context, downloader.SharedAdmit) (downloader.SharedTicket, time.Duration, error) {
 	return nil, time.Second, nil
 }
 
@@ -144,14 +143,14 @@ func (f *Cluster) InstanceID() string {
 }
 
 // Instances returns the instance list given.
-func (f *Cluster) Instances(context.Context) ([]engine.ClusterInstance, error) {
+func (f *Cluster) Instances(context.Context) ([]downloader.ClusterInstance, error) {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
 	return f.InstanceList, f.Err
 }
 
 // Domain returns the domain's record given (the zero record, not stored, if none).
-func (f *Cluster) Domain(_ context.Context, d string) (engine.ClusterDomain, error) {
+func (f *Cluster) Domain(_ context.Context, d string) (downloader.ClusterDomain, error) {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
 	return f.DomainRecords[d], f.Err
@@ -181,19 +180,19 @@ func (f *SettingsService) DefaultMinInterval() time.Duration { return f.DefaultM
 // made of function fields.
 type ClusterView struct {
 	InstanceIDFn func() string
-	InstancesFn  func(ctx context.Context) ([]engine.ClusterInstance, error)
-	DomainFn     func(ctx context.Context, domain string) (engine.ClusterDomain, error)
+	InstancesFn  func(ctx context.Context) ([]downloader.ClusterInstance, error)
+	DomainFn     func(ctx context.Context, domain string) (downloader.ClusterDomain, error)
 }
 
 // InstanceID calls InstanceIDFn.
 func (f *ClusterView) InstanceID() string { return f.InstanceIDFn() }
 
 // Instances calls InstancesFn.
-func (f *ClusterView) Instances(ctx context.Context) ([]engine.ClusterInstance, error) {
+func (f *ClusterView) Instances(ctx context.Context) ([]downloader.ClusterInstance, error) {
 	return f.InstancesFn(ctx)
 }
 
 // Domain calls DomainFn.
-func (f *ClusterView) Domain(ctx context.Context, domain string) (engine.ClusterDomain, error) {
+func (f *ClusterView) Domain(ctx context.Context, domain string) (downloader.ClusterDomain, error) {
 	return f.DomainFn(ctx, domain)
 }

@@ -2,6 +2,7 @@ package tikv
 
 import (
 	"context"
+	"downloader"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -9,8 +10,6 @@ import (
 	"time"
 
 	"github.com/tikv/client-go/v2/txnkv/transaction"
-
-	"downloader/engine"
 )
 
 // # Group admission: admissions of different domains share one transaction
@@ -49,7 +48,7 @@ const (
 
 // admitReq is one admission waiting for, or decided in, a batch.
 type admitReq struct {
-	a   *engine.SharedAdmit
+	a   *downloader.SharedAdmit
 	key []byte
 	id  uint64 // the admission id its in-flight entry gets
 	// Results, written by the batch before done is closed.

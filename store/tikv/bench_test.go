@@ -140,7 +140,7 @@ func benchAdmission(b *testing.B, run benchRun) {
 			cl.SetFaults(tikvtest.Faults{Latency: run.rtt, Jitter: run.rtt / 5, Seed: uint64(i + 1)})
 		}
 		stores[i], clients[i] = s, cl
-		rt, err := NewRuntime(s, RuntimeConfig{InstanceID: fmt.Sprintf("bench-%d", i), Gate: limiter.NewGate(64, 64), stripeCount: stripes,
+		rt, err := NewRuntime(s, RuntimeConfig{Share: engine.EvenShare, InstanceID: fmt.Sprintf("bench-%d", i), Gate: limiter.NewGate(64, 64), stripeCount: stripes,
 			TSOLag: time.Millisecond}) // the mock's TSO follows the local clock
 		if err != nil {
 			b.Fatal(err)
@@ -196,7 +196,7 @@ func benchAdmission(b *testing.B, run benchRun) {
 					}
 					d := names[mix(uint64(k))%uint64(domains)]
 					t0 := time.Now()
-					tk, _, err := rt.Admit(ctx, engine.SharedAdmit{Domain: d, IntervalSource: downloader.IntervalSourceRequest,
+					tk, _, err := rt.Admit(ctx, downloader.SharedAdmit{Domain: d, IntervalSource: downloader.IntervalSourceRequest,
 						Entry: downloader.EntryProbe, Now: t0, Timeout: time.Second})
 					mine = append(mine, time.Since(t0))
 					if err != nil {

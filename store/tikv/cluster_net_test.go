@@ -18,6 +18,7 @@ import (
 
 	"downloader"
 	"downloader/clock"
+	"downloader/engine"
 	"downloader/limiter"
 	"downloader/netguard"
 	"downloader/store/tikv/tikvtest"
@@ -410,7 +411,7 @@ func TestClusterFaultRestartFixedInstanceID(t *testing.T) {
 
 	// node-0 is live: a second process with its id is refused at start.
 	st, _ := openStore(t, nc.cluster)
-	dup, err := NewRuntime(st, RuntimeConfig{InstanceID: "node-0", Gate: limiter.NewGate(8, 8), HeartbeatInterval: clusterHeartbeat,
+	dup, err := NewRuntime(st, RuntimeConfig{Share: engine.EvenShare, InstanceID: "node-0", Gate: limiter.NewGate(8, 8), HeartbeatInterval: clusterHeartbeat,
 		InstanceTTL: clusterTTL, MaxClockSkew: clusterSkew, TSOLag: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

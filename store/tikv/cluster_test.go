@@ -75,7 +75,7 @@ func startNodeOn(t *testing.T, c *tikvtest.Cluster, id string, guard *netguard.G
 	lim := limiter.New(clk)
 	gate := limiter.NewGate(capacity, 16)
 	logger := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", id)
-	rt, err := NewRuntime(st, RuntimeConfig{InstanceID: id, Clock: clk, Logger: logger, Gate: gate, MaxConcurrentCount: capacity,
+	rt, err := NewRuntime(st, RuntimeConfig{Share: engine.EvenShare, InstanceID: id, Clock: clk, Logger: logger, Gate: gate, MaxConcurrentCount: capacity,
 		HeartbeatInterval: clusterHeartbeat, InstanceTTL: clusterTTL, MaxClockSkew: clusterSkew,
 		AdmitTimeout: 3 * time.Second, DefaultTimeout: clusterTimeout, ExpirySlack: clusterSlack, TSOLag: time.Millisecond})
 	if err != nil {
@@ -85,7 +85,7 @@ func startNodeOn(t *testing.T, c *tikvtest.Cluster, id string, guard *netguard.G
 		DefaultMinInterval: clusterDefaultIval, Shared: rt, DefaultTimeout: clusterTimeout}})
 	eng := engine.New(engine.Config{Clock: clk, Logger: logger, Limiter: lim, Gate: gate, Fetcher: f, Results: st, Pages: st,
 		Settings: st, Shared: rt, DefaultMinInterval: clusterDefaultIval, DefaultTimeout: clusterTimeout})
-	srv := server.New(server.Config{Engine: eng, Guard: guard, Clock: clk, Results: st, Pages: st})
+	srv := server.New(server.Config{Probe: eng, Render: eng, Settings: eng, Domains: lim, Slots: gate, Cluster: rt, Guard: guard, Clock: clk, Results: st, Pages: st})
 	srv.SetReady(true)
 	n := &node{id: id, client: cl, store: st, rt: rt, gate: gate, eng: eng, fetch: f, http: httptest.NewServer(srv),
 		done: make(chan struct{})}

@@ -14,7 +14,6 @@ import (
 	"github.com/tikv/client-go/v2/txnkv/txnsnapshot"
 
 	"downloader"
-	"downloader/engine"
 	"downloader/store/keys"
 )
 
@@ -36,9 +35,9 @@ import (
 // (fence): by the time anyone may drop it, it has stopped. A reserved slot past the lease
 // is not given (the engine asks again at the slot).
 //
-// The cap: max_concurrent_count is split evenly over the live instances (shareOf); a
-// joining instance has no share for its first two heartbeat intervals. An instance's
-// claim on the cap is max(in_flight_count, capacity_share_count) of its record: what it
+// The cap: max_concurrent_count is split over the live instances by the capacity-share
+// policy (RuntimeConfig.Share: evenly, as cmd wires it); a joining instance has no share
+// for its first two heartbeat intervals. An instance's claim on the cap is max(in_flight_count, capacity_share_count) of its record: what it
 // may have in flight until its next heartbeat (its gate admits below its capacity; above
 // it requests only end). An instance's capacity is its share, lowered so that its own
 // plus the others' claims stay within the cap: a join, or a share that moved from one
@@ -100,8 +99,8 @@ func (b *standingBox) store(s standing) {
 // Fence reasons, as the instance list shows them (fence_reason). A process that lost its
 // id to another shows none: the record is the other's.
 const (
-	fenceHeartbeatLate = engine.FenceHeartbeatLate
-	fenceClockSkewed   = engine.FenceClockSkewed
+	fenceHeartbeatLate = downloader.FenceHeartbeatLate
+	fenceClockSkewed   = downloader.FenceClockSkewed
 )
 
 var (
@@ -156,22 +155,22 @@ func (r *Runtime) fence(now time.Time) (time.Time, error) {
 
 // FenceState is whether this instance admits nothing at now, and why: what fence would
 // answer, from local state only (the metrics read it at every scrape).
-func (r *Runtime) FenceState(now time.Time) engine.FenceState {
+func (r *Runtime) FenceState(now time.Time) downloader.FenceState {
 	st := r.standing.load()
 	reason := ""
 	switch {
 	case st.err != nil && isInstanceIDInUse(st.err):
-		reason = engine.FenceInstanceIDTakenOver
+		reason = downloader.FenceInstanceIDTakenOver
 	case st.err != nil && isClockSkewed(st.err):
-		reason = engine.FenceClockSkewed
+		reason = downloader.FenceClockSkewed
 	case st.err != nil: // no other cause is stored today; fail closed in words too
-		reason = engine.FenceHeartbeatLate
+		reason = downloader.FenceHeartbeatLate
 	case st.leaseUntil.IsZero():
-		reason = engine.FenceNotRegistered
+		reason = downloader.FenceNotRegistered
 	case !now.Before(st.leaseUntil):
-		reason = engine.FenceHeartbeatLate
+		reason = downloader.FenceHeartbeatLate
 	}
-	return engine.FenceState{IsFenced: reason != "", FenceReason: reason}
+	return downloader.FenceState{IsFenced: reason != "", FenceReason: reason}
 }
 
 // isMine reports whether an entry of instance id in incarnation inc is this process's.
@@ -248,19 +247,6 @@ func (r *Runtime) ApplyMaxConcurrentCount(n int) {
 	r.mu.Unlock()
 }
 
-// shareOf returns instance id's share of capacity over the sorted live ids.
-func shareOf(capacity int, live []string, id string) int {
-	i, found := slices.BinarySearch(live, id)
-	if !found || len(live) == 0 {
-		return 0
-	}
-	s := capacity / len(live)
-	if i < capacity%len(live) {
-		s++
-	}
-	return s
-}
-
 // capacityLocked is this instance's capacity at now (see membership): its share, within
 // what the others' claims and an inherited claim leave of the cap. Requires r.mu held.
 func (r *Runtime) capacityLocked(now time.Time) int {
@@ -271,7 +257,7 @@ func (r *Runtime) capacityLocked(now time.Time) int {
 	if r.inheritedUntil.Add(r.skew()).After(now) {
 		room -= r.inherited
 	}
-	return max(0, min(shareOf(r.clusterCap, r.live, r.id), room))
+	return max(0, min(r.cfg.Share(r.clusterCap, r.live, r.id), room))
 }
 
 // applyCapacityLocked sets the gate to n. Requires r.mu held.
@@ -649,7 +635,7 @@ func (r *Runtime) viewIn(ctx context.Context, txn *transaction.KVTxn, inc uint64
 		joinedAt = v.now
 	}
 	if !v.now.Before(joinedAt.Add(2 * r.cfg.HeartbeatInterval)) {
-		v.capacity = max(0, min(shareOf(v.clusterCap, v.live, r.id), v.clusterCap-v.othersClaim-v.inherited))
+		v.capacity = max(0, min(r.cfg.Share(v.clusterCap, v.live, r.id), v.clusterCap-v.othersClaim-v.inherited))
 	}
 	return v, nil
 }
@@ -691,7 +677,7 @@ func (r *Runtime) instances(ctx context.Context) ([]instanceRecord, error) {
 }
 
 // Instance is one downloader instance as the cluster sees it.
-type Instance = engine.ClusterInstance
+type Instance = downloader.ClusterInstance
 
 // Instances lists the instances that sent a heartbeat in the last minute, live or not. A
 // live instance past its lease shows fenced (heartbeat_late).

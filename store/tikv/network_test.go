@@ -72,7 +72,7 @@ func TestFaultTwoLiveProcessesOneInstanceID(t *testing.T) {
 	x1 := rg.instance("x", 8)
 	s, _ := openStore(t, rg.cluster)
 	gate := limiter.NewGate(8, 16)
-	x2, err := NewRuntime(s, RuntimeConfig{InstanceID: "x", Clock: rg.clk, Gate: gate, MaxConcurrentCount: 8,
+	x2, err := NewRuntime(s, RuntimeConfig{Share: engine.EvenShare, InstanceID: "x", Clock: rg.clk, Gate: gate, MaxConcurrentCount: 8,
 		MaxClockSkew: 50 * time.Millisecond, AdmitTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +99,7 @@ func skewedInstance(t *testing.T, c *tikvtest.Cluster, id string, offset time.Du
 	t.Helper()
 	s, cl := openStore(t, c)
 	gate := limiter.NewGate(8, 16)
-	rt, err := NewRuntime(s, RuntimeConfig{InstanceID: id, Clock: tikvtest.NewSkewedClock(clock.Real{}, offset), Gate: gate,
+	rt, err := NewRuntime(s, RuntimeConfig{Share: engine.EvenShare, InstanceID: id, Clock: tikvtest.NewSkewedClock(clock.Real{}, offset), Gate: gate,
 		MaxConcurrentCount: 8, MaxClockSkew: 50 * time.Millisecond, AdmitTimeout: 2 * time.Second, TSOLag: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -151,7 +151,7 @@ func TestSkewBeyondAllowanceFailsClosed(t *testing.T) {
 	if downloader.ErrorCode(err) != downloader.EUNAVAILABLE || !isClockSkewed(err) {
 		t.Errorf("beyond the allowance: %v %v; want EUNAVAILABLE, clock skewed", wait, err)
 	}
-	if got := beyond.rt.FenceState(beyond.rt.clk.Now()); !got.IsFenced || got.FenceReason != engine.FenceClockSkewed {
+	if got := beyond.rt.FenceState(beyond.rt.clk.Now()); !got.IsFenced || got.FenceReason != downloader.FenceClockSkewed {
 		t.Errorf("beyond the allowance, its own fence state: %+v; want fenced, clock_skewed", got)
 	}
 	list, err := x.rt.Instances(t.Context())
@@ -391,12 +391,12 @@ func TestFenceState(t *testing.T) {
 	rg := newRig(t)
 	rg.clk.Advance(time.Hour)
 	s, _ := openStore(t, rg.cluster)
-	fresh, err := NewRuntime(s, RuntimeConfig{InstanceID: "fresh", Clock: rg.clk, Gate: limiter.NewGate(8, 16),
+	fresh, err := NewRuntime(s, RuntimeConfig{Share: engine.EvenShare, InstanceID: "fresh", Clock: rg.clk, Gate: limiter.NewGate(8, 16),
 		MaxConcurrentCount: 8, MaxClockSkew: 50 * time.Millisecond, AdmitTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := fresh.FenceState(rg.clk.Now()); !got.IsFenced || got.FenceReason != engine.FenceNotRegistered {
+	if got := fresh.FenceState(rg.clk.Now()); !got.IsFenced || got.FenceReason != downloader.FenceNotRegistered {
 		t.Errorf("before the first heartbeat: %+v; want fenced, not_registered", got)
 	}
 
@@ -409,7 +409,7 @@ func TestFenceState(t *testing.T) {
 		t.Errorf("1 ms before the lease ends: %+v; want not fenced", got)
 	}
 	rg.clk.Advance(time.Millisecond)
-	if got := x1.rt.FenceState(rg.clk.Now()); !got.IsFenced || got.FenceReason != engine.FenceHeartbeatLate {
+	if got := x1.rt.FenceState(rg.clk.Now()); !got.IsFenced || got.FenceReason != downloader.FenceHeartbeatLate {
 		t.Errorf("at the lease's end: %+v; want fenced, heartbeat_late", got)
 	}
 	if err := x1.rt.Heartbeat(t.Context()); err != nil {
@@ -427,7 +427,7 @@ func TestFenceState(t *testing.T) {
 	if err := x1.rt.Heartbeat(t.Context()); !isInstanceIDInUse(err) {
 		t.Fatalf("heartbeat of the superseded process: %v; want the id in use", err)
 	}
-	if got := x1.rt.FenceState(rg.clk.Now()); !got.IsFenced || got.FenceReason != engine.FenceInstanceIDTakenOver {
+	if got := x1.rt.FenceState(rg.clk.Now()); !got.IsFenced || got.FenceReason != downloader.FenceInstanceIDTakenOver {
 		t.Errorf("after the take-over: %+v; want fenced, instance_id_taken_over", got)
 	}
 }

@@ -17,13 +17,11 @@ import (
 
 	"downloader"
 	"downloader/clock"
-	"downloader/engine"
-	"downloader/limiter"
 	"downloader/store/keys"
 )
 
 // Runtime is downloader:domain_runtime shared by every downloader instance on one TiKV
-// cluster (engine.SharedRuntime), with the instances' heartbeats and the cluster-wide
+// cluster (downloader.SharedRuntime), with the instances' heartbeats and the cluster-wide
 // max_concurrent_count. Create it with NewRuntime, call Start, then Run until the service
 // stops. Safe for concurrent use.
 //
@@ -129,9 +127,15 @@ type RuntimeConfig struct {
 	Address string
 	Clock   clock.Clock  // default clock.Real{}
 	Logger  *slog.Logger // default: discard
-	// Gate is this instance's global cap: the runtime sets its capacity to the instance's
-	// share of the cluster-wide max_concurrent_count. Required.
-	Gate *limiter.Gate
+	// Gate is this instance's global cap (limiter.Gate): the runtime sets its capacity to
+	// the instance's share of the cluster-wide max_concurrent_count. Required.
+	Gate Gate
+	// Share is the capacity-share policy, which cmd wires (engine.EvenShare): each
+	// heartbeat reports the live instances it found through it (their sorted ids, this
+	// one's included) and takes this instance's share of capacity (the cluster-wide
+	// max_concurrent_count). The runtime lowers the share to what the others' claims leave
+	// (see membership), so a policy cannot break the cap. Required.
+	Share func(capacity int, live []string, id string) int
 	// MaxConcurrentCount is the cluster-wide value while none is stored (the flag).
 	MaxConcurrentCount int
 	HeartbeatInterval  time.Duration // default 1 s
@@ -159,6 +163,14 @@ type RuntimeConfig struct {
 	GCLifeTime time.Duration
 
 	stripeCount int // default defaultStripeCount; benchmarks compare
+}
+
+// Gate is this instance's global cap as the runtime drives it (limiter.Gate): the store
+// names only what it uses, so that it imports neither the limiter nor the engine.
+type Gate interface {
+	Capacity() int
+	SetCapacity(n int)
+	InFlight() int
 }
 
 // defaultStripeCount is the number of per-domain stripes (Runtime.stripes). With 256, a
@@ -191,15 +203,18 @@ const foreignWaitHint = time.Second
 func domainKey(domain string) []byte { return []byte(domainRuntimePrefix + keys.EscapeDomain(domain)) }
 
 var (
-	_ engine.SharedRuntime = (*Runtime)(nil)
-	_ engine.ClusterView   = (*Runtime)(nil)
-	_ engine.Fencer        = (*Runtime)(nil)
+	_ downloader.SharedRuntime = (*Runtime)(nil)
+	_ downloader.ClusterView   = (*Runtime)(nil)
+	_ downloader.Fencer        = (*Runtime)(nil)
 )
 
 // NewRuntime returns the runtime of this instance over s. It does no I/O.
 func NewRuntime(s *Store, cfg RuntimeConfig) (*Runtime, error) {
 	if cfg.Gate == nil {
 		return nil, errors.New("tikv runtime: a gate is required")
+	}
+	if cfg.Share == nil {
+		return nil, errors.New("tikv runtime: a capacity-share policy is required")
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
@@ -392,7 +407,7 @@ type decision struct {
 }
 
 // decide applies the admission rule (see Runtime) to rec at now.
-func (r *Runtime) decide(rec *domainRecord, a *engine.SharedAdmit, now time.Time) decision {
+func (r *Runtime) decide(rec *domainRecord, a *downloader.SharedAdmit, now time.Time) decision {
 	skew := r.skew()
 	r.foldExpired(rec, now)
 	base := rec.LastRequestAt
@@ -430,9 +445,9 @@ func (r *Runtime) decide(rec *domainRecord, a *engine.SharedAdmit, now time.Time
 	return d
 }
 
-// Admit takes domain's cluster-wide admission (engine.SharedRuntime). It fails closed with
+// Admit takes domain's cluster-wide admission (downloader.SharedRuntime). It fails closed with
 // an EUNAVAILABLE error when TiKV does not answer within AdmitTimeout.
-func (r *Runtime) Admit(ctx context.Context, a engine.SharedAdmit) (engine.SharedTicket, time.Duration, error) {
+func (r *Runtime) Admit(ctx context.Context, a downloader.SharedAdmit) (downloader.SharedTicket, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.AdmitTimeout)
 	defer cancel()
 	key := domainKey(a.Domain)
@@ -485,7 +500,7 @@ func (r *Runtime) put(txn *transaction.KVTxn, key []byte, rec *domainRecord) err
 	return txn.Set(key, b)
 }
 
-// ticket is one admitted request (engine.SharedTicket).
+// ticket is one admitted request (downloader.SharedTicket).
 type ticket struct {
 	r      *Runtime
 	domain string
@@ -524,10 +539,10 @@ func (t *ticket) Done(ctx context.Context, wireAt time.Time) {
 }
 
 // DomainRuntime is one domain's cluster-wide state in downloader:domain_runtime.
-type DomainRuntime = engine.ClusterDomain
+type DomainRuntime = downloader.ClusterDomain
 
 // InFlightRequest is one admitted request not yet written back, as the cluster sees it.
-type InFlightRequest = engine.ClusterInFlight
+type InFlightRequest = downloader.ClusterInFlight
 
 // Domain returns domain's cluster-wide state.
 func (r *Runtime) Domain(ctx context.Context, domain string) (DomainRuntime, error) {

@@ -44,7 +44,7 @@ func (rg *rig) instanceWith(id string, capacity int, edit func(*RuntimeConfig)) 
 	rg.t.Helper()
 	s, cl := openStore(rg.t, rg.cluster)
 	gate := limiter.NewGate(capacity, 16)
-	cfg := RuntimeConfig{InstanceID: id, Clock: rg.clk, Gate: gate, MaxConcurrentCount: capacity,
+	cfg := RuntimeConfig{Share: engine.EvenShare, InstanceID: id, Clock: rg.clk, Gate: gate, MaxConcurrentCount: capacity,
 		HeartbeatInterval: time.Second, InstanceTTL: 5 * time.Second, MaxClockSkew: 50 * time.Millisecond,
 		AdmitTimeout: 2 * time.Second, ExpirySlack: 2 * time.Second, TSOLag: time.Nanosecond}
 	if edit != nil {
@@ -64,12 +64,12 @@ func (rg *rig) instanceWith(id string, capacity int, edit func(*RuntimeConfig)) 
 }
 
 // ask is an admission request for tests: B-style (no reservation) unless reserve.
-func ask(domain string, interval time.Duration, now time.Time) engine.SharedAdmit {
-	return engine.SharedAdmit{Domain: domain, MinInterval: interval, IntervalSource: downloader.IntervalSourceRequest,
+func ask(domain string, interval time.Duration, now time.Time) downloader.SharedAdmit {
+	return downloader.SharedAdmit{Domain: domain, MinInterval: interval, IntervalSource: downloader.IntervalSourceRequest,
 		Entry: downloader.EntryRender, Now: now, Timeout: 10 * time.Second}
 }
 
-func (in *instance) admit(t *testing.T, a engine.SharedAdmit) (engine.SharedTicket, time.Duration) {
+func (in *instance) admit(t *testing.T, a downloader.SharedAdmit) (downloader.SharedTicket, time.Duration) {
 	t.Helper()
 	in.renew(t)
 	tk, wait, err := in.rt.Admit(t.Context(), a)
@@ -387,21 +387,6 @@ func TestRuntimeSweep(t *testing.T) {
 	// The loss marker and the instance record are not domains.
 	if _, ok, _ := x.store.get(t.Context(), []byte(lossKey)); !ok {
 		t.Error("the loss marker was swept")
-	}
-}
-
-func TestShareOf(t *testing.T) {
-	live := []string{"a", "b", "c"}
-	for _, tc := range []struct {
-		capacity int
-		id       string
-		want     int
-	}{
-		{10, "a", 4}, {10, "b", 3}, {10, "c", 3}, {2, "a", 1}, {2, "b", 1}, {2, "c", 0}, {10, "z", 0},
-	} {
-		if got := shareOf(tc.capacity, live, tc.id); got != tc.want {
-			t.Errorf("shareOf(%d, %s) = %d; want %d", tc.capacity, tc.id, got, tc.want)
-		}
 	}
 }
 

@@ -1,14 +1,64 @@
-package engine
+package downloader
 
 import (
 	"context"
 	"time"
-
-	"downloader/egress"
 )
 
+// The vocabulary of cluster mode (SPEC §2, one limiter for several machines): the shared
+// downloader:domain_runtime the engine consults (store/tikv implements it), and the views
+// of the cluster and of the egress the API, the console and the metrics show. It lives in
+// the root so that the store, the engine and the HTTP faces share it without importing
+// one another.
+
+// SharedRuntime is downloader:domain_runtime shared by several downloader instances
+// (cluster mode: store/tikv.Runtime), so that a domain's interval holds across all of them
+// and all three entries. The engine consults it after the local limiter admitted a request
+// (a local refusal is the fast path and asks it nothing) and after the global cap gave a
+// slot, right before the request runs. With Config.Shared nil nothing changes.
+// Implementations are safe for concurrent use.
+type SharedRuntime interface {
+	// Admit takes domain's cluster-wide admission for one request decided at r.Now. It
+	// returns a ticket when admitted, with the delay until the request's slot (0 unless
+	// r.Reserve); or no ticket and the wait after which asking again may succeed; or an
+	// error when the shared state cannot be reached: then the request must not be sent
+	// (fail closed).
+	Admit(ctx context.Context, r SharedAdmit) (SharedTicket, time.Duration, error)
+	// MaxConcurrentCount returns the cluster-wide max_concurrent_count in force.
+	MaxConcurrentCount() int
+	// ApplyMaxConcurrentCount applies a cluster-wide max_concurrent_count that was just
+	// stored through this instance: this instance's share of it takes effect at once.
+	ApplyMaxConcurrentCount(n int)
+}
+
+// SharedAdmit is one admission asked of the SharedRuntime.
+type SharedAdmit struct {
+	Domain         string
+	MinInterval    time.Duration
+	IntervalSource IntervalSource
+	Entry          Entry
+	Now            time.Time
+	// Reserve lets a busy domain give a future slot (entry A, redirect hops) rather than
+	// a refusal, unless that slot is after Deadline (zero: no deadline).
+	Reserve  bool
+	Deadline time.Time
+	// Timeout bounds the request from its slot: by then it went on the wire or never will.
+	Timeout time.Duration
+}
+
+// SharedTicket is one admitted request. Wired is called at most once, when the request's
+// first bytes went on the wire (the local limiter's OnWire), with that moment; it must not
+// block (the write-back is queued: the other instances may space their requests from it
+// rather than waiting for the request to end; if it is lost they wait as before). Done is
+// called exactly once, when the request ended (sent or not), with wireAt: no earlier than
+// the moment the request went on the wire, if it did, and no later than now.
+type SharedTicket interface {
+	Wired(at time.Time)
+	Done(ctx context.Context, wireAt time.Time)
+}
+
 // ClusterView is the cluster-wide view of a SharedRuntime that has one (store/tikv's
-// Runtime): the instances and a domain's shared record. Engine.Cluster finds it.
+// Runtime): the instances and a domain's shared record. The engine's wiring hands it to the API and the console.
 type ClusterView interface {
 	InstanceID() string
 	Instances(ctx context.Context) ([]ClusterInstance, error)
@@ -99,12 +149,6 @@ type Fencer interface {
 	FenceState(now time.Time) FenceState
 }
 
-// Cluster returns the cluster view of the shared runtime, or nil on one machine.
-func (e *Engine) Cluster() ClusterView {
-	cv, _ := e.cfg.Shared.(ClusterView)
-	return cv
-}
-
 // EgressState is our own network's state as the egress detector sees it (package egress):
 // IsUnavailable while it classifies failures as egress_unavailable.
 type EgressState struct {
@@ -117,30 +161,4 @@ type EgressState struct {
 	SeenDomainCount    int  `json:"seen_domain_count"`
 	HasCanary          bool `json:"has_canary"`
 	IsCanaryOK         bool `json:"is_canary_ok"`
-}
-
-// egressStatuser is the egress detector's snapshot (egress.Detector).
-type egressStatuser interface {
-	Status(now time.Time) egress.Status
-}
-
-// Egress returns the egress detector's state at now; ok is false without a detector.
-func (e *Engine) Egress(now time.Time) (st EgressState, ok bool) {
-	d, ok := e.cfg.Egress.(egressStatuser)
-	if !ok {
-		return EgressState{}, false
-	}
-	return EgressStateOf(d.Status(now)), true
-}
-
-// EgressStateOf is the egress detector's status as the API, the console and the metrics
-// show it.
-func EgressStateOf(s egress.Status) EgressState {
-	st := EgressState{IsUnavailable: s.IsDown, FailingDomainCount: s.FailingDomainCount, SeenDomainCount: s.SeenDomainCount,
-		HasCanary: s.HasCanary, IsCanaryOK: s.IsCanaryOK}
-	if s.IsDown && !s.DownSinceAt.IsZero() {
-		at := s.DownSinceAt.UTC()
-		st.UnavailableSinceAt = &at
-	}
-	return st
 }
