@@ -32,15 +32,17 @@ const (
 	scaleMinSamples = 3
 	// scaleUpEvery is the least time between a change and a step up: up slowly.
 	scaleUpEvery = 3 * time.Second
-	// overloadLatencyRatio: renders whose p50 is this many times the unloaded p50 mean
-	// the machine is overloaded (the goal is 1.5×; acting before it keeps inside it).
-	overloadLatencyRatio = 1.35
-	// busyLatencyRatio with a saturated CPU (busyCPURatio) is overload too: the host has
-	// no CPU left and renders already slow down.
-	busyLatencyRatio = 1.15
-	busyCPURatio     = 0.95
-	// headroomLatencyRatio: below it (and without a saturated CPU) one more slot is tried.
-	headroomLatencyRatio = 1.2
+	// overloadLatencyRatio: renders whose p50 is more than this many times the unloaded
+	// p50 mean the machine is overloaded (the goal is to stay within 1.5×).
+	overloadLatencyRatio = 1.5
+	// headroomLatencyRatio: below it one more slot is tried; from it to
+	// overloadLatencyRatio the count holds, unless the host's CPU is saturated
+	// (busyCPURatio): then one slot less. The CPU alone decides nothing: a host shared
+	// with other work is saturated without our renders being slow.
+	headroomLatencyRatio = 1.4
+	busyCPURatio         = 0.95
+	// downToLatencyRatio is where a scale-down aims.
+	downToLatencyRatio = 1.3
 )
 
 // renderSample is one render the controller saw end: when its slot was taken, when it
@@ -84,12 +86,14 @@ func newScaler(max int, now time.Time) *scaler {
 //
 //   - Only renders whose slot was taken after the last change are judged, at least
 //     scaleMinSamples of them (a render_timeout among them is enough on its own).
-//   - A render_timeout halves the count. A p50 over overloadLatencyRatio × the baseline, or
-//     over busyLatencyRatio × with the CPU saturated, scales down in proportion (the count
-//     that would bring the p50 back to headroomLatencyRatio × if latency grows with the
-//     count, as it does on saturated CPUs), by one slot at least and half at most.
-//   - While renders wait for a slot, the p50 is under headroomLatencyRatio × and the CPU
-//     is not saturated, one slot more, at most every scaleUpEvery.
+//   - A render_timeout halves the count. A p50 over overloadLatencyRatio × the baseline
+//     scales down in proportion (the count that would bring the p50 to downToLatencyRatio ×
+//     if latency grows with the count, as it does on saturated CPUs), by one slot at least
+//     and half at most. From headroomLatencyRatio × to there, a saturated host CPU takes
+//     one slot off; else the count holds.
+//   - While renders wait for a slot and the p50 is under headroomLatencyRatio ×, one slot
+//     more, at most every scaleUpEvery (whatever the CPU: another process's load is no
+//     reason to render slower than the machine allows).
 //   - The baseline is the lowest window p50 seen, and the window p50 at one slot whatever
 //     it is (alone on the pool, a render is as unloaded as this machine allows: pages that
 //     got heavier raise it there).
@@ -113,12 +117,13 @@ func (s *scaler) decide(in scaleInput) (int, string) {
 	ratio := float64(p50) / float64(s.baseline)
 	isCPUSaturated := in.cpuBusyRatio >= busyCPURatio
 	switch {
-	case s.limit > 1 && (ratio > overloadLatencyRatio || (isCPUSaturated && ratio > busyLatencyRatio)):
-		n := int(float64(s.limit) * headroomLatencyRatio / ratio)
+	case s.limit > 1 && ratio > overloadLatencyRatio:
+		n := int(float64(s.limit) * downToLatencyRatio / ratio)
 		n = min(s.limit-1, max(n, s.limit/2, 1))
 		return s.set(in.now, n, "latency")
-	case s.limit < s.max && in.isDemand && ratio < headroomLatencyRatio && !isCPUSaturated &&
-		in.now.Sub(s.changedAt) >= scaleUpEvery:
+	case s.limit > 1 && ratio >= headroomLatencyRatio && isCPUSaturated:
+		return s.set(in.now, s.limit-1, "cpu")
+	case s.limit < s.max && in.isDemand && ratio < headroomLatencyRatio && in.now.Sub(s.changedAt) >= scaleUpEvery:
 		return s.set(in.now, s.limit+1, "headroom")
 	}
 	// Keep judging the latest renders only: the window slides over the last 4 × the

@@ -46,11 +46,10 @@ func TestScalerDecide(t *testing.T) {
 			{lat: 500 * ms, n: 3, cpu: 0.1, wantLimit: 1},
 			{lat: 500 * ms, n: 3, cpu: 0.1, wantLimit: 1},
 		}},
-		{"a saturated CPU holds the count even when latency is fine", 4, []step{
+		{"a saturated CPU alone does not hold the count", 4, []step{
 			{lat: 500 * ms, n: 3, cpu: 0.99, isDemand: true, wantLimit: 1},
 			{lat: 500 * ms, n: 3, cpu: 0.99, isDemand: true, wantLimit: 1},
-			{lat: 500 * ms, n: 3, cpu: 0.99, isDemand: true, wantLimit: 1},
-			{lat: 500 * ms, n: 3, cpu: 0.99, isDemand: true, wantLimit: 1},
+			{lat: 500 * ms, n: 3, cpu: 0.99, isDemand: true, wantLimit: 2, wantWhy: "headroom"},
 		}},
 		{"an unknown CPU: latency alone decides", 4, []step{
 			{lat: 500 * ms, n: 3, cpu: -1, isDemand: true, wantLimit: 1},
@@ -74,21 +73,21 @@ func TestScalerDecide(t *testing.T) {
 			{lat: 500 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 3},
 			{lat: 500 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 3},
 			{lat: 500 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 4, wantWhy: "headroom"},
-			{lat: 1000 * ms, n: 3, cpu: 0.8, isDemand: true, wantLimit: 2, wantWhy: "latency"}, // 4 × 1.2 / 2 = 2.4
+			{lat: 1000 * ms, n: 3, cpu: 0.8, isDemand: true, wantLimit: 2, wantWhy: "latency"}, // 4 × 1.3 / 2 = 2.6
 		}},
-		{"a saturated CPU and slower renders: down", 4, []step{
+		{"near the bound with a saturated CPU: one slot less", 4, []step{
 			{lat: 500 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 1},
 			{lat: 500 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 1},
 			{lat: 500 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 2, wantWhy: "headroom"},
-			{lat: 625 * ms, n: 3, cpu: 0.99, isDemand: true, wantLimit: 1, wantWhy: "latency"}, // 1.25×
+			{lat: 725 * ms, n: 3, cpu: 0.99, isDemand: true, wantLimit: 1, wantWhy: "cpu"}, // 1.45×
 		}},
-		{"slower renders on an idle CPU within the band: hold", 4, []step{
+		{"near the bound on an idle CPU: hold", 4, []step{
 			{lat: 500 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 1},
 			{lat: 500 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 1},
 			{lat: 500 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 2, wantWhy: "headroom"},
-			{lat: 625 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 2},
-			{lat: 625 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 2},
-			{lat: 625 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 2},
+			{lat: 725 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 2},
+			{lat: 725 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 2},
+			{lat: 725 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 2},
 		}},
 		{"a render_timeout halves at once", 8, []step{
 			{lat: 500 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 1},
