@@ -115,7 +115,7 @@ func newFlagSet(name string, c *config, stderr io.Writer) *flag.FlagSet {
 	fs.Int64Var(&c.RequestTimeoutMs, "request-timeout-ms", 30000, "default timeout of one fetch or render")
 	fs.IntVar(&c.RenderConcurrency, "render-concurrency", runtime.NumCPU(), "renders at once (the browser pool size)")
 	fs.StringVar(&c.RenderIsolation, "render-isolation", "wipe", "how renders are kept apart: wipe (long-lived contexts, every touched origin's state wiped between renders, HTTP and code cache kept) or context (a new browser context per render)")
-	fs.StringVar(&c.RenderScaling, "render-scaling", string(render.ScalingAdaptive), "how many of the --render-concurrency slots are used: adaptive (between 1 and --render-concurrency, following render latency and the host's CPU) or fixed (all of them)")
+	fs.StringVar(&c.RenderScaling, "render-scaling", string(render.ScalingFixed), "how many of the --render-concurrency slots are used: fixed (all of them) or adaptive (between 1 and --render-concurrency, following render latency against the unloaded p50, and the host's CPU)")
 	fs.Int64Var(&c.RenderMaxContextHeapBytes, "render-max-context-heap-bytes", render.DefaultMaxContextHeapBytes, "with --render-isolation=wipe, recycle a long-lived tab after a render that leaves its renderer's JavaScript heap above this; -1: no bound")
 	fs.IntVar(&c.RenderMaxSubrequestCount, "render-max-subrequest-count", render.DefaultMaxSubrequestCount, "sub-requests one render may send (scripts, styles, XHR, fetch, beacons); the rest is refused and counted in capped_subrequest_count")
 	fs.IntVar(&c.RenderMaxHostSubrequestCount, "render-max-host-subrequest-count", render.DefaultMaxHostSubrequestCount, "sub-requests one render may send to each host other than the page's own")
