@@ -1,10 +1,13 @@
 package render
 
 import (
+	"log/slog"
 	"testing"
 	"time"
 
+	"downloader"
 	"downloader/clock"
+	"downloader/limiter"
 )
 
 // TestScalerDecide walks the controller along a fake timeline: each step is one decision
@@ -124,5 +127,39 @@ func TestScalerDecide(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestAutoscalerStep: the actor feeds the renders that ended and the host's CPU to the
+// decision and applies its count to the pool's gate, the slots AcquireSlot takes.
+func TestAutoscalerStep(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	p := &Pool{cfg: Config{Concurrency: 4}, clk: clk, log: slog.New(slog.DiscardHandler), gate: limiter.NewGate(4, 8)}
+	cpu := []uint64{0, 100}
+	a := newAutoscaler(p)
+	a.hostCPU = func() (uint64, uint64, bool) { cpu[0] += 50; cpu[1] += 100; return cpu[0], cpu[1], true }
+	p.gate.SetCapacity(a.limit())
+	if got := p.gate.Capacity(); got != 1 {
+		t.Fatalf("gate capacity %d at the start, want 1", got)
+	}
+	if !p.gate.TryAcquire() { // the one slot is busy: renders are waiting for more
+		t.Fatal("no slot")
+	}
+	for range 3 {
+		start := clk.Now()
+		clk.Advance(time.Second)
+		a.observe(start, &downloader.Outcome{HTTPStatus: 200})
+		a.observe(start, &downloader.Outcome{FailReason: downloader.FailConnectRefused}) // says nothing
+		a.step()
+	}
+	if got := p.gate.Capacity(); got != 2 {
+		t.Errorf("gate capacity %d after 3 s of renders at the unloaded p50 with demand, want 2", got)
+	}
+	start := clk.Now()
+	clk.Advance(30 * time.Second)
+	a.observe(start, &downloader.Outcome{FailReason: downloader.FailRenderTimeout})
+	a.step()
+	if got := p.gate.Capacity(); got != 1 {
+		t.Errorf("gate capacity %d after a render_timeout at 2, want 1", got)
 	}
 }
