@@ -143,7 +143,7 @@ func TestLiveValues(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	_, err := New(reg, Sources{Clock: clk, Gate: gate, Domains: observe.NewDomainTable(lim, time.Second),
 		Renderer: func() observe.RendererStats {
-			return observe.RendererStats{SlotCount: 2, BusyCount: 1, QueuedCount: 5, RestartCount: restarts, IsBrowserUp: true}
+			return observe.RendererStats{SlotCount: 2, EffectiveSlotCount: 1, IsAdaptive: true, BusyCount: 1, QueuedCount: 5, RestartCount: restarts, IsBrowserUp: true}
 		}})
 	if err != nil {
 		t.Fatal(err)
@@ -153,7 +153,7 @@ func TestLiveValues(t *testing.T) {
 		"downloader_queued_count": 0,
 		"downloader_domain_count": 3, "downloader_active_domain_count": 3,
 		"downloader_renderer_restarts_total": 3, "downloader_renderer_busy_count": 1, "downloader_renderer_queued_count": 5,
-		"downloader_renderer_slot_count": 2, "downloader_renderer_is_up": 1,
+		"downloader_renderer_slot_count": 2, "downloader_renderer_effective_slot_count": 1, "downloader_renderer_is_up": 1,
 	}
 	for name, w := range want {
 		if got := value(t, reg, name, nil); got != w {

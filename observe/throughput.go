@@ -4,15 +4,18 @@ package observe
 // mirrors render.Stats so that neither needs to import the renderer; cmd/downloader
 // copies one into the other.
 type RendererStats struct {
-	SlotCount     int    `json:"slot_count"` // renders at once (--render-concurrency)
-	BusyCount     int    `json:"busy_count"`
-	QueuedCount   int    `json:"queued_count"`
-	WarmTabCount  int    `json:"warm_tab_count"`
-	RestartCount  int    `json:"restart_count"`
-	RenderedCount int64  `json:"rendered_count"`
-	IsBrowserUp   bool   `json:"is_browser_up"`
-	IsRemote      bool   `json:"is_remote"`
-	LastError     string `json:"last_error"`
+	SlotCount int `json:"slot_count"` // renders at once (--render-concurrency)
+	// EffectiveSlotCount is how many of them renders may take now (--render-scaling).
+	EffectiveSlotCount int    `json:"effective_slot_count"`
+	IsAdaptive         bool   `json:"is_adaptive"`
+	BusyCount          int    `json:"busy_count"`
+	QueuedCount        int    `json:"queued_count"`
+	WarmTabCount       int    `json:"warm_tab_count"`
+	RestartCount       int    `json:"restart_count"`
+	RenderedCount      int64  `json:"rendered_count"`
+	IsBrowserUp        bool   `json:"is_browser_up"`
+	IsRemote           bool   `json:"is_remote"`
+	LastError          string `json:"last_error"`
 }
 
 // Binding names the ceiling that bounds the fetch rate now.

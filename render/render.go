@@ -105,6 +105,10 @@ type Config struct {
 	Endpoint string
 
 	Concurrency int // renders at once (--render-concurrency); default runtime.NumCPU()
+	// Scaling is how many of those slots are used (--render-scaling, autoscale.go):
+	// ScalingAdaptive follows the machine between 1 and Concurrency; ScalingFixed, the
+	// zero value's, uses them all.
+	Scaling Scaling
 	// QueueLength is how many renders may wait for a free slot; more answer
 	// local_queue_full. Zero means none wait.
 	QueueLength int
@@ -162,6 +166,11 @@ type Config struct {
 	// MaxContextRenders is how many renders a long-lived tab and its context serve
 	// (IsolationWipe) before they are replaced; default DefaultMaxContextRenders.
 	MaxContextRenders int
+	// MaxContextHeapBytes recycles a long-lived tab and its context (IsolationWipe) after
+	// a render that leaves its renderer's JavaScript heap above it (Runtime.getHeapUsage:
+	// one round trip, no domain to enable); zero means DefaultMaxContextHeapBytes,
+	// negative no bound.
+	MaxContextHeapBytes int64
 
 	// MaxSubrequestCount bounds a render's sub-requests (everything but its main documents
 	// and admitted frames), MaxHostSubrequestCount those to each host other than the
@@ -173,19 +182,26 @@ type Config struct {
 
 // Stats is a snapshot of the pool for health pages and metrics.
 type Stats struct {
-	SlotCount     int    `json:"slot_count"`
-	BusyCount     int    `json:"busy_count"`
-	QueuedCount   int    `json:"queued_count"`
-	WarmTabCount  int    `json:"warm_tab_count"`
-	RestartCount  int    `json:"restart_count"`
-	IsBrowserUp   bool   `json:"is_browser_up"`
-	IsRemote      bool   `json:"is_remote"`
-	LastError     string `json:"last_error,omitempty"`
-	RenderedCount int64  `json:"rendered_count"`
+	SlotCount int `json:"slot_count"` // Config.Concurrency: the operator's cap
+	// EffectiveSlotCount is how many of them renders may take now: SlotCount with
+	// ScalingFixed, the controller's count with ScalingAdaptive.
+	EffectiveSlotCount int    `json:"effective_slot_count"`
+	IsAdaptive         bool   `json:"is_adaptive"`
+	BusyCount          int    `json:"busy_count"`
+	QueuedCount        int    `json:"queued_count"`
+	WarmTabCount       int    `json:"warm_tab_count"`
+	RestartCount       int    `json:"restart_count"`
+	IsBrowserUp        bool   `json:"is_browser_up"`
+	IsRemote           bool   `json:"is_remote"`
+	LastError          string `json:"last_error,omitempty"`
+	RenderedCount      int64  `json:"rendered_count"`
 	// ContextCount is the long-lived browser contexts alive (IsolationWipe);
 	// RecycledContextCount how many were disposed of so far.
 	ContextCount         int   `json:"context_count"`
 	RecycledContextCount int64 `json:"recycled_context_count"`
+	// HeapRecycledContextCount is how many of those went for their heap
+	// (MaxContextHeapBytes).
+	HeapRecycledContextCount int64 `json:"heap_recycled_context_count"`
 }
 
 // Pool renders pages. Create it with New and stop it with Close. Safe for concurrent use.
@@ -207,22 +223,25 @@ type Pool struct {
 
 	skipDefault skipSet // Config.SkipResourceTypes as the browser names them
 
-	mu         sync.Mutex
-	state      browserState
-	cur        *browser      // the live browser when state is stateUp
-	changed    chan struct{} // closed and replaced at every change of state
-	lastErr    error
-	restarts   int
-	spares     []*tab        // warm tabs of cur
-	making     int           // warm-ups making a new tab
-	wiping     []*tab        // long-lived tabs being wiped (IsolationWipe)
-	live       int           // long-lived tabs alive, busy or not (IsolationWipe)
-	contexts   int           // long-lived contexts alive
-	recycled   int64         // long-lived contexts disposed of
-	warming    int           // warm-ups in progress
-	spareReady chan struct{} // closed and replaced when a warm-up ends
-	closed     bool
-	rendered   int64
+	scale *autoscaler // nil with ScalingFixed
+
+	mu           sync.Mutex
+	state        browserState
+	cur          *browser      // the live browser when state is stateUp
+	changed      chan struct{} // closed and replaced at every change of state
+	lastErr      error
+	restarts     int
+	spares       []*tab        // warm tabs of cur
+	making       int           // warm-ups making a new tab
+	wiping       []*tab        // long-lived tabs being wiped (IsolationWipe)
+	live         int           // long-lived tabs alive, busy or not (IsolationWipe)
+	contexts     int           // long-lived contexts alive
+	recycled     int64         // long-lived contexts disposed of
+	heapRecycled int64         // of which for their heap
+	warming      int           // warm-ups in progress
+	spareReady   chan struct{} // closed and replaced when a warm-up ends
+	closed       bool
+	rendered     int64
 }
 
 type browserState int
@@ -289,6 +308,16 @@ func New(cfg Config) (*Pool, error) {
 	if cfg.MaxContextRenders <= 0 {
 		cfg.MaxContextRenders = DefaultMaxContextRenders
 	}
+	if cfg.MaxContextHeapBytes == 0 {
+		cfg.MaxContextHeapBytes = DefaultMaxContextHeapBytes
+	}
+	switch cfg.Scaling {
+	case "":
+		cfg.Scaling = ScalingFixed
+	case ScalingFixed, ScalingAdaptive:
+	default:
+		return nil, downloader.Invalidf("render_scaling", "render: scaling %q is neither %q nor %q", cfg.Scaling, ScalingAdaptive, ScalingFixed)
+	}
 	if cfg.SkipResourceTypes == nil {
 		cfg.SkipResourceTypes = downloader.DefaultSkipResourceTypes()
 	}
@@ -317,6 +346,11 @@ func New(cfg Config) (*Pool, error) {
 		skipDefault: newSkipSet(cfg.SkipResourceTypes),
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
+	if cfg.Scaling == ScalingAdaptive {
+		p.scale = newAutoscaler(p)
+		p.gate.SetCapacity(p.scale.limit())
+		p.wg.Go(p.scale.run)
+	}
 	if cfg.Endpoint == "" {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -348,16 +382,19 @@ func (p *Pool) Stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := Stats{
-		SlotCount:            p.gate.Capacity(),
-		BusyCount:            p.gate.InFlight(),
-		QueuedCount:          p.gate.Waiting(),
-		WarmTabCount:         len(p.spares),
-		RestartCount:         p.restarts,
-		IsBrowserUp:          p.state == stateUp,
-		IsRemote:             p.cfg.Endpoint != "",
-		RenderedCount:        p.rendered,
-		ContextCount:         p.contexts,
-		RecycledContextCount: p.recycled,
+		SlotCount:                p.cfg.Concurrency,
+		EffectiveSlotCount:       p.gate.Capacity(),
+		IsAdaptive:               p.scale != nil,
+		HeapRecycledContextCount: p.heapRecycled,
+		BusyCount:                p.gate.InFlight(),
+		QueuedCount:              p.gate.Waiting(),
+		WarmTabCount:             len(p.spares),
+		RestartCount:             p.restarts,
+		IsBrowserUp:              p.state == stateUp,
+		IsRemote:                 p.cfg.Endpoint != "",
+		RenderedCount:            p.rendered,
+		ContextCount:             p.contexts,
+		RecycledContextCount:     p.recycled,
 	}
 	if p.lastErr != nil {
 		s.LastError = p.lastErr.Error()
@@ -497,7 +534,7 @@ func (p *Pool) renderTimed(ctx context.Context, u *url.URL, adm *limiter.Admissi
 
 // render runs one render; held: the caller holds a slot (AcquireSlot), else one is taken
 // here for the render's duration.
-func (p *Pool) render(ctx context.Context, u *url.URL, adm *limiter.Admission, skip skipSet, start, deadline time.Time, held bool) *downloader.Outcome {
+func (p *Pool) render(ctx context.Context, u *url.URL, adm *limiter.Admission, skip skipSet, start, deadline time.Time, held bool) (out *downloader.Outcome) {
 	if u == nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
 		return downloader.Failed(downloader.FailInvalidTask)
 	}
@@ -515,6 +552,10 @@ func (p *Pool) render(ctx context.Context, u *url.URL, adm *limiter.Admission, s
 		// The slot is given back when Render returns; the tab's cleanup goes on behind it.
 		defer p.gate.Release()
 	}
+	if p.scale != nil {
+		slotAt := p.clk.Now()
+		defer func() { p.scale.observe(slotAt, out) }()
+	}
 	st := newRenderState(p.clk, domain, adm)
 	st.caps = subrequestCaps{total: p.cfg.MaxSubrequestCount, perHost: p.cfg.MaxHostSubrequestCount}
 	job := &renderJob{p: p, u: u, st: st, skip: skip, start: start, deadline: deadline, done: make(chan *downloader.Outcome, 1)}
@@ -522,7 +563,7 @@ func (p *Pool) render(ctx context.Context, u *url.URL, adm *limiter.Admission, s
 		return downloader.Failed(downloader.FailShuttingDown)
 	}
 	select {
-	case out := <-job.done:
+	case out = <-job.done:
 		st.release()
 		if p.ctx.Err() != nil && out.HTTPStatus == 0 && !out.FailReason.HasReachedOrigin() {
 			// Closing the pool kills the browser under the render: that is our stop,
@@ -534,7 +575,7 @@ func (p *Pool) render(ctx context.Context, u *url.URL, adm *limiter.Admission, s
 		st.release()
 		// The job may have finished at the same moment.
 		select {
-		case out := <-job.done:
+		case out = <-job.done:
 			return out
 		default:
 		}

@@ -319,7 +319,7 @@ func (p *Pool) reuse(t *tab) {
 	}
 	keep := !p.closed && p.cur == t.b && t.sc.renders < p.cfg.MaxContextRenders
 	p.mu.Unlock()
-	keep = keep && t.b.alive() && !t.isDetached() && !t.tr.state().crashed
+	keep = keep && t.b.alive() && !t.isDetached() && !t.tr.state().crashed && !p.isHeapOver(t)
 	if keep {
 		if err := t.wipe(origins, docOrigins); err != nil {
 			if t.b.alive() && p.ctx.Err() == nil && !errors.Is(err, errReplaceTab) {
@@ -465,7 +465,7 @@ func (p *Pool) refill() {
 // wantMoreLocked reports whether refill should make one more tab. Requires p.mu held.
 func (p *Pool) wantMoreLocked() bool {
 	if p.cfg.Isolation == IsolationWipe {
-		return p.cfg.WarmTabs > 0 && p.live+p.making < p.cfg.Concurrency
+		return p.cfg.WarmTabs > 0 && p.live+p.making < p.gate.Capacity() // the effective slots (autoscale.go)
 	}
 	return len(p.spares)+p.making < p.cfg.WarmTabs
 }

@@ -20,6 +20,11 @@
 #       ratios from the same run. RENDER_BENCH_N (default 16) renders per row;
 #       RENDER_BENCH_PAGES, RENDER_BENCH_VARIANTS, RENDER_BENCH_CONCURRENCY narrow the grid.
 #       Needs the npm package todomvc (scripts/setup.sh fetches it).
+#
+#   bash scripts/bench.sh render-overload   adaptive render concurrency on an overloaded
+#       machine (BenchmarkRenderOverload, docs/benchmarks-render.md): 8 renders offered at
+#       once, the pool fixed at 1, 2, 4, 8 slots and adaptive up to 8, beside one render
+#       alone (the unloaded p50), in one run. RENDER_BENCH_N (default 64) renders per row.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), $(go version | cut -d' ' -f3)" >&2
@@ -63,6 +68,37 @@ if [ "${1:-}" = "render" ]; then
 			shared = "shared-context" SUBSEP f[2] SUBSEP f[3]; ctx = "pool-context" SUBSEP f[2] SUBSEP f[3]
 			printf "| %s · %s | %s | %s | %s | %s | %s |\n", f[2], f[3], ratio(get(pool, "pages/s"), get(bare, "pages/s")), ratio(get(pool, "pages/s"), get(shared, "pages/s")), ratio(get(pool, "pages/s"), get(ctx, "pages/s")), ratio(get(pool, "peak_pss_MB"), get(bare, "peak_pss_MB")), ratio(get(pool, "cpu_ms/page"), get(bare, "cpu_ms/page"))
 		}
+	}' "$out"
+	exit 0
+fi
+
+if [ "${1:-}" = "render-overload" ]; then
+	shift
+	cd "$root"
+	out="$(mktemp)"
+	trap 'rm -f "$out"' EXIT
+	go test -run '^$' -bench '^BenchmarkRenderOverload$' -benchtime "${RENDER_BENCH_N:-64}x" -timeout 90m "$@" ./render/ | tee "$out" >&2
+	awk '
+	/^BenchmarkRenderOverload\// {
+		name = $1
+		sub(/^BenchmarkRenderOverload\//, "", name)
+		sub(/-[0-9]+$/, "", name)
+		order[n++] = name
+		for (i = 3; i < NF; i += 2) m[name, $(i + 1)] = $i
+	}
+	function get(k, unit) { return ((k, unit) in m) ? m[k, unit] : "" }
+	END {
+		base = get("unloaded", "p50_ms"); best = 0
+		for (i = 0; i < n; i++) if (order[i] ~ /^fixed-/ && get(order[i], "pages/s") > best) best = get(order[i], "pages/s")
+		print "| row | pages/s | of best fixed | p50 ms | of unloaded p50 | p90 ms | render_timeout | slots (mean, final) |"
+		print "|---|---|---|---|---|---|---|---|"
+		for (i = 0; i < n; i++) {
+			k = order[i]
+			slots = (get(k, "mean_slots") == "") ? "" : sprintf("%.1f, %d", get(k, "mean_slots"), get(k, "final_slots"))
+			printf "| %s | %.2f | %.2f× | %d | %.2f× | %d | %d | %s |\n", k, get(k, "pages/s"), (best > 0 ? get(k, "pages/s") / best : 0), get(k, "p50_ms"), (base > 0 ? get(k, "p50_ms") / base : 0), get(k, "p90_ms"), get(k, "render_timeouts"), slots
+		}
+		print ""
+		print "Goal (adaptive): p50 within 1.5× of the unloaded p50, no render_timeout, pages/s within 10 % of the best fixed count."
 	}' "$out"
 	exit 0
 fi

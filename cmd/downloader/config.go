@@ -32,12 +32,16 @@ type config struct {
 	RequestTimeoutMs     int64
 	RenderConcurrency    int
 	RenderIsolation      string
-	RendererEndpoint     string
-	ChromiumPath         string
-	LogLevel             slog.Level
-	ShutdownGraceSeconds int
-	Lease                leaseConfig   // entry A (lease.go)
-	Cluster              clusterConfig // --store tikv (cluster.go)
+	RenderScaling        string
+	// RenderMaxContextHeapBytes recycles a long-lived tab whose renderer's JS heap is
+	// above it after a render (--render-isolation=wipe); negative: no bound.
+	RenderMaxContextHeapBytes int64
+	RendererEndpoint          string
+	ChromiumPath              string
+	LogLevel                  slog.Level
+	ShutdownGraceSeconds      int
+	Lease                     leaseConfig   // entry A (lease.go)
+	Cluster                   clusterConfig // --store tikv (cluster.go)
 
 	// The render's sub-request caps (SPEC §3), in total and per host other than the page's.
 	RenderMaxSubrequestCount     int
@@ -111,6 +115,8 @@ func newFlagSet(name string, c *config, stderr io.Writer) *flag.FlagSet {
 	fs.Int64Var(&c.RequestTimeoutMs, "request-timeout-ms", 30000, "default timeout of one fetch or render")
 	fs.IntVar(&c.RenderConcurrency, "render-concurrency", runtime.NumCPU(), "renders at once (the browser pool size)")
 	fs.StringVar(&c.RenderIsolation, "render-isolation", "wipe", "how renders are kept apart: wipe (long-lived contexts, every touched origin's state wiped between renders, HTTP and code cache kept) or context (a new browser context per render)")
+	fs.StringVar(&c.RenderScaling, "render-scaling", string(render.ScalingFixed), "how many of the --render-concurrency slots are used: fixed (all of them) or adaptive (between 1 and --render-concurrency, following render latency against the unloaded p50, and the host's CPU)")
+	fs.Int64Var(&c.RenderMaxContextHeapBytes, "render-max-context-heap-bytes", render.DefaultMaxContextHeapBytes, "with --render-isolation=wipe, recycle a long-lived tab after a render that leaves its renderer's JavaScript heap above this; -1: no bound")
 	fs.IntVar(&c.RenderMaxSubrequestCount, "render-max-subrequest-count", render.DefaultMaxSubrequestCount, "sub-requests one render may send (scripts, styles, XHR, fetch, beacons); the rest is refused and counted in capped_subrequest_count")
 	fs.IntVar(&c.RenderMaxHostSubrequestCount, "render-max-host-subrequest-count", render.DefaultMaxHostSubrequestCount, "sub-requests one render may send to each host other than the page's own")
 	fs.StringVar(&c.RendererEndpoint, "renderer-endpoint", "", "remote CDP endpoint (e.g. ws://obscura:9222/devtools/browser); empty launches local Chromium")
@@ -201,6 +207,10 @@ func (c *config) check() error {
 		return errors.New("--render-concurrency must be at least 1")
 	case c.RenderIsolation != string(render.IsolationWipe) && c.RenderIsolation != string(render.IsolationContext):
 		return errors.New("--render-isolation must be wipe or context")
+	case c.RenderScaling != string(render.ScalingAdaptive) && c.RenderScaling != string(render.ScalingFixed):
+		return errors.New("--render-scaling must be adaptive or fixed")
+	case c.RenderMaxContextHeapBytes == 0:
+		return errors.New("--render-max-context-heap-bytes must not be 0 (-1: no bound)")
 	case c.RenderMaxSubrequestCount < 1:
 		return errors.New("--render-max-subrequest-count must be at least 1")
 	case c.RenderMaxHostSubrequestCount < 1:

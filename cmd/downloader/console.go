@@ -71,7 +71,7 @@ func (o *observability) routes(views console.Config) (func(*http.ServeMux), erro
 
 // rendererStats copies the pool's snapshot into the shape the console and metrics show.
 func rendererStats(s render.Stats) observe.RendererStats {
-	return observe.RendererStats{SlotCount: s.SlotCount, BusyCount: s.BusyCount, QueuedCount: s.QueuedCount,
+	return observe.RendererStats{SlotCount: s.SlotCount, EffectiveSlotCount: s.EffectiveSlotCount, IsAdaptive: s.IsAdaptive, BusyCount: s.BusyCount, QueuedCount: s.QueuedCount,
 		WarmTabCount: s.WarmTabCount, RestartCount: s.RestartCount, RenderedCount: s.RenderedCount,
 		IsBrowserUp: s.IsBrowserUp, IsRemote: s.IsRemote, LastError: s.LastError}
 }

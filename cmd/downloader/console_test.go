@@ -190,10 +190,11 @@ func TestConsoleInChromium(t *testing.T) {
 			r := st["renderer"].(map[string]any)
 			for k, field := range map[string]string{"slot_count": "slot_count", "busy_count": "busy_count",
 				"queued_count": "renderer_queued_count", "restart_count": "restart_count", "rendered_count": "rendered_count",
-				"warm_tab_count": "warm_tab_count"} {
+				"warm_tab_count": "warm_tab_count", "effective_slot_count": "effective_slot_count"} {
 				m.expect(page, "", field, shownNum(r[k]))
 			}
 			m.expect(page, "", "is_browser_up", strconv.FormatBool(r["is_browser_up"].(bool)))
+			m.expect(page, "", "is_adaptive", strconv.FormatBool(r["is_adaptive"].(bool)))
 			if st["active_domain_count"] != 5.0 || st["politeness_ceiling_per_second"] == nil {
 				m.errorf("active %v, politeness %v", st["active_domain_count"], st["politeness_ceiling_per_second"])
 			}

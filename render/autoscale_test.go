@@ -1,0 +1,165 @@
+package render
+
+import (
+	"log/slog"
+	"testing"
+	"time"
+
+	"downloader"
+	"downloader/clock"
+	"downloader/limiter"
+)
+
+// TestScalerDecide walks the controller along a fake timeline: each step is one decision
+// scaleTick after the previous, with the renders that ended in it (each took lat, its
+// slot taken after the previous decision), the host's CPU and whether renders waited.
+func TestScalerDecide(t *testing.T) {
+	type step struct {
+		lat       time.Duration // latency of each render of the step
+		n         int           // renders ended in the step
+		timeouts  int           // of which render_timeout
+		cpu       float64
+		isDemand  bool
+		wantLimit int
+		wantWhy   string
+	}
+	ms := time.Millisecond
+	tests := []struct {
+		name  string
+		max   int
+		steps []step
+	}{
+		{"starts at one and climbs slowly while there is headroom", 4, []step{
+			{lat: 500 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 1}, // < scaleUpEvery since the start
+			{lat: 500 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 1},
+			{lat: 500 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 2, wantWhy: "headroom"},
+			{lat: 520 * ms, n: 3, cpu: 0.6, isDemand: true, wantLimit: 2},
+			{lat: 520 * ms, n: 3, cpu: 0.6, isDemand: true, wantLimit: 2},
+			{lat: 520 * ms, n: 3, cpu: 0.6, isDemand: true, wantLimit: 3, wantWhy: "headroom"},
+		}},
+		{"never above the operator's cap", 1, []step{
+			{lat: 500 * ms, n: 3, cpu: 0.1, isDemand: true, wantLimit: 1},
+			{lat: 500 * ms, n: 3, cpu: 0.1, isDemand: true, wantLimit: 1},
+			{lat: 500 * ms, n: 3, cpu: 0.1, isDemand: true, wantLimit: 1},
+			{lat: 500 * ms, n: 3, cpu: 0.1, isDemand: true, wantLimit: 1},
+		}},
+		{"no demand, no step up", 4, []step{
+			{lat: 500 * ms, n: 3, cpu: 0.1, wantLimit: 1},
+			{lat: 500 * ms, n: 3, cpu: 0.1, wantLimit: 1},
+			{lat: 500 * ms, n: 3, cpu: 0.1, wantLimit: 1},
+			{lat: 500 * ms, n: 3, cpu: 0.1, wantLimit: 1},
+		}},
+		{"a saturated CPU alone does not hold the count", 4, []step{
+			{lat: 500 * ms, n: 3, cpu: 0.99, isDemand: true, wantLimit: 1},
+			{lat: 500 * ms, n: 3, cpu: 0.99, isDemand: true, wantLimit: 1},
+			{lat: 500 * ms, n: 3, cpu: 0.99, isDemand: true, wantLimit: 2, wantWhy: "headroom"},
+		}},
+		{"an unknown CPU: latency alone decides", 4, []step{
+			{lat: 500 * ms, n: 3, cpu: -1, isDemand: true, wantLimit: 1},
+			{lat: 500 * ms, n: 3, cpu: -1, isDemand: true, wantLimit: 1},
+			{lat: 500 * ms, n: 3, cpu: -1, isDemand: true, wantLimit: 2, wantWhy: "headroom"},
+		}},
+		{"too few renders at the new count: no judgement", 4, []step{
+			{lat: 500 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 1},
+			{lat: 500 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 1},
+			{lat: 500 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 2, wantWhy: "headroom"},
+			{lat: 2000 * ms, n: 2, cpu: 0.5, isDemand: true, wantLimit: 2},
+			{lat: 2000 * ms, n: 1, cpu: 0.5, isDemand: true, wantLimit: 1, wantWhy: "latency"},
+		}},
+		{"overloaded: down in proportion, half at most", 8, []step{
+			{lat: 500 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 1},
+			{lat: 500 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 1},
+			{lat: 500 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 2, wantWhy: "headroom"},
+			{lat: 500 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 2},
+			{lat: 500 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 2},
+			{lat: 500 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 3, wantWhy: "headroom"},
+			{lat: 500 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 3},
+			{lat: 500 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 3},
+			{lat: 500 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 4, wantWhy: "headroom"},
+			{lat: 1000 * ms, n: 3, cpu: 0.8, isDemand: true, wantLimit: 2, wantWhy: "latency"}, // 4 × 1.3 / 2 = 2.6
+		}},
+		{"near the bound with a saturated CPU: one slot less", 4, []step{
+			{lat: 500 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 1},
+			{lat: 500 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 1},
+			{lat: 500 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 2, wantWhy: "headroom"},
+			{lat: 725 * ms, n: 3, cpu: 0.99, isDemand: true, wantLimit: 1, wantWhy: "cpu"}, // 1.45×
+		}},
+		{"near the bound on an idle CPU: hold", 4, []step{
+			{lat: 500 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 1},
+			{lat: 500 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 1},
+			{lat: 500 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 2, wantWhy: "headroom"},
+			{lat: 725 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 2},
+			{lat: 725 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 2},
+			{lat: 725 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 2},
+		}},
+		{"a render_timeout halves at once", 8, []step{
+			{lat: 500 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 1},
+			{lat: 500 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 1},
+			{lat: 500 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 2, wantWhy: "headroom"},
+			{lat: 500 * ms, n: 1, timeouts: 1, cpu: 0.5, isDemand: true, wantLimit: 1, wantWhy: "render_timeout"},
+		}},
+		{"heavier pages at one slot become the baseline", 4, []step{
+			{lat: 500 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 1},
+			{lat: 1500 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 1},
+			{lat: 1500 * ms, n: 3, cpu: 0.5, isDemand: true, wantLimit: 2, wantWhy: "headroom"},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+			s := newScaler(tt.max, clk.Now())
+			for i, st := range tt.steps {
+				from := clk.Now()
+				clk.Advance(scaleTick)
+				in := scaleInput{now: clk.Now(), cpuBusyRatio: st.cpu, isDemand: st.isDemand}
+				for j := range st.n {
+					end := clk.Now().Add(-time.Duration(j) * time.Millisecond)
+					start := end.Add(-st.lat)
+					if start.Before(from) { // its slot was taken after the previous decision
+						start = from
+						end = start.Add(st.lat)
+					}
+					in.samples = append(in.samples, renderSample{startedAt: start, endedAt: end, isTimeout: j < st.timeouts})
+				}
+				limit, why := s.decide(in)
+				if limit != st.wantLimit || why != st.wantWhy {
+					t.Fatalf("step %d: decide = %d %q, want %d %q (baseline %v)", i, limit, why, st.wantLimit, st.wantWhy, s.baseline)
+				}
+			}
+		})
+	}
+}
+
+// TestAutoscalerStep: the actor feeds the renders that ended and the host's CPU to the
+// decision and applies its count to the pool's gate, the slots AcquireSlot takes.
+func TestAutoscalerStep(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	p := &Pool{cfg: Config{Concurrency: 4}, clk: clk, log: slog.New(slog.DiscardHandler), gate: limiter.NewGate(4, 8)}
+	cpu := []uint64{0, 100}
+	a := newAutoscaler(p)
+	a.hostCPU = func() (uint64, uint64, bool) { cpu[0] += 50; cpu[1] += 100; return cpu[0], cpu[1], true }
+	p.gate.SetCapacity(a.limit())
+	if got := p.gate.Capacity(); got != 1 {
+		t.Fatalf("gate capacity %d at the start, want 1", got)
+	}
+	if !p.gate.TryAcquire() { // the one slot is busy: renders are waiting for more
+		t.Fatal("no slot")
+	}
+	for range 3 {
+		start := clk.Now()
+		clk.Advance(time.Second)
+		a.observe(start, &downloader.Outcome{HTTPStatus: 200})
+		a.observe(start, &downloader.Outcome{FailReason: downloader.FailConnectRefused}) // says nothing
+		a.step()
+	}
+	if got := p.gate.Capacity(); got != 2 {
+		t.Errorf("gate capacity %d after 3 s of renders at the unloaded p50 with demand, want 2", got)
+	}
+	start := clk.Now()
+	clk.Advance(30 * time.Second)
+	a.observe(start, &downloader.Outcome{FailReason: downloader.FailRenderTimeout})
+	a.step()
+	if got := p.gate.Capacity(); got != 1 {
+		t.Errorf("gate capacity %d after a render_timeout at 2, want 1", got)
+	}
+}
