@@ -157,6 +157,10 @@ type HealthSignal struct {
 	SubrequestCount       *int `json:"subrequest_count"`
 	SubrequestFailedCount *int `json:"subrequest_failed_count"`
 	BlockedRequestCount   *int `json:"blocked_request_count"`
+	// SkippedRequestCount is the sub-requests the render did not make because their
+	// resource type is skipped (skip_resource_types): they never reached anyone, and are
+	// not in subrequest_count.
+	SkippedRequestCount *int `json:"skipped_request_count"`
 	// The render's guards against loading other sites behind their limiter (SPEC §3),
 	// null when should_render=false. PopupCount: windows the page tried to open (none is
 	// loaded). SkippedFrameCount: iframe documents on another host not loaded because that
@@ -187,7 +191,10 @@ type Request struct {
 	ShouldRender   bool
 	ShouldStore    bool
 	Timeout        time.Duration // zero: the service default
-	Entry          Entry
+	// SkipResourceTypes (renders): nil is the renderer's default, an empty non-nil list
+	// loads everything (RenderOptions).
+	SkipResourceTypes []ResourceType
+	Entry             Entry
 }
 
 // Outcome is what a fetch or render produced. Body and Text are the page content; they are

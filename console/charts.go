@@ -155,10 +155,10 @@ func requestCharts(hours []observe.Hour) []chart {
 	}
 	requests := newChart("requests", "requests per hour", "每小时请求数", hours, wholeNumber,
 		series{"bar", "requests", countOf(func(h observe.Hour) uint64 { return h.RequestCount })})
-	requests.Total, requests.TotalName = num(req), "request_count_24h"
+	requests.Total, requests.TotalName = num(req), "request_24h_count"
 	triggers := newChart("over_limit", "limit triggers per hour", "每小时限速触发", hours, wholeNumber,
 		series{"bar warn", "limit triggers", countOf(func(h observe.Hour) uint64 { return h.OverLimitCount })})
-	triggers.Total, triggers.TotalName = num(over), "over_limit_count_24h"
+	triggers.Total, triggers.TotalName = num(over), "over_limit_24h_count"
 	return []chart{requests, triggers}
 }
 
@@ -171,7 +171,7 @@ func probeCharts(hours []observe.Hour) []chart {
 	c := newChart("probes", "probes per hour: reached / not reached", "每小时探针：到达 / 未到达对方", hours, wholeNumber,
 		series{"bar ok", "has_reached_origin=true", countOf(func(h observe.Hour) uint64 { return h.ProbeReachedCount })},
 		series{"bar own", "has_reached_origin=false", countOf(func(h observe.Hour) uint64 { return h.ProbeNotReachedCount })})
-	c.Total, c.TotalName = num(reached+not), "probe_count_24h"
+	c.Total, c.TotalName = num(reached+not), "probe_24h_count"
 	return []chart{c}
 }
 
@@ -187,7 +187,7 @@ func renderCharts(hours []observe.Hour) []chart {
 			}
 			return *h.MeanRenderMs, true
 		}})
-	c.Total, c.TotalName = num(n), "render_count_24h"
+	c.Total, c.TotalName = num(n), "render_24h_count"
 	return []chart{c}
 }
 

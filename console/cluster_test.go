@@ -1,13 +1,11 @@
 package console
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,32 +13,11 @@ import (
 	"downloader/clock"
 	"downloader/egress"
 	"downloader/engine"
+	"downloader/internal/testkit"
 	"downloader/limiter"
 	"downloader/observe"
 	"downloader/server"
 )
-
-// fakeCluster is a SharedRuntime with a cluster view (store/tikv's Runtime in production).
-type fakeCluster struct {
-	mu        sync.Mutex
-	instances []engine.ClusterInstance
-	err       error
-}
-
-func (f *fakeCluster) Admit(context.Context, engine.SharedAdmit) (engine.SharedTicket, time.Duration, error) {
-	return nil, time.Second, nil
-}
-func (f *fakeCluster) MaxConcurrentCount() int     { return 12 }
-func (f *fakeCluster) ApplyMaxConcurrentCount(int) {}
-func (f *fakeCluster) InstanceID() string          { return "dl-2" }
-func (f *fakeCluster) Instances(context.Context) ([]engine.ClusterInstance, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.instances, f.err
-}
-func (f *fakeCluster) Domain(context.Context, string) (engine.ClusterDomain, error) {
-	return engine.ClusterDomain{}, nil
-}
 
 // TestRuntimeShowsInstancesAndEgress: in cluster mode the runtime page and its JSON list
 // the instances (a failed read is shown, not fatal); the egress detector's state is shown
@@ -51,10 +28,11 @@ func TestRuntimeShowsInstancesAndEgress(t *testing.T) {
 	lim := limiter.New(clk)
 	clk.Advance(2 * time.Hour)
 	off := int64(-3)
-	fc := &fakeCluster{instances: []engine.ClusterInstance{
+	fc := &testkit.Cluster{InstanceList: []engine.ClusterInstance{
 		{InstanceID: "dl-1", Address: "10.0.0.1:8080", LastHeartbeatAt: clk.Now().UTC(), IsLive: true, InFlightCount: 3, CapacityShareCount: 6, ClockOffsetMs: &off},
-		{InstanceID: "dl-2", Address: "10.0.0.2:8080", LastHeartbeatAt: clk.Now().UTC(), IsLive: true, CapacityShareCount: 6},
-		{InstanceID: "dl-3", LastHeartbeatAt: clk.Now().Add(-30 * time.Second).UTC()},
+		{InstanceID: "dl-2", Address: "10.0.0.2:8080", LastHeartbeatAt: clk.Now().UTC(), IsLive: true, CapacityShareCount: 6,
+			IsFenced: true, FenceReason: engine.FenceClockSkewed},
+		{InstanceID: "dl-3", LastHeartbeatAt: clk.Now().Add(-30 * time.Second).UTC(), IsFenced: true, FenceReason: engine.FenceHeartbeatLate},
 	}}
 	det := egress.New(egress.Config{Clock: clk, MinDomainCount: 3})
 	down := clk.Now()
@@ -62,14 +40,18 @@ func TestRuntimeShowsInstancesAndEgress(t *testing.T) {
 		det.Judge(clk.Now(), fmt.Sprintf("d%d.test", i), downloader.EntryRender, downloader.FailConnectTimeout, false)
 	}
 	obs := observe.New(observe.Config{Clock: clk})
-	eng := engine.New(engine.Config{Clock: clk, Limiter: lim, Gate: limiter.NewGate(6, 4), Fetcher: fetcher{clk},
+	gate := limiter.NewGate(6, 4)
+	eng := engine.New(engine.Config{Clock: clk, Limiter: lim, Gate: gate, Fetcher: fetcher{clk},
 		Observer: obs, Shared: fc, Egress: det, DefaultMinInterval: time.Second})
-	con, err := New(Config{Clock: clk, Engine: eng, Observer: obs, Domains: observe.NewDomainTable(lim, time.Nanosecond),
-		Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
+	egressOf := func(now time.Time) (engine.EgressState, bool) { return engine.EgressStateOf(det.Status(now)), true }
+	con, err := New(Config{Clock: clk, Settings: eng, Limiter: lim, Gate: gate, Cluster: fc, Egress: egressOf, Observer: obs,
+		Domains: observe.NewDomainTable(lim, time.Nanosecond), Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{clk: clk, eng: eng, obs: obs, srv: httptest.NewServer(server.New(server.Config{Engine: eng, Clock: clk, Extra: con.Register}))}
+	srv := server.New(server.Config{Probe: eng, Render: eng, Settings: eng, Domains: lim, Slots: gate, Cluster: fc, Egress: egressOf,
+		Clock: clk, Extra: con.Register})
+	h := &harness{clk: clk, eng: eng, lim: lim, gate: gate, obs: obs, srv: httptest.NewServer(srv)}
 	t.Cleanup(h.srv.Close)
 
 	var rt Runtime
@@ -89,6 +71,9 @@ func TestRuntimeShowsInstancesAndEgress(t *testing.T) {
 		`data-row="instance:dl-1"`, `10.0.0.1:8080`, `<td class="n" data-field="clock_offset_ms">-3</td>`,
 		`data-field="live_instance_count">2<`, `data-field="egress" data-value="unavailable"`,
 		`data-field="unavailable_since_at">` + ts(down), `data-field="failing_domain_count">3<`, "集群实例", "本机出口网络",
+		`<td data-field="is_fenced" data-value="false" data-reason=""><span class="state normal">admitting<small>正常放行</small>`,
+		`<td data-field="is_fenced" data-value="true" data-reason="clock_skewed"><span class="state down">fenced: clock off PD by more than half of max_clock_skew_ms (check NTP)<small>已隔离：时钟偏差超过`,
+		`<td data-field="is_fenced" data-value="true" data-reason="heartbeat_late"><span class="state down">fenced: heartbeat late`,
 	} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the runtime page lacks %q", want)
@@ -96,10 +81,7 @@ func TestRuntimeShowsInstancesAndEgress(t *testing.T) {
 	}
 
 	// TiKV unreachable: the page still renders, with the store's message.
-	fc.mu.Lock()
-	fc.err = fmt.Errorf("instances: %w", errors.Join(downloader.Errorf(downloader.EUNAVAILABLE, "the cluster store (TiKV) is unavailable"), errors.New("down")))
-	fc.instances = nil
-	fc.mu.Unlock()
+	fc.Set(nil, fmt.Errorf("instances: %w", errors.Join(downloader.Errorf(downloader.EUNAVAILABLE, "the cluster store (TiKV) is unavailable"), errors.New("down"))))
 	resp, page := h.get(t, "/")
 	if resp.StatusCode != 200 || !strings.Contains(page, `data-field="cluster_error">the cluster store (TiKV) is unavailable<`) {
 		t.Errorf("page with TiKV down: %d, lacks the error", resp.StatusCode)

@@ -46,10 +46,17 @@ var templateFS embed.FS
 //go:embed assets
 var assetFS embed.FS
 
-// Config wires a Console. Engine, Observer and Domains are required.
+// Config wires a Console (deps.go). Settings, Limiter, Gate, Observer and Domains are
+// required.
 type Config struct {
 	Clock    clock.Clock // default clock.Real{}
-	Engine   *engine.Engine
+	Settings SettingsService
+	Limiter  LimiterStats
+	Gate     GateView
+	// Cluster is the instance list in cluster mode; nil on the embedded store.
+	Cluster ClusterView
+	// Egress is the egress detector's state at now; nil (or ok false): no detector.
+	Egress   func(now time.Time) (st engine.EgressState, ok bool)
 	Observer *observe.Observer
 	Domains  *observe.DomainTable
 	// Renderer reports the renderer pool; nil when the service has none.
@@ -70,8 +77,8 @@ type Console struct {
 
 // New parses the embedded templates.
 func New(cfg Config) (*Console, error) {
-	if cfg.Engine == nil || cfg.Observer == nil || cfg.Domains == nil {
-		return nil, fmt.Errorf("console: Engine, Observer and Domains are required")
+	if cfg.Settings == nil || cfg.Limiter == nil || cfg.Gate == nil || cfg.Observer == nil || cfg.Domains == nil {
+		return nil, fmt.Errorf("console: Settings, Limiter, Gate, Observer and Domains are required")
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}

@@ -13,7 +13,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"downloader"
 	"downloader/clock"
 	"downloader/engine"
+	"downloader/internal/testkit"
 	"downloader/limiter"
 	"downloader/observe"
 	"downloader/server"
@@ -49,27 +49,6 @@ func (f fetcher) Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission) 
 	return &downloader.Outcome{HTTPStatus: 200, FinalURL: u.String(), RawTextLength: &n, Body: []byte("<p>hi</p>"), Text: "hi"}
 }
 
-type memSettings struct {
-	mu sync.Mutex
-	s  *downloader.Settings
-}
-
-func (m *memSettings) Settings(context.Context) (downloader.Settings, bool, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.s == nil {
-		return downloader.Settings{}, false, nil
-	}
-	return *m.s, true, nil
-}
-
-func (m *memSettings) SaveSettings(_ context.Context, s downloader.Settings) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.s = &s
-	return nil
-}
-
 // testWriter logs through t, so that errors the console logs show in the test output.
 type testWriter struct{ t *testing.T }
 
@@ -80,10 +59,12 @@ func (w testWriter) Write(p []byte) (int, error) {
 }
 
 type harness struct {
-	clk *clock.Fake
-	eng *engine.Engine
-	obs *observe.Observer
-	srv *httptest.Server
+	clk  *clock.Fake
+	eng  *engine.Engine
+	lim  *limiter.Limiter
+	gate *limiter.Gate
+	obs  *observe.Observer
+	srv  *httptest.Server
 }
 
 func newHarness(t *testing.T, renderer func() observe.RendererStats) *harness {
@@ -92,15 +73,17 @@ func newHarness(t *testing.T, renderer func() observe.RendererStats) *harness {
 	lim := limiter.New(clk)
 	clk.Advance(2 * time.Hour)
 	obs := observe.New(observe.Config{Clock: clk})
-	eng := engine.New(engine.Config{Clock: clk, Limiter: lim, Gate: limiter.NewGate(8, 4), Fetcher: fetcher{clk},
-		Settings: &memSettings{}, Observer: obs, DefaultMinInterval: time.Second})
-	con, err := New(Config{Clock: clk, Engine: eng, Observer: obs, Domains: observe.NewDomainTable(lim, time.Nanosecond), Renderer: renderer,
+	gate := limiter.NewGate(8, 4)
+	eng := engine.New(engine.Config{Clock: clk, Limiter: lim, Gate: gate, Fetcher: fetcher{clk},
+		Settings: &testkit.SettingsStore{}, Observer: obs, DefaultMinInterval: time.Second})
+	con, err := New(Config{Clock: clk, Settings: eng, Limiter: lim, Gate: gate, Observer: obs,
+		Domains: observe.NewDomainTable(lim, time.Nanosecond), Renderer: renderer,
 		Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := server.New(server.Config{Engine: eng, Clock: clk, Extra: con.Register})
-	h := &harness{clk: clk, eng: eng, obs: obs, srv: httptest.NewServer(srv)}
+	srv := server.New(server.Config{Probe: eng, Render: eng, Settings: eng, Domains: lim, Slots: gate, Clock: clk, Extra: con.Register})
+	h := &harness{clk: clk, eng: eng, lim: lim, gate: gate, obs: obs, srv: httptest.NewServer(srv)}
 	t.Cleanup(h.srv.Close)
 	return h
 }
@@ -246,7 +229,7 @@ func TestRuntime(t *testing.T) {
 	}
 	// 5 probes, 2 renders: 7 requests; 1 C and 1 B refused.
 	want := map[string]float64{"domain_count": 5, "in_flight_count": 0, "max_concurrent_count": 8,
-		"request_count_24h": 7, "over_limit_count_24h": 2, "default_min_interval_ms": 1000}
+		"request_24h_count": 7, "over_limit_24h_count": 2, "default_min_interval_ms": 1000}
 	for k, w := range want {
 		if rt[k] != w {
 			t.Errorf("%s = %v, want %v", k, rt[k], w)
@@ -261,7 +244,7 @@ func TestRuntime(t *testing.T) {
 		t.Fatalf("page: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
 	f := fields(t, page)
-	for _, k := range []string{"domain_count", "in_flight_count", "max_concurrent_count", "request_count_24h", "over_limit_count_24h"} {
+	for _, k := range []string{"domain_count", "in_flight_count", "max_concurrent_count", "request_24h_count", "over_limit_24h_count"} {
 		if f[""][k] != shown(rt[k]) {
 			t.Errorf("page %s = %q, JSON %v", k, f[""][k], rt[k])
 		}
@@ -272,7 +255,7 @@ func TestRuntime(t *testing.T) {
 	for _, e := range rt["entries"].([]any) {
 		e := e.(map[string]any)
 		row := f["entry:"+e["entry"].(string)]
-		for _, k := range []string{"over_limit_count_24h", "request_count_24h", "local_queue_full_count_24h"} {
+		for _, k := range []string{"over_limit_24h_count", "request_24h_count", "local_queue_full_24h_count"} {
 			if row[k] != shown(e[k]) {
 				t.Errorf("entry %s %s: page %q, JSON %v", e["entry"], k, row[k], e[k])
 			}
@@ -289,7 +272,7 @@ func TestRuntime(t *testing.T) {
 		row := f["domain:"+d.Domain]
 		want := map[string]string{"domain": d.Domain, "min_interval_ms": num(d.MinIntervalMs),
 			"interval_source": string(d.IntervalSource), "last_request_at": ts(d.LastRequestAt),
-			"in_flight_count": num(d.InFlightCount), "request_count_24h": num(d.RequestCount24h), "state": string(d.State)}
+			"in_flight_count": num(d.InFlightCount), "request_24h_count": num(d.Request24hCount), "state": string(d.State)}
 		for k, w := range want {
 			if row[k] != w {
 				t.Errorf("%s %s: page %q, JSON %q", d.Domain, k, row[k], w)
@@ -396,8 +379,8 @@ func TestProbes(t *testing.T) {
 	h.traffic(t)
 	var p map[string]any
 	h.getJSON(t, "/v1/console/probes", &p)
-	want := map[string]float64{"probe_count_24h": 5, "reached_origin_count_24h": 3, "not_reached_origin_count_24h": 2,
-		"render_probe_count_24h": 1, "reached_failed_count_24h": 2}
+	want := map[string]float64{"probe_24h_count": 5, "reached_origin_24h_count": 3, "not_reached_origin_24h_count": 2,
+		"render_probe_24h_count": 1, "reached_failed_24h_count": 2}
 	for k, w := range want {
 		if p[k] != w {
 			t.Errorf("%s = %v, want %v", k, p[k], w)
@@ -406,7 +389,7 @@ func TestProbes(t *testing.T) {
 	_, page := h.get(t, "/probes")
 	f := fields(t, page)
 	for k := range want {
-		if k == "reached_failed_count_24h" {
+		if k == "reached_failed_24h_count" {
 			if f["cause:reached_failed"][k] != shown(p[k]) {
 				t.Errorf("page %s = %q", k, f["cause:reached_failed"][k])
 			}
@@ -418,8 +401,8 @@ func TestProbes(t *testing.T) {
 	}
 	for _, c := range p["causes"].([]any) {
 		c := c.(map[string]any)
-		if got := f["cause:"+c["fail_reason"].(string)]["probe_count_24h"]; got != shown(c["probe_count_24h"]) {
-			t.Errorf("cause %s: page %q, JSON %v", c["fail_reason"], got, c["probe_count_24h"])
+		if got := f["cause:"+c["fail_reason"].(string)]["probe_24h_count"]; got != shown(c["probe_24h_count"]) {
+			t.Errorf("cause %s: page %q, JSON %v", c["fail_reason"], got, c["probe_24h_count"])
 		}
 	}
 	samples := p["samples"].([]any)
@@ -513,8 +496,8 @@ func TestSettingsThroughTheAPI(t *testing.T) {
 	resp.Body.Close()
 	var rt Runtime
 	h.getJSON(t, "/v1/console/runtime", &rt)
-	if rt.MaxConcurrentCount != 3 || h.eng.Gate().Capacity() != 3 {
-		t.Errorf("max_concurrent_count %d, gate %d", rt.MaxConcurrentCount, h.eng.Gate().Capacity())
+	if rt.MaxConcurrentCount != 3 || h.gate.Capacity() != 3 {
+		t.Errorf("max_concurrent_count %d, gate %d", rt.MaxConcurrentCount, h.gate.Capacity())
 	}
 	_, page := h.get(t, "/")
 	if got := fields(t, page)[""]["max_concurrent_count"]; got != "3" {
@@ -594,8 +577,9 @@ func BenchmarkRuntimePage(b *testing.B) {
 		a.Done()
 	}
 	obs := observe.New(observe.Config{Clock: clk})
-	eng := engine.New(engine.Config{Clock: clk, Limiter: lim, Gate: limiter.NewGate(8, 4), Fetcher: fetcher{clk}, Observer: obs})
-	con, err := New(Config{Clock: clk, Engine: eng, Observer: obs, Domains: observe.NewDomainTable(lim, 0)})
+	gate := limiter.NewGate(8, 4)
+	eng := engine.New(engine.Config{Clock: clk, Limiter: lim, Gate: gate, Fetcher: fetcher{clk}, Observer: obs})
+	con, err := New(Config{Clock: clk, Settings: eng, Limiter: lim, Gate: gate, Observer: obs, Domains: observe.NewDomainTable(lim, 0)})
 	if err != nil {
 		b.Fatal(err)
 	}

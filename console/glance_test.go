@@ -147,13 +147,13 @@ func TestOverLimitNoteFollowsTheRatio(t *testing.T) {
 		{7, 2, "high", "Far above the usual 0.35%", true},
 	}
 	h := newHarness(t, nil)
-	con, err := New(Config{Clock: h.clk, Engine: h.eng, Observer: h.obs, Domains: observe.NewDomainTable(h.eng.Limiter(), time.Nanosecond)})
+	con, err := New(Config{Clock: h.clk, Settings: h.eng, Limiter: h.lim, Gate: h.gate, Observer: h.obs, Domains: observe.NewDomainTable(h.lim, time.Nanosecond)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, tt := range tests {
 		v := &runtimeView{Base: Base{Page: "runtime"}}
-		v.RequestCount24h, v.OverLimitCount24h = tt.requests, tt.over
+		v.Request24hCount, v.OverLimit24hCount = tt.requests, tt.over
 		if tt.requests > 0 {
 			v.OverLimitRatio = float64(tt.over) / float64(tt.requests)
 		}
@@ -275,16 +275,16 @@ func TestSettingsForm(t *testing.T) {
 	if code, body := post(url.Values{"max_concurrent_count": {"5"}, "actor": {"ops"}}, "same-origin"); code != 200 || !strings.Contains(body, `"max_concurrent_count":5`) {
 		t.Fatalf("form: %d %s", code, body)
 	}
-	if h.eng.Gate().Capacity() != 5 {
-		t.Errorf("gate %d after the form", h.eng.Gate().Capacity())
+	if h.gate.Capacity() != 5 {
+		t.Errorf("gate %d after the form", h.gate.Capacity())
 	}
 	for _, bad := range []string{"", "x", "0", "-3", "1000001"} {
 		if code, body := post(url.Values{"max_concurrent_count": {bad}}, "same-origin"); code != 400 || !strings.Contains(body, `"field":"max_concurrent_count"`) {
 			t.Errorf("max_concurrent_count %q: %d %s", bad, code, body)
 		}
 	}
-	if code, _ := post(url.Values{"max_concurrent_count": {"6"}}, "cross-site"); code != 403 || h.eng.Gate().Capacity() != 5 {
-		t.Errorf("a cross-site form post: %d, capacity %d", code, h.eng.Gate().Capacity())
+	if code, _ := post(url.Values{"max_concurrent_count": {"6"}}, "cross-site"); code != 403 || h.gate.Capacity() != 5 {
+		t.Errorf("a cross-site form post: %d, capacity %d", code, h.gate.Capacity())
 	}
 }
 

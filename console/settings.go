@@ -26,7 +26,7 @@ func (c *Console) settingsForm() http.Handler {
 			writeJSON(w, http.StatusBadRequest, errorBody{Error: "max_concurrent_count must be a whole number", Field: "max_concurrent_count"})
 			return
 		}
-		if _, err := c.cfg.Engine.SetSettings(r.Context(), downloader.Settings{MaxConcurrentCount: n}, formActor(r)); err != nil {
+		if _, err := c.cfg.Settings.SetSettings(r.Context(), downloader.Settings{MaxConcurrentCount: n}, formActor(r)); err != nil {
 			status := http.StatusBadRequest
 			if downloader.ErrorCode(err) != downloader.EINVALID {
 				c.log.Error("console settings", "error", err)
@@ -35,7 +35,7 @@ func (c *Console) settingsForm() http.Handler {
 			writeJSON(w, status, errorBody{Error: downloader.ErrorMessage(err), Field: downloader.ErrorField(err)})
 			return
 		}
-		writeJSON(w, http.StatusOK, c.cfg.Engine.Settings())
+		writeJSON(w, http.StatusOK, c.cfg.Settings.Settings())
 	})
 }
 

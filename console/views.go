@@ -27,9 +27,9 @@ type Runtime struct {
 	InFlightCount        int    `json:"in_flight_count"`
 	MaxConcurrentCount   int    `json:"max_concurrent_count"`
 	DefaultMinIntervalMs int64  `json:"default_min_interval_ms"`
-	RequestCount24h      uint64 `json:"request_count_24h"`
-	OverLimitCount24h    uint64 `json:"over_limit_count_24h"`
-	// OverLimitRatio is OverLimitCount24h ÷ RequestCount24h (the page shows a percentage).
+	Request24hCount      uint64 `json:"request_24h_count"`
+	OverLimit24hCount    uint64 `json:"over_limit_24h_count"`
+	// OverLimitRatio is OverLimit24hCount ÷ Request24hCount (the page shows a percentage).
 	OverLimitRatio float64               `json:"over_limit_ratio"`
 	Entries        []observe.EntryCounts `json:"entries"`
 	// Egress is this instance's egress detector (nil without one).
@@ -52,17 +52,19 @@ type ClusterStatus struct {
 // RuntimeOf).
 func (c *Console) Runtime() Runtime {
 	now := c.cfg.Clock.Now()
-	st := c.cfg.Engine.Limiter().Stats(now)
+	st := c.cfg.Limiter.Stats(now)
 	counts := c.cfg.Observer.Counts(now)
 	rt := Runtime{
 		GeneratedAt: now.UTC(), DomainCount: st.DomainCount, InFlightCount: st.InFlightCount,
-		MaxConcurrentCount:   c.cfg.Engine.Settings().MaxConcurrentCount,
-		DefaultMinIntervalMs: c.cfg.Engine.DefaultMinInterval().Milliseconds(),
-		RequestCount24h:      counts.RequestCount24h, OverLimitCount24h: counts.OverLimitCount24h,
+		MaxConcurrentCount:   c.cfg.Settings.Settings().MaxConcurrentCount,
+		DefaultMinIntervalMs: c.cfg.Settings.DefaultMinInterval().Milliseconds(),
+		Request24hCount:      counts.Request24hCount, OverLimit24hCount: counts.OverLimit24hCount,
 		OverLimitRatio: counts.OverLimitRatio, Entries: counts.Entries,
 	}
-	if eg, ok := c.cfg.Engine.Egress(now); ok {
-		rt.Egress = &eg
+	if c.cfg.Egress != nil {
+		if eg, ok := c.cfg.Egress(now); ok {
+			rt.Egress = &eg
+		}
 	}
 	return rt
 }
@@ -71,7 +73,7 @@ func (c *Console) Runtime() Runtime {
 // mode); a failed read is shown, not fatal: the page is most needed when TiKV is down.
 func (c *Console) RuntimeOf(ctx context.Context) Runtime {
 	rt := c.Runtime()
-	cv := c.cfg.Engine.Cluster()
+	cv := c.cfg.Cluster
 	if cv == nil {
 		return rt
 	}
@@ -133,8 +135,8 @@ func (c *Console) Stats() Stats {
 	now := c.cfg.Clock.Now()
 	d := c.cfg.Domains.Summary(now)
 	r := c.cfg.Observer.Recent(now)
-	gate := c.cfg.Engine.Gate()
-	cap := c.cfg.Engine.Settings().MaxConcurrentCount
+	gate := c.cfg.Gate
+	cap := c.cfg.Settings.Settings().MaxConcurrentCount
 	s := Stats{
 		GeneratedAt: now.UTC(), Ceilings: observe.CeilingsOf(d, r, cap),
 		DomainCount: d.DomainCount, ActiveDomainCount: d.ActiveDomainCount, UnboundedDomainCount: d.UnboundedDomainCount,
@@ -261,7 +263,7 @@ func (c *Console) runtimePage(r *http.Request) (any, error) {
 // 1%), elevated (up to the alert's 5%) or high.
 func (v *runtimeView) OverLimitLevel() string {
 	switch {
-	case v.RequestCount24h == 0:
+	case v.Request24hCount == 0:
 		return "none"
 	case v.OverLimitRatio <= overLimitUsualRatio:
 		return "usual"
@@ -333,8 +335,8 @@ func (c *Console) probesPage(r *http.Request) (any, error) {
 	first := true
 	var reached []causeRow
 	for _, cc := range p.Causes {
-		row := causeRow{Key: "cause:" + string(cc.FailReason), Field: "probe_count_24h", Reason: cc.FailReason,
-			Label: cc.FailReason.EnglishLabel() + " · " + cc.FailReason.Label(), Count: cc.ProbeCount24h}
+		row := causeRow{Key: "cause:" + string(cc.FailReason), Field: "probe_24h_count", Reason: cc.FailReason,
+			Label: cc.FailReason.EnglishLabel() + " · " + cc.FailReason.Label(), Count: cc.Probe24hCount}
 		if cc.HasReachedOrigin {
 			row.IsDetail = true
 			reached = append(reached, row)
@@ -346,8 +348,8 @@ func (c *Console) probesPage(r *http.Request) (any, error) {
 		}
 		v.Causes = append(v.Causes, row)
 	}
-	v.Causes = append(v.Causes, causeRow{Key: "cause:reached_failed", Field: "reached_failed_count_24h",
-		Label: "reached the site, failed there · 到达对方但失败", Count: p.ReachedFailedCount24h, Action: "normal backoff · 正常退避"})
+	v.Causes = append(v.Causes, causeRow{Key: "cause:reached_failed", Field: "reached_failed_24h_count",
+		Label: "reached the site, failed there · 到达对方但失败", Count: p.ReachedFailed24hCount, Action: "normal backoff · 正常退避"})
 	v.Causes = append(v.Causes, reached...)
 	return v, nil
 }
@@ -398,6 +400,7 @@ func funcs() map[string]any {
 		},
 		"sourceLabel": sourceLabel,
 		"stateLabel":  stateLabel,
+		"fenceLabel":  fenceLabel,
 		"entryLabel":  entryLabel,
 		"bindingLabel": func(b *observe.Binding) string {
 			switch {
@@ -521,6 +524,25 @@ func stateLabel(s limiter.State) [2]string {
 		return [2]string{"rate-limited: probes not sent (C)", "入口 C 超限，探针未发出"}
 	}
 	return [2]string{string(s), ""}
+}
+
+// fenceLabel says in words, English and Chinese, why an instance admits nothing (its
+// fence_reason), or that it admits.
+func fenceLabel(in engine.ClusterInstance) [2]string {
+	if !in.IsFenced {
+		return [2]string{"admitting", "正常放行"}
+	}
+	switch in.FenceReason {
+	case engine.FenceHeartbeatLate:
+		return [2]string{"fenced: heartbeat late, admits nothing until one commits", "已隔离：心跳逾期，心跳恢复前不放行"}
+	case engine.FenceClockSkewed:
+		return [2]string{"fenced: clock off PD by more than half of max_clock_skew_ms (check NTP)", "已隔离：时钟偏差超过 max_clock_skew_ms 的一半（检查 NTP）"}
+	case engine.FenceNotRegistered:
+		return [2]string{"fenced: not registered yet", "已隔离：尚未注册"}
+	case engine.FenceInstanceIDTakenOver:
+		return [2]string{"fenced for good: another process took its instance_id (stop it)", "永久隔离：另一进程占用了其 instance_id（请停止本进程）"}
+	}
+	return [2]string{"fenced: " + in.FenceReason, "已隔离"}
 }
 
 func entryLabel(e downloader.Entry) string {

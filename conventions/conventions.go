@@ -650,7 +650,7 @@ func aliases() map[string]string {
 // rules are the patterns and word lists of Check.
 type rules struct {
 	snakeCase, kebabCase *regexp.Regexp
-	windowed             *regexp.Regexp // request_count_24h: a count over a window
+	windowed             *regexp.Regexp // request_count_24h: a window after _count (refused)
 	aliases              map[string]string
 	boolPrefixes         []string
 	durationWords        []string // a last word that needs a unit after it
@@ -681,7 +681,7 @@ func newRules() *rules {
 //   - one name per concept: a known alias (status_code, reached, render, in_flight, ...) is
 //     refused in favour of the name of record (http_status, has_reached_origin, ...);
 //   - booleans carry a prefix has_, should_ or is_;
-//   - counts end in _count (a window may follow: request_count_24h), and any number carries
+//   - counts end in _count (a window goes before it: request_24h_count), and any number carries
 //     its unit or kind (_count, _ms, _seconds, _bytes, _length, _ratio, _per_second, ...);
 //   - durations carry their unit (_ms, _seconds), never a bare time.Duration, which JSON and
 //     slog write as nanoseconds;
@@ -763,7 +763,10 @@ func (r *rules) check(n Name) []Violation {
 		switch {
 		case slices.Contains(r.countNouns, last):
 			bad("count_suffix", "counts end in _count (%s_count)", strings.TrimSuffix(name, "s"))
-		case name == "http_status" || r.windowed.MatchString(name) || slices.Contains(r.idWords, last):
+		case r.windowed.MatchString(name):
+			i := strings.LastIndex(name, "_count_")
+			bad("count_suffix", "counts end in _count, a window before it: %s_%s_count", name[:i], name[i+len("_count_"):])
+		case name == "http_status" || slices.Contains(r.idWords, last):
 		case !hasAnySuffix(name, r.numericSuffixes):
 			bad("count_suffix", "a number carries its kind or unit: counts end in _count, durations in _ms or _seconds (%s)", strings.Join(r.numericSuffixes, ", "))
 		}
@@ -828,7 +831,7 @@ func hasAnySuffix(s string, suffixes []string) bool {
 
 // snakeOf turns a Go name into snake_case, keeping initialisms and digit runs together:
 // HasReachedOrigin → has_reached_origin, HTTPStatus → http_status, XHRCount → xhr_count,
-// RequestCount24h → request_count_24h, TaskID → task_id.
+// Request24hCount → request_24h_count, TaskID → task_id.
 func snakeOf(s string) string {
 	var b strings.Builder
 	r := []rune(s)

@@ -139,7 +139,7 @@ func TestGoodSamplePasses(t *testing.T) {
 func TestSnakeOf(t *testing.T) {
 	tests := map[string]string{
 		"HasReachedOrigin": "has_reached_origin", "HTTPStatus": "http_status", "XHRCount": "xhr_count",
-		"RequestCount24h": "request_count_24h", "TaskID": "task_id", "URL": "url", "FinalURL": "final_url",
+		"Request24hCount": "request_24h_count", "TaskID": "task_id", "URL": "url", "FinalURL": "final_url",
 		"MinIntervalMs": "min_interval_ms", "IsBrowserUp": "is_browser_up", "Size": "size",
 	}
 	for in, want := range tests {

@@ -71,6 +71,34 @@ type ClusterInFlight struct {
 	IsInstanceLive bool `json:"is_instance_live"`
 }
 
+// Fence reasons (fence_reason): why an instance admits nothing. The instance list shows
+// the first two (what the others can see of an instance); an instance's own FenceState
+// may also say it has not registered yet or that another process took its id over.
+const (
+	FenceHeartbeatLate       = "heartbeat_late"         // its lease ends before its next heartbeat committed
+	FenceClockSkewed         = "clock_skewed"           // its clock cannot be bounded within the allowance
+	FenceNotRegistered       = "not_registered"         // no heartbeat committed yet (starting)
+	FenceInstanceIDTakenOver = "instance_id_taken_over" // another process runs under its id: stop it
+)
+
+// FenceReasons lists the fence reasons, a closed set (the metrics' fence_reason label).
+func FenceReasons() []string {
+	return []string{FenceHeartbeatLate, FenceClockSkewed, FenceNotRegistered, FenceInstanceIDTakenOver}
+}
+
+// FenceState is whether this instance admits nothing now, and why (one of FenceReasons;
+// "" when not fenced).
+type FenceState struct {
+	IsFenced    bool   `json:"is_fenced"`
+	FenceReason string `json:"fence_reason"`
+}
+
+// Fencer is a shared runtime that can be fenced from its cluster (store/tikv's Runtime).
+// FenceState reads local state only: it is cheap enough for every metrics scrape.
+type Fencer interface {
+	FenceState(now time.Time) FenceState
+}
+
 // Cluster returns the cluster view of the shared runtime, or nil on one machine.
 func (e *Engine) Cluster() ClusterView {
 	cv, _ := e.cfg.Shared.(ClusterView)

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 	"unicode/utf8"
 
 	"golang.org/x/text/encoding"
@@ -47,7 +46,7 @@ func (r renderedRenderer) AcquireSlot(context.Context) (func(), *downloader.Outc
 	return func() {}, nil
 }
 
-func (r renderedRenderer) RenderInSlot(ctx context.Context, u *url.URL, adm *limiter.Admission, _ time.Duration) *downloader.Outcome {
+func (r renderedRenderer) RenderInSlot(ctx context.Context, u *url.URL, adm *limiter.Admission, _ downloader.RenderOptions) *downloader.Outcome {
 	n := 1
 	return &downloader.Outcome{HTTPStatus: 200, RawTextLength: &n, TextLength: &n, Body: []byte(r.dom), Text: "rendered",
 		HealthSignal: downloader.HealthSignal{ContentType: r.servedCT}}

@@ -31,6 +31,12 @@ type Fetcher interface {
 	Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome
 }
 
+// OnceFetcher is a Fetcher that can fetch without keeping the connection for later
+// (fetch.Fetcher.FetchOnce): entry C probes use it, each one GET of a domain among many.
+type OnceFetcher interface {
+	FetchOnce(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome
+}
+
 // Renderer renders pages in a headless browser (package render), under an admission taken
 // by the caller. The engine takes a render slot before a global slot, so that renders
 // waiting for the browser hold none of max_concurrent_count's slots: a burst of renders
@@ -42,7 +48,7 @@ type Renderer interface {
 	// release is called.
 	AcquireSlot(ctx context.Context) (release func(), failed *downloader.Outcome)
 	// RenderInSlot renders one page under a slot taken with AcquireSlot.
-	RenderInSlot(ctx context.Context, u *url.URL, adm *limiter.Admission, timeout time.Duration) *downloader.Outcome
+	RenderInSlot(ctx context.Context, u *url.URL, adm *limiter.Admission, opts downloader.RenderOptions) *downloader.Outcome
 }
 
 // EgressJudge tells our own network failing from the origins failing (package egress): it
@@ -100,8 +106,9 @@ type Config struct {
 
 // Engine is safe for concurrent use. Create it with New.
 type Engine struct {
-	cfg Config
-	log *slog.Logger
+	cfg  Config
+	log  *slog.Logger
+	once OnceFetcher // cfg.Fetcher as a OnceFetcher, or nil
 
 	// stopping is closed when the service starts to stop: new requests answer
 	// shutting_down and requests in flight are cancelled with that reason.
@@ -120,7 +127,8 @@ func New(cfg Config) *Engine {
 	if cfg.DefaultTimeout <= 0 {
 		cfg.DefaultTimeout = 30 * time.Second
 	}
-	return &Engine{cfg: cfg, log: cfg.Logger, stopping: make(chan struct{})}
+	once, _ := cfg.Fetcher.(OnceFetcher)
+	return &Engine{cfg: cfg, log: cfg.Logger, once: once, stopping: make(chan struct{})}
 }
 
 // Limiter returns the engine's limiter.
@@ -319,7 +327,9 @@ func (e *Engine) run(ctx context.Context, req downloader.Request, u *url.URL, ad
 	case req.ShouldRender && e.cfg.Renderer == nil:
 		out = downloader.Failed(downloader.FailRendererUnavailable)
 	case req.ShouldRender:
-		out = e.cfg.Renderer.RenderInSlot(ctx, u, adm, timeout)
+		out = e.cfg.Renderer.RenderInSlot(ctx, u, adm, downloader.RenderOptions{Timeout: timeout, SkipResourceTypes: req.SkipResourceTypes})
+	case req.Entry == downloader.EntryProbe && e.once != nil:
+		out = e.once.FetchOnce(ctx, u, adm)
 	default:
 		out = e.cfg.Fetcher.Fetch(ctx, u, adm)
 	}

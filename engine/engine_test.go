@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"sync"
 	"testing"
@@ -130,8 +131,8 @@ func TestRunTaskDelaysToItsSlot(t *testing.T) {
 	if gap := f.at[1].Sub(f.at[0]); gap != 500*time.Millisecond {
 		t.Errorf("gap between wire moments = %v, want 500ms", gap)
 	}
-	if st := e.Limiter().Stats(clk.Now()); st.TriggerCount24h[downloader.EntryLease] != 1 {
-		t.Errorf("entry A triggers = %d, want 1", st.TriggerCount24h[downloader.EntryLease])
+	if st := e.Limiter().Stats(clk.Now()); st.Trigger24hCount[downloader.EntryLease] != 1 {
+		t.Errorf("entry A triggers = %d, want 1", st.Trigger24hCount[downloader.EntryLease])
 	}
 }
 
@@ -194,4 +195,46 @@ type fetcherFunc func(ctx context.Context, u *url.URL, adm *limiter.Admission) *
 
 func (f fetcherFunc) Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome {
 	return f(ctx, u, adm)
+}
+
+// onceFetcher records which of Fetch and FetchOnce each request went through.
+type onceFetcher struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (f *onceFetcher) record(how string) *downloader.Outcome {
+	f.mu.Lock()
+	f.calls = append(f.calls, how)
+	f.mu.Unlock()
+	return &downloader.Outcome{HTTPStatus: 200, Body: []byte("abc")}
+}
+
+func (f *onceFetcher) Fetch(context.Context, *url.URL, *limiter.Admission) *downloader.Outcome {
+	return f.record("fetch")
+}
+
+func (f *onceFetcher) FetchOnce(context.Context, *url.URL, *limiter.Admission) *downloader.Outcome {
+	return f.record("once")
+}
+
+// TestProbeFetchesOnce: an entry C probe keeps no connection for later (FetchOnce); entry A
+// and B fetch as usual.
+func TestProbeFetchesOnce(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
+	lim := limiter.New(clk)
+	clk.Advance(time.Hour)
+	f := &onceFetcher{}
+	e := New(Config{Clock: clk, Limiter: lim, Gate: limiter.NewGate(8, 8), Fetcher: f,
+		DefaultMinInterval: time.Second, DefaultTimeout: 10 * time.Second})
+	u, _ := url.Parse("http://p.test/")
+	e.Probe(t.Context(), downloader.Request{URL: u.String(), Domain: "p.test"}, u)
+	u2, _ := url.Parse("http://r.test/")
+	if _, err := e.Render(t.Context(), downloader.Request{URL: u2.String(), Domain: "r.test"}, u2); err != nil {
+		t.Fatal(err)
+	}
+	e.RunTask(t.Context(), &downloader.Task{TaskID: "a", URL: "http://a.test/", MinIntervalMs: ms(0)})
+	if got := fmt.Sprint(f.calls); got != "[once fetch fetch]" {
+		t.Errorf("calls %s, want [once fetch fetch]", got)
+	}
 }

@@ -25,42 +25,10 @@ func (o TaskOutcome) RetryAfterSeconds() int64 {
 	return max(1, int64(math.Ceil(o.RetryAfter.Seconds())))
 }
 
-// ValidateTask checks a leased task (SPEC §4, invalid_task): a bad URL, a missing or
-// out-of-range min_interval_ms, or a domain that is not the URL's host. It returns the
-// parsed URL and the request to run.
+// ValidateTask checks a leased task; it is downloader.ValidateLeasedTask, the one task
+// validator, kept under this name for the callers that reach it through the engine.
 func ValidateTask(t *downloader.Task) (*url.URL, downloader.Request, error) {
-	u, host, err := downloader.ParseTargetURL("url", t.URL)
-	if err != nil {
-		return nil, downloader.Request{}, err
-	}
-	if t.MinIntervalMs == nil {
-		return nil, downloader.Request{}, downloader.Invalidf("min_interval_ms", "min_interval_ms is required on a leased task")
-	}
-	if err := CheckMinInterval(*t.MinIntervalMs); err != nil {
-		return nil, downloader.Request{}, err
-	}
-	if t.Domain != "" {
-		d, err := downloader.NormalizeDomain(t.Domain)
-		if err != nil || d != host {
-			return nil, downloader.Request{}, downloader.Invalidf("domain", "domain %q is not the URL's host %q", t.Domain, host)
-		}
-	}
-	return u, downloader.Request{
-		URL: t.URL, Domain: host, MinInterval: time.Duration(*t.MinIntervalMs) * time.Millisecond,
-		IntervalSource: downloader.IntervalSourceLease, ShouldRender: t.ShouldRender,
-		ShouldStore: t.ShouldStore, Entry: downloader.EntryLease,
-	}, nil
-}
-
-// CheckMinInterval checks a min_interval_ms value against the accepted range.
-func CheckMinInterval(ms int64) error {
-	if ms < 0 {
-		return downloader.Invalidf("min_interval_ms", "min_interval_ms must not be negative")
-	}
-	if ms > downloader.MaxMinInterval.Milliseconds() {
-		return downloader.Invalidf("min_interval_ms", "min_interval_ms must be at most %d (one hour)", downloader.MaxMinInterval.Milliseconds())
-	}
-	return nil
+	return downloader.ValidateLeasedTask(t)
 }
 
 // RunTask runs one leased task through entry A: an invalid task is reported as

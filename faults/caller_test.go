@@ -28,7 +28,7 @@ type api struct {
 // serveAPI serves r's engine (and, when q is set, POST /v1/tasks on it) until t ends.
 func serveAPI(t *testing.T, r *rig, q *embedded.Queue) *api {
 	t.Helper()
-	cfg := server.Config{Engine: r.engine, Guard: r.guard}
+	cfg := server.Config{Probe: r.engine, Render: r.engine, Settings: r.engine, Domains: r.lim, Slots: r.gate, Guard: r.guard}
 	if q != nil {
 		cfg.Tasks = queueAdapter{q}
 	}

@@ -72,6 +72,42 @@ func TestFetchOK(t *testing.T) {
 	}
 }
 
+// TestFetchOnce: FetchOnce asks for Connection: close and keeps no connection for later,
+// so each of its requests to one host dials anew; Fetch reuses the connection.
+func TestFetchOnce(t *testing.T) {
+	var mu sync.Mutex
+	var closes []bool
+	o := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		closes = append(closes, r.Close)
+		mu.Unlock()
+		io.WriteString(w, okPage)
+	})
+	e := newEnv(t, o)
+	for range 3 {
+		if out := e.fetchWith(context.Background(), "http://once.test/", e.f.FetchOnce); out.HTTPStatus != 200 {
+			t.Fatalf("FetchOnce: %+v", out)
+		}
+	}
+	if n := o.accepts.Load(); n != 3 {
+		t.Errorf("FetchOnce ×3: %d connections, want 3", n)
+	}
+	for range 3 {
+		if out := e.fetch(context.Background(), "http://once.test/"); out.HTTPStatus != 200 {
+			t.Fatalf("Fetch: %+v", out)
+		}
+	}
+	if n := o.accepts.Load(); n != 4 {
+		t.Errorf("then Fetch ×3: %d connections in all, want 4 (one kept for reuse)", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []bool{true, true, true, false, false, false}
+	if fmt.Sprint(closes) != fmt.Sprint(want) {
+		t.Errorf("Connection: close seen %v, want %v", closes, want)
+	}
+}
+
 func TestFetchTLS(t *testing.T) {
 	o := newTLSOrigin(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html")

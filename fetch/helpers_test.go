@@ -2,6 +2,7 @@ package fetch
 
 import (
 	"context"
+	"downloader/internal/testkit"
 	"errors"
 	"io"
 	"log"
@@ -85,23 +86,6 @@ func (o *origin) seen() []string {
 	return append([]string(nil), o.requests...)
 }
 
-// fakeResolver answers from a table and never touches the network. Unknown names are
-// NXDOMAIN.
-type fakeResolver struct {
-	answers map[string][]netip.Addr
-	errs    map[string]error
-}
-
-func (r *fakeResolver) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
-	if err, ok := r.errs[host]; ok {
-		return nil, err
-	}
-	if a, ok := r.answers[host]; ok {
-		return a, nil
-	}
-	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
-}
-
 // blackholeAddr is a public address the fake resolver hands out; the test dialer never
 // really dials it but blocks until the dial's context ends, like a black-holed SYN.
 const blackholeAddr = "93.184.215.14"
@@ -179,13 +163,13 @@ func newEnv(t testing.TB, o *origin, opts ...envOption) *env {
 	l := limiter.New(clock.Real{})
 	hops := &hopRecorder{l: l}
 	gcfg := netguard.Config{
-		Resolver: &fakeResolver{
-			answers: map[string][]netip.Addr{
+		Resolver: &testkit.Resolver{
+			Answers: map[string][]netip.Addr{
 				"evil.example":      {netip.MustParseAddr("127.0.0.1")},
 				"meta.example":      {netip.MustParseAddr("169.254.169.254")},
 				"blackhole.example": {netip.MustParseAddr(blackholeAddr)},
 			},
-			errs: map[string]error{
+			Errs: map[string]error{
 				"servfail.example": &net.DNSError{Err: "server misbehaving", Name: "servfail.example", IsTemporary: true},
 				"dnstimeout.example": &net.DNSError{Err: "i/o timeout", Name: "dnstimeout.example",
 					IsTimeout: true, IsTemporary: true},
@@ -228,6 +212,12 @@ func withConfig(fn func(*Config)) envOption {
 // fetch takes the first request's admission as a caller would, fetches, and finishes it.
 func (e *env) fetch(ctx context.Context, raw string) *downloader.Outcome {
 	e.t.Helper()
+	return e.fetchWith(ctx, raw, e.f.Fetch)
+}
+
+// fetchWith is fetch through do (Fetch or FetchOnce).
+func (e *env) fetchWith(ctx context.Context, raw string, do func(context.Context, *url.URL, *limiter.Admission) *downloader.Outcome) *downloader.Outcome {
+	e.t.Helper()
 	u, err := url.Parse(raw)
 	if err != nil {
 		e.t.Fatal(err)
@@ -242,7 +232,7 @@ func (e *env) fetch(ctx context.Context, raw string) *downloader.Outcome {
 	if err != nil {
 		e.t.Fatalf("no admission for %s: %v", domain, err)
 	}
-	out := e.f.Fetch(ctx, u, &adm)
+	out := do(ctx, u, &adm)
 	adm.Cancel()
 	return out
 }

@@ -20,10 +20,12 @@
 // zero times. A report the source refuses for good (an unknown task, an invalid report) is
 // logged and dropped: sending it again cannot help.
 //
-// Shutdown (Run's ctx ends): stop leasing; let the held tasks run for up to ShutdownGrace;
-// then stop the runner (engine.Stop), which makes tasks still waiting or in flight come
-// back as releases, and release them; then send what the outbox holds for up to
-// FlushTimeout. Whatever is left is sent after the next start.
+// Shutdown (Run's ctx ends): stop leasing; wait for the held tasks, releasing those that
+// come back unrun; then send what the outbox holds for up to FlushTimeout. Whatever is
+// left is sent after the next start. The loop does not bound the wait itself: its caller
+// owns the runner and stops it when its grace period is over (cmd/downloader stops the
+// engine, which makes the tasks still waiting or in flight come back as releases), so
+// that one place decides when entries A, B and C are cut short.
 package lease
 
 import (
@@ -74,11 +76,19 @@ type BatchOutbox interface {
 	DeleteReports(ctx context.Context, rs []downloader.Report) error
 }
 
-// Runner runs one leased task (*engine.Engine). Stop makes every task waiting or in flight
-// come back as a release, at once.
+// TaskOutbox is an Outbox that commits what the runner stores for a task (its page and
+// fetch_result) with the task's report, in one write (embedded.Outbox): the runner's
+// writes made under the returned context wait for PutReport under it. end commits what no
+// report took and must be called once the task is done.
+type TaskOutbox interface {
+	Outbox
+	WithTaskWrites(ctx context.Context) (taskCtx context.Context, end func() error)
+}
+
+// Runner runs one leased task (*engine.Engine). Stopping it is its owner's business (see
+// the package comment): a stopped runner hands every task back as a release.
 type Runner interface {
 	RunTask(ctx context.Context, t *downloader.Task) engine.TaskOutcome
-	Stop()
 }
 
 // Outbox keeps reports durably until the source acknowledged them (embedded.Outbox).
@@ -118,8 +128,6 @@ type Config struct {
 	// MaxBatchCount bounds the reports or releases of one batched call (BatchSource);
 	// default 256.
 	MaxBatchCount int
-	// ShutdownGrace is how long held tasks may finish after Run's ctx ends; default 20 s.
-	ShutdownGrace time.Duration
 	// FlushTimeout bounds the last releases and report sends at shutdown; default 5 s.
 	FlushTimeout time.Duration
 }
@@ -134,7 +142,6 @@ const (
 	DefaultRetryMax          = 30 * time.Second
 	DefaultReportConcurrency = 8
 	DefaultMaxBatchCount     = 256
-	DefaultShutdownGrace     = 20 * time.Second
 	DefaultFlushTimeout      = 5 * time.Second
 )
 
@@ -195,7 +202,6 @@ func New(cfg Config) (*Loop, error) {
 	setDefault(&cfg.RetryMax, DefaultRetryMax)
 	setDefault(&cfg.ReportConcurrency, DefaultReportConcurrency)
 	setDefault(&cfg.MaxBatchCount, DefaultMaxBatchCount)
-	setDefault(&cfg.ShutdownGrace, DefaultShutdownGrace)
 	setDefault(&cfg.FlushTimeout, DefaultFlushTimeout)
 	l := &Loop{cfg: cfg, log: cfg.Logger.With("component", "lease", "worker_id", cfg.WorkerID),
 		freed: make(chan struct{}, 1), sendc: make(chan struct{}, 1)}
@@ -254,20 +260,10 @@ func (l *Loop) Run(ctx context.Context) error {
 	var tasks sync.WaitGroup
 	l.leaseLoop(ctx, bg, &tasks)
 
-	// Shutdown: let held tasks finish within the grace period, then stop the runner so
-	// that the rest come back as releases.
-	l.log.Info("lease loop stopping", "held_count", l.held.Load(), "shutdown_grace_seconds", l.cfg.ShutdownGrace.Seconds())
-	done := make(chan struct{})
-	go func() { tasks.Wait(); close(done) }()
-	grace := l.cfg.Clock.NewTimer(l.cfg.ShutdownGrace)
-	select {
-	case <-done:
-		grace.Stop()
-	case <-grace.C():
-		l.log.Warn("grace period over: stopping the tasks still held", "held_count", l.held.Load())
-		l.cfg.Runner.Stop()
-		<-done
-	}
+	// Shutdown: wait for the held tasks; the runner's owner stops it when its grace period
+	// is over, and the rest then come back as releases.
+	l.log.Info("lease loop stopping", "held_count", l.held.Load())
+	tasks.Wait()
 	stopSender()
 	<-senderDone
 	flushCtx, cancel := context.WithTimeout(bg, l.cfg.FlushTimeout)
@@ -343,6 +339,15 @@ func (l *Loop) unhold() {
 
 // runTask runs t and hands its outcome back.
 func (l *Loop) runTask(ctx context.Context, t *downloader.Task) {
+	if to, ok := l.cfg.Outbox.(TaskOutbox); ok {
+		var end func() error
+		ctx, end = to.WithTaskWrites(ctx)
+		defer func() {
+			if err := end(); err != nil {
+				l.log.Error("store task writes", "task_id", t.TaskID, "error", err)
+			}
+		}()
+	}
 	defer func() {
 		if v := recover(); v != nil {
 			l.log.Error("task run panicked: released", "task_id", t.TaskID, "url", t.URL, "panic", v, "stack", string(debug.Stack()))

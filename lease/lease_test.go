@@ -242,14 +242,21 @@ func TestShutdownLetsInFlightFinishAndReleasesTheRest(t *testing.T) {
 	for i := range 3 {
 		s.add(task(fmt.Sprintf("wait-%d", i), hostURL("later.test", i), 30_000))
 	}
-	stop := r.run(t, s.client(t), lease.Config{ShutdownGrace: 2 * time.Second})
+	stop := r.run(t, s.client(t), lease.Config{})
 	<-entered
 	// later.test's tasks wait for slots 30 s apart (the first for the limiter's rebuild
 	// window), far past the grace period. The in-flight request is let go once the stop
-	// has begun, well within the grace period.
+	// has begun; once it is reported the grace period is over and the runner's owner stops
+	// the engine, as cmd/downloader does.
 	stopped := make(chan struct{})
 	go func() { stop(); close(stopped) }()
 	close(proceed)
+	waitFor(t, &s.notifier, "the in-flight task's report, acknowledged", func() bool {
+		reps, _, _ := s.snapshot()
+		pending, err := r.outbox.PendingReports(t.Context(), "", 1)
+		return len(reps) == 1 && err == nil && len(pending) == 0
+	})
+	r.eng.Stop()
 	<-stopped
 	reps, rels, _ := s.snapshot()
 	if len(reps) != 1 || reps[0].TaskID != "inflight" || reps[0].FailReason != nil {
@@ -288,7 +295,7 @@ func TestKillAndRestartMidCrawl(t *testing.T) {
 		t.Fatal(err)
 	}
 	held := func() int { return maxHeld }
-	stop := r.run(t, q, lease.Config{MaxHeldCount: held, ShutdownGrace: time.Millisecond, FlushTimeout: time.Millisecond})
+	stop := r.run(t, q, lease.Config{MaxHeldCount: held, FlushTimeout: time.Millisecond})
 	var n notifier
 	waitFor(t, &n, "20 tasks done", func() bool { return q.Counts().DoneCount >= 20 })
 	// The kill: the store closes under the running loop.
@@ -333,6 +340,30 @@ func TestKillAndRestartMidCrawl(t *testing.T) {
 	if twice > maxHeld {
 		t.Errorf("%d URLs fetched twice, more than the %d leases that can be in flight", twice, maxHeld)
 	}
+	// Every acknowledged task's page and fetch_result survived the kill: they are committed
+	// with its report (embedded.Outbox.WithTaskWrites).
+	pages := 0
+	err = q2.RangeDone(t.Context(), func(task *downloader.Task, rep *downloader.Report) bool {
+		if rep.PageKey == "" {
+			t.Errorf("%s: done without a page key", task.URL)
+			return true
+		}
+		if _, err := r2.store.Page(t.Context(), rep.PageKey); err != nil {
+			t.Errorf("%s: page %s: %v", task.URL, rep.PageKey, err)
+		}
+		pages++
+		return true
+	})
+	if err != nil || pages != 60 {
+		t.Errorf("RangeDone: %d pages checked, %v", pages, err)
+	}
+	for i := range 6 {
+		d := fmt.Sprintf("k%d.test", i)
+		rs, _, err := r2.store.FetchResults(t.Context(), d, 100, "")
+		if err != nil || len(rs) < 10 {
+			t.Errorf("fetch results of %s: %d, %v; want at least its 10 tasks'", d, len(rs), err)
+		}
+	}
 	t.Logf("before the kill: %d fetched, %d done; after: %d fetched twice", fetchedBefore, before.DoneCount, twice)
 }
 
@@ -347,7 +378,7 @@ func TestEntriesTogetherNoViolations(t *testing.T) {
 	r := newRig(t, rigOptions{})
 	s := newFakeScheduler(t)
 	hosts := []string{"x0.test", "x1.test", "x2.test"}
-	api := httptest.NewServer(server.New(server.Config{Engine: r.eng}))
+	api := httptest.NewServer(server.New(server.Config{Probe: r.eng, Render: r.eng, Settings: r.eng, Domains: r.lim, Slots: r.gate}))
 	t.Cleanup(api.Close)
 	client := &http.Client{Transport: &http.Transport{}}
 	t.Cleanup(client.CloseIdleConnections)

@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"context"
+	"downloader/internal/testkit"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,10 +37,11 @@ func TestMain(m *testing.M) {
 // Interface checks: both sources satisfy lease.Source, the engine is a Runner and the
 // embedded outbox an Outbox.
 var (
-	_ lease.Source = (*scheduler.Client)(nil)
-	_ lease.Source = (*embedded.Queue)(nil)
-	_ lease.Runner = (*engine.Engine)(nil)
-	_ lease.Outbox = (*embedded.Outbox)(nil)
+	_ lease.Source     = (*scheduler.Client)(nil)
+	_ lease.Source     = (*embedded.Queue)(nil)
+	_ lease.Runner     = (*engine.Engine)(nil)
+	_ lease.Outbox     = (*embedded.Outbox)(nil)
+	_ lease.TaskOutbox = (*embedded.Outbox)(nil)
 )
 
 // originLatencyAllowance is how much earlier than the interval the origin may see a
@@ -404,14 +406,6 @@ func (d loopbackDialer) DialContext(ctx context.Context, network, address string
 	return nd.DialContext(ctx, network, address)
 }
 
-// noResolver fails the test if anything is resolved: every host is mapped to the origin.
-type noResolver struct{ t *testing.T }
-
-func (r noResolver) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
-	r.t.Errorf("test resolver asked for %s", host)
-	return nil, errors.New("test resolver: no lookups")
-}
-
 func newRig(t *testing.T, o rigOptions) *rig {
 	t.Helper()
 	origin := o.origin
@@ -439,7 +433,7 @@ func newRig(t *testing.T, o rigOptions) *rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	guard := netguard.New(netguard.Config{ConnectTo: []netguard.Rule{rule}, Dialer: loopbackDialer{t}, Resolver: noResolver{t}})
+	guard := netguard.New(netguard.Config{ConnectTo: []netguard.Rule{rule}, Dialer: loopbackDialer{t}, Resolver: testkit.NoResolver{T: t}})
 	lim := limiter.New(clk)
 	gate := limiter.NewGate(16, 16)
 	f := fetch.New(fetch.Config{Clock: clk, Guard: guard, Hops: engine.Hops{Limiter: lim, DefaultMinInterval: time.Second}})

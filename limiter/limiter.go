@@ -309,7 +309,7 @@ func (a *Admission) wire(now time.Time, hold, again bool) time.Duration {
 	if t < a.slotNs {
 		return time.Duration(a.slotNs - t)
 	}
-	d := a.wireLocked(t, hold)
+	d := a.claimWire(t, hold)
 	if d == 0 && (a.onWire != nil || a.l.observeWire != nil) {
 		if hold {
 			a.wirePending = true
@@ -330,8 +330,9 @@ func (a *Admission) told(at time.Time) {
 	}
 }
 
-// wireLocked is wire's decision under the shard's lock.
-func (a *Admission) wireLocked(t int64, hold bool) time.Duration {
+// claimWire is wire's decision: it takes the shard's lock itself (a *Locked name would
+// say the caller holds it).
+func (a *Admission) claimWire(t int64, hold bool) time.Duration {
 	s, en := a.s, a.en
 	s.mu.Lock()
 	defer s.mu.Unlock()

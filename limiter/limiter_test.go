@@ -303,7 +303,7 @@ func TestReserveSlot(t *testing.T) {
 	if !ok || delay != 0 || !a.Slot().Equal(s) {
 		t.Fatalf("Reserve on a free domain = (%v, %v, slot %v)", ok, delay, a.Slot())
 	}
-	if ts := l.Stats(s).TriggerCount24h[entryA]; ts != 0 {
+	if ts := l.Stats(s).Trigger24hCount[entryA]; ts != 0 {
 		t.Fatalf("an undelayed reservation counted as a trigger: %d", ts)
 	}
 	b, delay, ok := l.Reserve(s.Add(200*time.Millisecond), d, I, srcLease, entryA, time.Time{})
@@ -321,7 +321,7 @@ func TestReserveSlot(t *testing.T) {
 	// B and C cannot jump ahead of the reserved slots.
 	mustRefuse(t, l, s.Add(3*I), d, I, I)
 	mustRefuse(t, l, s.Add(4*I-1), d, I, 1)
-	if ts := l.Stats(s).TriggerCount24h[entryA]; ts != 2 {
+	if ts := l.Stats(s).Trigger24hCount[entryA]; ts != 2 {
 		t.Fatalf("delayed reservations counted %d triggers for A, want 2", ts)
 	}
 	if st := state(t, l, s.Add(4*I), d); st.State != StateOverLimitB {
@@ -365,7 +365,7 @@ func TestReserveDeadline(t *testing.T) {
 		}
 		r.Cancel()
 	}
-	if n := l.Stats(s).TriggerCount24h[entryA]; n != 3 {
+	if n := l.Stats(s).Trigger24hCount[entryA]; n != 3 {
 		t.Fatalf("trigger count for A = %d, want 3 (every delayed or refused reservation)", n)
 	}
 	a.Done()

@@ -360,10 +360,10 @@ func TestConcurrentDomains(t *testing.T) {
 		total += len(ts)
 	}
 	st := l.Stats(base.Add(time.Hour))
-	if st.RequestCount24h != uint64(total) || st.InFlightCount != 0 || st.DomainCount != domains {
+	if st.Request24hCount != uint64(total) || st.InFlightCount != 0 || st.DomainCount != domains {
 		t.Fatalf("Stats = %+v, want %d requests over %d domains", st, total, domains)
 	}
-	if want := uint64(goroutines*perG - total); st.TriggerCount24h[entryB] != want {
-		t.Fatalf("triggers = %d, want %d", st.TriggerCount24h[entryB], want)
+	if want := uint64(goroutines*perG - total); st.Trigger24hCount[entryB] != want {
+		t.Fatalf("triggers = %d, want %d", st.Trigger24hCount[entryB], want)
 	}
 }

@@ -47,7 +47,7 @@ type DomainState struct {
 	// from RebuildLossAt + its min_interval_ms. Zero (absent) otherwise.
 	RebuildLossAt   time.Time `json:"rebuild_loss_at,omitzero"`
 	InFlightCount   int       `json:"in_flight_count"`
-	RequestCount24h uint64    `json:"request_count_24h"`
+	Request24hCount uint64    `json:"request_24h_count"`
 	State           State     `json:"state"`
 	// LastOverLimitEntry and LastOverLimitAt tell the latest over-limit event, if any.
 	LastOverLimitEntry downloader.Entry `json:"last_over_limit_entry,omitempty"`
@@ -61,7 +61,7 @@ func (l *Limiter) snapshot(domain string, en *entry, t int64) DomainState {
 		MinIntervalMs:   int64(en.intervalMs),
 		IntervalSource:  en.source.source(),
 		InFlightCount:   int(en.inFlight),
-		RequestCount24h: en.requests.sum(h),
+		Request24hCount: en.requests.sum(h),
 		State:           StateNormal,
 	}
 	// lastNs is the moment the next interval counts from: a request's moment, or the loss
@@ -136,22 +136,22 @@ func (l *Limiter) Range(now time.Time, f func(DomainState) bool) {
 type Stats struct {
 	DomainCount     int    `json:"domain_count"`
 	InFlightCount   int    `json:"in_flight_count"`
-	RequestCount24h uint64 `json:"request_count_24h"`
-	// TriggerCount24h counts over-limit events per entry over the last 24 hours.
-	TriggerCount24h map[downloader.Entry]uint64 `json:"trigger_count_24h"`
+	Request24hCount uint64 `json:"request_24h_count"`
+	// Trigger24hCount counts over-limit events per entry over the last 24 hours.
+	Trigger24hCount map[downloader.Entry]uint64 `json:"trigger_24h_count"`
 }
 
 // Stats sums the shards' counts at now.
 func (l *Limiter) Stats(now time.Time) Stats {
 	h := hourOf(l.ns(now))
-	st := Stats{TriggerCount24h: make(map[downloader.Entry]uint64, len(downloader.Entries))}
+	st := Stats{Trigger24hCount: make(map[downloader.Entry]uint64, len(downloader.Entries))}
 	for i := range l.shards {
 		s := &l.shards[i]
 		s.mu.Lock()
 		st.DomainCount += len(s.entries)
-		st.RequestCount24h += s.stats.requests.sum(h)
+		st.Request24hCount += s.stats.requests.sum(h)
 		for k, e := range downloader.Entries {
-			st.TriggerCount24h[e] += s.stats.triggers[k].sum(h)
+			st.Trigger24hCount[e] += s.stats.triggers[k].sum(h)
 		}
 		st.InFlightCount += int(s.inFlight)
 		s.mu.Unlock()

@@ -69,11 +69,11 @@ func TestRequestCountRollsOver(t *testing.T) {
 		a := mustAllow(t, l, clk.Now(), d, time.Second)
 		a.Done()
 		want := uint64(min(h+1, 24))
-		if got := state(t, l, clk.Now(), d).RequestCount24h; got != want {
-			t.Fatalf("hour %d: request_count_24h = %d, want %d", h, got, want)
+		if got := state(t, l, clk.Now(), d).Request24hCount; got != want {
+			t.Fatalf("hour %d: request_24h_count = %d, want %d", h, got, want)
 		}
-		if got := l.Stats(clk.Now()).RequestCount24h; got != want {
-			t.Fatalf("hour %d: Stats request_count_24h = %d, want %d", h, got, want)
+		if got := l.Stats(clk.Now()).Request24hCount; got != want {
+			t.Fatalf("hour %d: Stats request_24h_count = %d, want %d", h, got, want)
 		}
 		clk.Advance(time.Hour)
 	}
@@ -82,11 +82,11 @@ func TestRequestCountRollsOver(t *testing.T) {
 	for h := 25; h <= 49; h++ {
 		now := start.Add(time.Duration(h) * time.Hour)
 		want := uint64(max(0, 48-h))
-		if got := state(t, l, now, d).RequestCount24h; got != want {
-			t.Fatalf("+%dh: request_count_24h = %d, want %d", h, got, want)
+		if got := state(t, l, now, d).Request24hCount; got != want {
+			t.Fatalf("+%dh: request_24h_count = %d, want %d", h, got, want)
 		}
-		if got := l.Stats(now).RequestCount24h; got != want {
-			t.Fatalf("+%dh: Stats request_count_24h = %d, want %d", h, got, want)
+		if got := l.Stats(now).Request24hCount; got != want {
+			t.Fatalf("+%dh: Stats request_24h_count = %d, want %d", h, got, want)
 		}
 	}
 }
@@ -118,11 +118,11 @@ func TestTriggerCounts(t *testing.T) {
 	st := l.Stats(s)
 	want := map[downloader.Entry]uint64{entryA: 3, entryB: 3, entryC: 1}
 	for e, n := range want {
-		if st.TriggerCount24h[e] != n {
-			t.Fatalf("trigger_count_24h[%s] = %d, want %d (all: %v)", e, st.TriggerCount24h[e], n, st.TriggerCount24h)
+		if st.Trigger24hCount[e] != n {
+			t.Fatalf("trigger_24h_count[%s] = %d, want %d (all: %v)", e, st.Trigger24hCount[e], n, st.Trigger24hCount)
 		}
 	}
-	if st.DomainCount != 3 || st.RequestCount24h != 5 || st.InFlightCount != 2 {
+	if st.DomainCount != 3 || st.Request24hCount != 5 || st.InFlightCount != 2 {
 		t.Fatalf("Stats = %+v", st)
 	}
 	for d, e := range map[string]downloader.Entry{"a.example": entryA, "b.example": entryB, "c.example": entryC} {
@@ -137,12 +137,12 @@ func TestTriggerCounts(t *testing.T) {
 	// 24 h later the triggers have rolled out.
 	st = l.Stats(s.Add(24 * time.Hour))
 	for _, e := range downloader.Entries {
-		if st.TriggerCount24h[e] != 0 {
-			t.Fatalf("after 24 h: trigger_count_24h[%s] = %d", e, st.TriggerCount24h[e])
+		if st.Trigger24hCount[e] != 0 {
+			t.Fatalf("after 24 h: trigger_24h_count[%s] = %d", e, st.Trigger24hCount[e])
 		}
 	}
-	if st.RequestCount24h != 0 {
-		t.Fatalf("after 24 h: request_count_24h = %d", st.RequestCount24h)
+	if st.Request24hCount != 0 {
+		t.Fatalf("after 24 h: request_24h_count = %d", st.Request24hCount)
 	}
 }
 
@@ -208,7 +208,7 @@ func TestRange(t *testing.T) {
 	var got []string
 	l.Range(s, func(st DomainState) bool {
 		got = append(got, st.Domain)
-		if st.RequestCount24h != 1 || st.MinIntervalMs != 1000 || st.IntervalSource != srcRequest {
+		if st.Request24hCount != 1 || st.MinIntervalMs != 1000 || st.IntervalSource != srcRequest {
 			t.Errorf("%s: %+v", st.Domain, st)
 		}
 		return true
@@ -252,7 +252,7 @@ func TestDomainStateJSON(t *testing.T) {
 		"interval_source":       "request",
 		"last_request_at":       s.UTC().Format(time.RFC3339Nano),
 		"in_flight_count":       1.0,
-		"request_count_24h":     1.0,
+		"request_24h_count":     1.0,
 		"state":                 "over_limit_b",
 		"last_over_limit_entry": "b",
 		"last_over_limit_at":    s.UTC().Format(time.RFC3339Nano),
@@ -275,7 +275,7 @@ func TestDomainStateJSON(t *testing.T) {
 	if err := json.Unmarshal(sb, &sm); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"domain_count", "in_flight_count", "request_count_24h", "trigger_count_24h"} {
+	for _, k := range []string{"domain_count", "in_flight_count", "request_24h_count", "trigger_24h_count"} {
 		if _, ok := sm[k]; !ok {
 			t.Errorf("Stats JSON lacks %s: %s", k, sb)
 		}

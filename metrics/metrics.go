@@ -42,6 +42,9 @@ type Sources struct {
 	MaxConcurrentCount func() int
 	// Egress is the egress detector's state; nil: no egress metrics.
 	Egress func() engine.EgressState
+	// Fence is this instance's fence from its cluster (cluster mode: the shared runtime's
+	// FenceState; one machine: never fenced); nil: no fence metric.
+	Fence func() engine.FenceState
 }
 
 // Metrics counts engine events into Prometheus metrics. It implements engine.Observer
@@ -180,6 +183,7 @@ type live struct {
 	rendererRestarts, rendererBusy         *prometheus.Desc
 	rendererQueued, rendererSlots, rendUp  *prometheus.Desc
 	rendererGuardRefused                   *prometheus.Desc
+	fenced                                 *prometheus.Desc
 }
 
 // newLive spells every name out in full, so that it can be grepped for and the
@@ -201,6 +205,9 @@ func newLive(src Sources) *live {
 		rendererSlots:        prometheus.NewDesc("downloader_renderer_slot_count", "Renders the pool runs at once.", nil, nil),
 		rendUp:               prometheus.NewDesc("downloader_renderer_is_up", "1 when the browser is up, 0 while it is being (re)started or cannot be.", nil, nil),
 		rendererGuardRefused: prometheus.NewDesc("downloader_renderer_is_guard_refused", "1 while the renderer endpoint is refused because its connect-time canary went around our guard (SPEC §3), else 0; labelled with the renderer kind.", []string{"renderer_kind"}, nil),
+		// One series per reason of the closed set, 1 on the current one: the sum over
+		// fence_reason is 0 or 1.
+		fenced: prometheus.NewDesc("downloader_instance_is_fenced", "1 while this instance admits nothing new (fenced from the cluster: heartbeat_late, clock_skewed, not_registered, instance_id_taken_over), on the series of the reason; else 0. Never 1 on one machine.", []string{"fence_reason"}, nil),
 	}
 }
 
@@ -214,6 +221,9 @@ func (l *live) Describe(ch chan<- *prometheus.Desc) {
 	if l.src.Egress != nil {
 		ch <- l.egressDown
 		ch <- l.egressFailing
+	}
+	if l.src.Fence != nil {
+		ch <- l.fenced
 	}
 	if l.src.Domains != nil {
 		ch <- l.domains
@@ -249,6 +259,16 @@ func (l *live) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(l.egressDown, down)
 		gauge(l.egressFailing, float64(st.FailingDomainCount))
+	}
+	if f := l.src.Fence; f != nil {
+		st := f()
+		for _, r := range engine.FenceReasons() {
+			v := 0.0
+			if st.IsFenced && st.FenceReason == r {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(l.fenced, prometheus.GaugeValue, v, r)
+		}
 	}
 	if t := l.src.Domains; t != nil {
 		s := t.Summary(l.src.Clock.Now())

@@ -212,10 +212,47 @@ func TestClusterAndEgressValues(t *testing.T) {
 		"downloader_egress_is_unavailable": 1, "downloader_egress_failing_domain_count": 7})
 }
 
+// TestFenceValues: downloader_instance_is_fenced has one series per fence reason, 1 on
+// the current reason while fenced and 0 everywhere else; without a source, no series.
+func TestFenceValues(t *testing.T) {
+	var st engine.FenceState
+	reg := prometheus.NewRegistry()
+	if _, err := New(reg, Sources{Fence: func() engine.FenceState { return st }}); err != nil {
+		t.Fatal(err)
+	}
+	for _, cur := range []engine.FenceState{{}, {IsFenced: true, FenceReason: engine.FenceHeartbeatLate},
+		{IsFenced: true, FenceReason: engine.FenceClockSkewed}, {IsFenced: true, FenceReason: engine.FenceInstanceIDTakenOver}, {}} {
+		st = cur
+		for _, r := range engine.FenceReasons() {
+			want := 0.0
+			if cur.IsFenced && cur.FenceReason == r {
+				want = 1
+			}
+			if got := value(t, reg, "downloader_instance_is_fenced", map[string]string{"fence_reason": r}); got != want {
+				t.Errorf("fence %+v: downloader_instance_is_fenced{fence_reason=%q} = %v, want %v", cur, r, got, want)
+			}
+		}
+	}
+	none := prometheus.NewRegistry()
+	if _, err := New(none, Sources{}); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := none.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "downloader_instance_is_fenced" {
+			t.Error("a fence metric without a fence source")
+		}
+	}
+}
+
 // TestHandlerAndLint scrapes /metrics on a fresh registry and runs promlint over it.
 func TestHandlerAndLint(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m, err := New(reg, Sources{Gate: limiter.NewGate(4, 4), Renderer: func() observe.RendererStats { return observe.RendererStats{} }})
+	m, err := New(reg, Sources{Gate: limiter.NewGate(4, 4), Renderer: func() observe.RendererStats { return observe.RendererStats{} },
+		Fence: func() engine.FenceState { return engine.FenceState{} }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,6 +272,7 @@ func TestHandlerAndLint(t *testing.T) {
 		"# TYPE downloader_renderer_restarts_total counter",
 		"downloader_max_concurrent_count 4",
 		"downloader_instance_max_concurrent_count 4",
+		`downloader_instance_is_fenced{fence_reason="clock_skewed"} 0`,
 	} {
 		if !strings.Contains(text, s) {
 			t.Errorf("scrape lacks %q", s)

@@ -44,7 +44,7 @@ func runPromtool(t *testing.T, args ...string) string {
 
 func TestAlertRules(t *testing.T) {
 	out := runPromtool(t, "check", "rules", "alerts.yml")
-	if !strings.Contains(out, "SUCCESS: 6 rules found") {
+	if !strings.Contains(out, "SUCCESS: 7 rules found") {
 		t.Errorf("promtool check rules: %s", out)
 	}
 	out = runPromtool(t, "test", "rules", "alerts_test.yml")
@@ -64,7 +64,7 @@ func TestEveryAlertIsTested(t *testing.T) {
 	for _, m := range regexp.MustCompile(`(?m)^\s+- alert: (\w+)$`).FindAllStringSubmatch(string(Alerts), -1) {
 		alerts = append(alerts, m[1])
 	}
-	want := []string{"DownloaderCapSaturated", "DownloaderEgressUnavailable", "DownloaderOverLimitSpike",
+	want := []string{"DownloaderCapSaturated", "DownloaderEgressUnavailable", "DownloaderInstanceFenced", "DownloaderOverLimitSpike",
 		"DownloaderProbesNotReachingOrigin", "DownloaderRendererUnavailable", "DownloaderRuntimeStoreUnavailable"}
 	if got := slices.Sorted(slices.Values(alerts)); !slices.Equal(got, want) {
 		t.Fatalf("alerts %v, want %v", got, want)
@@ -163,7 +163,7 @@ func TestQueriedMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"downloader_egress_is_unavailable", "downloader_renderer_is_up", "downloader_requests_total",
-		"downloader_probes_total", "downloader_over_limit_total", "downloader_render_duration_seconds_bucket", "downloader_in_flight_count"} {
+		"downloader_probes_total", "downloader_over_limit_total", "downloader_render_duration_seconds_bucket", "downloader_in_flight_count", "downloader_instance_is_fenced"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("QueriedMetrics() %v lacks %s", names, want)
 		}

@@ -2,6 +2,7 @@ package netguard
 
 import (
 	"context"
+	"downloader/internal/testkit"
 	"errors"
 	"io"
 	"net"
@@ -209,36 +210,6 @@ func TestCheckURLHost(t *testing.T) {
 	}
 }
 
-// fakeResolver answers from a table. It never touches the network.
-type fakeResolver struct {
-	mu      sync.Mutex
-	answers map[string][]netip.Addr
-	errs    map[string]error
-	calls   map[string]int
-}
-
-func (r *fakeResolver) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.calls == nil {
-		r.calls = map[string]int{}
-	}
-	r.calls[host]++
-	if err, ok := r.errs[host]; ok {
-		return nil, err
-	}
-	if a, ok := r.answers[host]; ok {
-		return a, nil
-	}
-	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
-}
-
-func (r *fakeResolver) count(host string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.calls[host]
-}
-
 // checkDialer really dials loopback only. A dial to a "pretend public" address returns
 // one end of an in-memory pipe (no packet leaves the process); anything else fails the
 // test: the guard must never have let it through.
@@ -310,8 +281,8 @@ func TestDialContext(t *testing.T) {
 	origin, accepts := loopbackServer(t)
 	_, originPort, _ := net.SplitHostPort(origin)
 
-	res := &fakeResolver{
-		answers: map[string][]netip.Addr{
+	res := &testkit.Resolver{
+		Answers: map[string][]netip.Addr{
 			"public.test":    {netip.MustParseAddr("93.184.215.14")},
 			"public6.test":   {netip.MustParseAddr("2606:4700::1")},
 			"mixed.test":     {netip.MustParseAddr("93.184.215.14"), netip.MustParseAddr("10.0.0.1")},
@@ -323,7 +294,7 @@ func TestDialContext(t *testing.T) {
 			"nat64.test":     {netip.MustParseAddr("64:ff9b::a9fe:a9fe")},
 			"empty.test":     {},
 		},
-		errs: map[string]error{
+		Errs: map[string]error{
 			"servfail.test": &net.DNSError{Err: "server misbehaving", Name: "servfail.test", IsTemporary: true},
 			"timeout.test":  &net.DNSError{Err: "i/o timeout", Name: "timeout.test", IsTimeout: true},
 			"weird.test":    errors.New("resolver exploded"),
@@ -410,11 +381,11 @@ func TestDialContext(t *testing.T) {
 		t.Errorf("the loopback origin accepted %d connections, want 2 (the two connect-to dials)", n)
 	}
 	// Names are resolved once per dial and literals never.
-	if n := res.count("rebind.test"); n != 1 {
+	if n := res.Count("rebind.test"); n != 1 {
 		t.Errorf("rebind.test resolved %d times, want 1", n)
 	}
 	for _, h := range []string{"localhost", "127.0.0.1", "2130706433", "mapped.test"} {
-		if n := res.count(h); n != 0 && h != "mapped.test" {
+		if n := res.Count(h); n != 0 && h != "mapped.test" {
 			t.Errorf("%s was resolved %d times, want 0", h, n)
 		}
 	}
@@ -442,7 +413,7 @@ func TestDialContextAllowPrivate(t *testing.T) {
 }
 
 func TestDialContextFamilies(t *testing.T) {
-	res := &fakeResolver{answers: map[string][]netip.Addr{
+	res := &testkit.Resolver{Answers: map[string][]netip.Addr{
 		"dual.test": {netip.MustParseAddr("2606:4700::1"), netip.MustParseAddr("93.184.215.14")},
 	}}
 	dialer := &checkDialer{t: t, public: map[string]bool{"93.184.215.14:80": true, "[2606:4700::1]:80": true}}

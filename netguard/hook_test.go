@@ -2,6 +2,7 @@ package netguard
 
 import (
 	"context"
+	"downloader/internal/testkit"
 	"errors"
 	"io"
 	"net/netip"
@@ -38,7 +39,7 @@ func (h *recordingHook) Connected(err error) {
 // slot; a DNS failure or a refusal of the guard does not), and can refuse it.
 func TestConnectHook(t *testing.T) {
 	origin, accepts := loopbackServer(t)
-	res := &fakeResolver{answers: map[string][]netip.Addr{
+	res := &testkit.Resolver{Answers: map[string][]netip.Addr{
 		"public.test":  {netip.MustParseAddr("93.184.215.14")},
 		"private.test": {netip.MustParseAddr("10.0.0.1")},
 	}}

@@ -34,7 +34,7 @@ const (
 	SortIntervalSource = "interval_source"
 	SortLastRequest    = "last_request_at"
 	SortInFlight       = "in_flight_count"
-	SortRequests       = "request_count_24h"
+	SortRequests       = "request_24h_count"
 	SortState          = "state"
 )
 
@@ -92,7 +92,7 @@ func at[T any](set []T, code uint8) T {
 
 func rowOf(st *limiter.DomainState) row {
 	r := row{
-		domain: st.Domain, lastNs: noRequestNs, requests: uint32(min(st.RequestCount24h, 1<<32-1)),
+		domain: st.Domain, lastNs: noRequestNs, requests: uint32(min(st.Request24hCount, 1<<32-1)),
 		intervalMs: int32(st.MinIntervalMs), inFlight: int32(st.InFlightCount),
 		source: codeOf(sources(), st.IntervalSource), state: codeOf(states(), st.State),
 		isRebuild: !st.RebuildLossAt.IsZero(),
@@ -110,7 +110,7 @@ func rowOf(st *limiter.DomainState) row {
 func (r *row) domainState(lossAt time.Time) limiter.DomainState {
 	st := limiter.DomainState{
 		Domain: r.domain, MinIntervalMs: int64(r.intervalMs), IntervalSource: at(sources(), r.source),
-		InFlightCount: int(r.inFlight), RequestCount24h: uint64(r.requests), State: at(states(), r.state),
+		InFlightCount: int(r.inFlight), Request24hCount: uint64(r.requests), State: at(states(), r.state),
 	}
 	if r.lastNs != noRequestNs {
 		st.LastRequestAt = time.Unix(0, r.lastNs).UTC()
@@ -205,7 +205,7 @@ func (t *DomainTable) build(now time.Time) *snapshot {
 		if !st.RebuildLossAt.IsZero() {
 			s.lossAt = st.RebuildLossAt
 		}
-		if st.InFlightCount > 0 || (st.RequestCount24h > 0 && !st.LastRequestAt.Before(activeFrom)) {
+		if st.InFlightCount > 0 || (st.Request24hCount > 0 && !st.LastRequestAt.Before(activeFrom)) {
 			sum.ActiveDomainCount++
 			if st.MinIntervalMs <= 0 {
 				sum.UnboundedDomainCount++

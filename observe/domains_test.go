@@ -104,7 +104,7 @@ func inOrder(a, b limiter.DomainState, key string, desc bool) bool {
 	case SortInFlight:
 		c = compare(a.InFlightCount, b.InFlightCount)
 	case SortRequests:
-		c = compare(a.RequestCount24h, b.RequestCount24h)
+		c = compare(a.Request24hCount, b.Request24hCount)
 	case SortState:
 		c = strings.Compare(string(a.State), string(b.State))
 	}

@@ -6,7 +6,7 @@ import "time"
 type Hour struct {
 	// StartAt is the start of the hour (UTC); the newest hour is the current, partial one.
 	StartAt time.Time `json:"start_at"`
-	// RequestCount counts the requests of every entry, as request_count_24h does.
+	// RequestCount counts the requests of every entry, as request_24h_count does.
 	RequestCount uint64 `json:"request_count"`
 	// OverLimitCount counts the over-limit events (limit triggers) of every entry.
 	OverLimitCount uint64 `json:"over_limit_count"`

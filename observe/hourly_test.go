@@ -56,8 +56,8 @@ func TestHours(t *testing.T) {
 		req += h.RequestCount
 		over += h.OverLimitCount
 	}
-	if c := o.Counts(clk.Now()); req != c.RequestCount24h || over != c.OverLimitCount24h {
-		t.Errorf("hours sum to %d requests and %d over limit; the 24 h counts are %d and %d", req, over, c.RequestCount24h, c.OverLimitCount24h)
+	if c := o.Counts(clk.Now()); req != c.Request24hCount || over != c.OverLimit24hCount {
+		t.Errorf("hours sum to %d requests and %d over limit; the 24 h counts are %d and %d", req, over, c.Request24hCount, c.OverLimit24hCount)
 	}
 	// A day later 07:00 has left the window.
 	if h := o.Hours(t0.Add(24 * time.Hour))[0]; !h.StartAt.Equal(t0.Add(time.Hour)) {

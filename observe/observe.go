@@ -217,33 +217,33 @@ func failReasonOf(ev *engine.Event) downloader.FailReason {
 // Counts are the 24 h rolling counts (the current hour and the 23 before it).
 type Counts struct {
 	Entries []EntryCounts `json:"entries"` // A, B, C in display order
-	// RequestCount24h and OverLimitCount24h sum the entries.
-	RequestCount24h   uint64 `json:"request_count_24h"`
-	OverLimitCount24h uint64 `json:"over_limit_count_24h"`
-	// OverLimitRatio is OverLimitCount24h ÷ RequestCount24h, 0 without requests.
+	// Request24hCount and OverLimit24hCount sum the entries.
+	Request24hCount   uint64 `json:"request_24h_count"`
+	OverLimit24hCount uint64 `json:"over_limit_24h_count"`
+	// OverLimitRatio is OverLimit24hCount ÷ Request24hCount, 0 without requests.
 	OverLimitRatio   float64     `json:"over_limit_ratio"`
-	FinishedCount24h uint64      `json:"finished_count_24h"`
+	Finished24hCount uint64      `json:"finished_24h_count"`
 	Probes           ProbeCounts `json:"probes"`
 }
 
 // EntryCounts are one entry's 24 h counts.
 type EntryCounts struct {
 	Entry             downloader.Entry `json:"entry"`
-	RequestCount24h   uint64           `json:"request_count_24h"`
-	OverLimitCount24h uint64           `json:"over_limit_count_24h"`
-	// LocalQueueFullCount24h is the part of OverLimitCount24h refused because the global
+	Request24hCount   uint64           `json:"request_24h_count"`
+	OverLimit24hCount uint64           `json:"over_limit_24h_count"`
+	// LocalQueueFull24hCount is the part of OverLimit24hCount refused because the global
 	// cap and the local queue were full; the rest were over the domain's interval.
-	LocalQueueFullCount24h uint64 `json:"local_queue_full_count_24h"`
+	LocalQueueFull24hCount uint64 `json:"local_queue_full_24h_count"`
 }
 
 // ProbeCounts are entry C's 24 h counts.
 type ProbeCounts struct {
-	ProbeCount24h            uint64 `json:"probe_count_24h"`
-	ReachedOriginCount24h    uint64 `json:"reached_origin_count_24h"`
-	NotReachedOriginCount24h uint64 `json:"not_reached_origin_count_24h"`
-	RenderProbeCount24h      uint64 `json:"render_probe_count_24h"`
-	// ReachedFailedCount24h counts probes that reached the origin and failed there.
-	ReachedFailedCount24h uint64 `json:"reached_failed_count_24h"`
+	Probe24hCount            uint64 `json:"probe_24h_count"`
+	ReachedOrigin24hCount    uint64 `json:"reached_origin_24h_count"`
+	NotReachedOrigin24hCount uint64 `json:"not_reached_origin_24h_count"`
+	RenderProbe24hCount      uint64 `json:"render_probe_24h_count"`
+	// ReachedFailed24hCount counts probes that reached the origin and failed there.
+	ReachedFailed24hCount uint64 `json:"reached_failed_24h_count"`
 	// Causes has one row per fail reason of the closed set, in its order, zeros included.
 	Causes []CauseCount `json:"causes"`
 }
@@ -252,7 +252,7 @@ type ProbeCounts struct {
 type CauseCount struct {
 	FailReason       downloader.FailReason `json:"fail_reason"`
 	HasReachedOrigin bool                  `json:"has_reached_origin"`
-	ProbeCount24h    uint64                `json:"probe_count_24h"`
+	Probe24hCount    uint64                `json:"probe_24h_count"`
 }
 
 // Counts returns the 24 h counts at now.
@@ -276,27 +276,27 @@ func (o *Observer) Counts(now time.Time) Counts {
 	})
 	o.mu.Unlock()
 
-	c := Counts{Entries: make([]EntryCounts, entryCount), FinishedCount24h: sum.finished}
+	c := Counts{Entries: make([]EntryCounts, entryCount), Finished24hCount: sum.finished}
 	for i, e := range downloader.Entries {
-		c.Entries[i] = EntryCounts{Entry: e, RequestCount24h: sum.requests[i],
-			OverLimitCount24h: sum.overLimit[i], LocalQueueFullCount24h: sum.queueFull[i]}
-		c.RequestCount24h += sum.requests[i]
-		c.OverLimitCount24h += sum.overLimit[i]
+		c.Entries[i] = EntryCounts{Entry: e, Request24hCount: sum.requests[i],
+			OverLimit24hCount: sum.overLimit[i], LocalQueueFull24hCount: sum.queueFull[i]}
+		c.Request24hCount += sum.requests[i]
+		c.OverLimit24hCount += sum.overLimit[i]
 	}
-	if c.RequestCount24h > 0 {
-		c.OverLimitRatio = float64(c.OverLimitCount24h) / float64(c.RequestCount24h)
+	if c.Request24hCount > 0 {
+		c.OverLimitRatio = float64(c.OverLimit24hCount) / float64(c.Request24hCount)
 	}
 	p := &c.Probes
-	p.ProbeCount24h = sum.probes
-	p.NotReachedOriginCount24h = sum.notReached
-	p.ReachedOriginCount24h = sum.probes - sum.notReached
-	p.RenderProbeCount24h = sum.renderProbes
+	p.Probe24hCount = sum.probes
+	p.NotReachedOrigin24hCount = sum.notReached
+	p.ReachedOrigin24hCount = sum.probes - sum.notReached
+	p.RenderProbe24hCount = sum.renderProbes
 	p.Causes = make([]CauseCount, len(o.reasons))
 	for i, r := range o.reasons {
 		n := sum.probeReasons[i+1]
-		p.Causes[i] = CauseCount{FailReason: r, HasReachedOrigin: r.HasReachedOrigin(), ProbeCount24h: n}
+		p.Causes[i] = CauseCount{FailReason: r, HasReachedOrigin: r.HasReachedOrigin(), Probe24hCount: n}
 		if r.HasReachedOrigin() {
-			p.ReachedFailedCount24h += n
+			p.ReachedFailed24hCount += n
 		}
 	}
 	return c

@@ -82,16 +82,16 @@ func TestCounts(t *testing.T) {
 		at: time.Hour,
 		check: func(t *testing.T, c Counts) {
 			want := []EntryCounts{
-				{Entry: entryA, RequestCount24h: 2, OverLimitCount24h: 1},
-				{Entry: entryB, RequestCount24h: 3, OverLimitCount24h: 2, LocalQueueFullCount24h: 1},
-				{Entry: entryC, RequestCount24h: 2, OverLimitCount24h: 1},
+				{Entry: entryA, Request24hCount: 2, OverLimit24hCount: 1},
+				{Entry: entryB, Request24hCount: 3, OverLimit24hCount: 2, LocalQueueFull24hCount: 1},
+				{Entry: entryC, Request24hCount: 2, OverLimit24hCount: 1},
 			}
 			for i, w := range want {
 				if c.Entries[i] != w {
 					t.Errorf("entry %s: %+v, want %+v", w.Entry, c.Entries[i], w)
 				}
 			}
-			if c.RequestCount24h != 7 || c.OverLimitCount24h != 4 || c.FinishedCount24h != 4 {
+			if c.Request24hCount != 7 || c.OverLimit24hCount != 4 || c.Finished24hCount != 4 {
 				t.Errorf("totals: %+v", c)
 			}
 			if c.OverLimitRatio != 4.0/7.0 {
@@ -112,8 +112,8 @@ func TestCounts(t *testing.T) {
 		at: 0,
 		check: func(t *testing.T, c Counts) {
 			p := c.Probes
-			if p.ProbeCount24h != 6 || p.ReachedOriginCount24h != 3 || p.NotReachedOriginCount24h != 3 ||
-				p.RenderProbeCount24h != 1 || p.ReachedFailedCount24h != 1 {
+			if p.Probe24hCount != 6 || p.ReachedOrigin24hCount != 3 || p.NotReachedOrigin24hCount != 3 ||
+				p.RenderProbe24hCount != 1 || p.ReachedFailed24hCount != 1 {
 				t.Errorf("overview %+v", p)
 			}
 			got := map[downloader.FailReason]uint64{}
@@ -121,8 +121,8 @@ func TestCounts(t *testing.T) {
 				if cc.HasReachedOrigin != cc.FailReason.HasReachedOrigin() {
 					t.Errorf("%s: has_reached_origin %v", cc.FailReason, cc.HasReachedOrigin)
 				}
-				if cc.ProbeCount24h > 0 {
-					got[cc.FailReason] = cc.ProbeCount24h
+				if cc.Probe24hCount > 0 {
+					got[cc.FailReason] = cc.Probe24hCount
 				}
 			}
 			want := map[downloader.FailReason]uint64{downloader.FailHTTPStatusError: 1, downloader.FailRendererUnavailable: 1,
@@ -151,10 +151,10 @@ func TestCounts(t *testing.T) {
 		},
 		at: 24*time.Hour + 30*time.Minute,
 		check: func(t *testing.T, c Counts) {
-			if c.Entries[1].RequestCount24h != 1 {
-				t.Errorf("B: %d requests, want 1 (hour 0 has left the window)", c.Entries[1].RequestCount24h)
+			if c.Entries[1].Request24hCount != 1 {
+				t.Errorf("B: %d requests, want 1 (hour 0 has left the window)", c.Entries[1].Request24hCount)
 			}
-			if c.Probes.ProbeCount24h != 2 || c.Entries[0].OverLimitCount24h != 1 {
+			if c.Probes.Probe24hCount != 2 || c.Entries[0].OverLimit24hCount != 1 {
 				t.Errorf("%+v", c)
 			}
 		},
@@ -163,7 +163,7 @@ func TestCounts(t *testing.T) {
 		steps: []step{{0, finished(entryB, time.Second, "")}, {time.Hour, finished(entryC, time.Second, "")}},
 		at:    26 * time.Hour,
 		check: func(t *testing.T, c Counts) {
-			if c.RequestCount24h != 0 || c.Probes.ProbeCount24h != 0 || c.OverLimitRatio != 0 {
+			if c.Request24hCount != 0 || c.Probes.Probe24hCount != 0 || c.OverLimitRatio != 0 {
 				t.Errorf("%+v", c)
 			}
 		},
@@ -353,8 +353,8 @@ func TestSinksAndConcurrency(t *testing.T) {
 	if len(sink.evs) != workers*each {
 		t.Errorf("sink saw %d events, want %d", len(sink.evs), workers*each)
 	}
-	if c := o.Counts(clk.Now()); c.RequestCount24h != workers*each {
-		t.Errorf("%d requests, want %d", c.RequestCount24h, workers*each)
+	if c := o.Counts(clk.Now()); c.Request24hCount != workers*each {
+		t.Errorf("%d requests, want %d", c.Request24hCount, workers*each)
 	}
 }
 

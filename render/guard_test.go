@@ -194,7 +194,7 @@ func TestRenderLoadsNoOtherSite(t *testing.T) {
 		t.Errorf("admissions asked for: %v, want the iframe's [victim.test] only", got)
 	}
 	if got := e.requestCount("victim.test"); got != 1 {
-		t.Errorf("victim.test: request_count_24h=%d, want only the reservation", got)
+		t.Errorf("victim.test: request_24h_count=%d, want only the reservation", got)
 	}
 	getFixture(t).noViolations(t)
 }
@@ -385,5 +385,51 @@ func TestIsSpeculative(t *testing.T) {
 		if got := isSpeculative(e); got != tt.want {
 			t.Errorf("%s: isSpeculative=%v, want %v", tt.name, got, tt.want)
 		}
+	}
+}
+
+// TestPauserDecide: what the pauser does with each kind of paused request. A request of a
+// type the render skips is failed and counted skipped (not a sub-request, so not under
+// the caps); a document is never skipped; with no render armed nothing goes out.
+func TestPauserDecide(t *testing.T) {
+	const main = cdp.FrameID("main")
+	paused := func(frame cdp.FrameID, typ network.ResourceType, url string) *fetch.EventRequestPaused {
+		return &fetch.EventRequestPaused{FrameID: frame, ResourceType: typ, Request: &network.Request{URL: url}}
+	}
+	skip := newSkipSet(downloader.DefaultSkipResourceTypes())
+	tests := []struct {
+		name   string
+		armed  bool
+		skip   skipSet
+		before []*fetch.EventRequestPaused // decided first (the main document)
+		e      *fetch.EventRequestPaused
+		want   decision
+	}{
+		{"first main document", true, skip, nil, paused(main, network.ResourceTypeDocument, "http://a.test/"), decideContinue},
+		{"an image, skipped", true, skip, nil, paused(main, network.ResourceTypeImage, "http://a.test/x.png"), decideSkip},
+		{"a font on another host, skipped", true, skip, nil, paused(main, network.ResourceTypeFont, "http://cdn.test/f.woff2"), decideSkip},
+		{"an image, nothing skipped", true, nil, nil, paused(main, network.ResourceTypeImage, "http://a.test/x.png"), decideSubrequest},
+		{"a script, not skipped", true, skip, nil, paused(main, network.ResourceTypeScript, "http://a.test/app.js"), decideSubrequest},
+		{"a prefetch, skipped", true, newSkipSet([]downloader.ResourceType{downloader.ResourcePrefetch}), nil, paused(main, network.ResourceTypePrefetch, "http://b.test/"), decideSkip},
+		{"a prefetch, not skipped: speculative", true, skip, nil, paused(main, network.ResourceTypePrefetch, "http://b.test/"), decideFail},
+		{"a later main document: a hop", true, skip, []*fetch.EventRequestPaused{paused(main, network.ResourceTypeDocument, "http://a.test/")}, paused(main, network.ResourceTypeDocument, "http://b.test/"), decideAdmit},
+		{"a cross-host iframe", true, skip, []*fetch.EventRequestPaused{paused(main, network.ResourceTypeDocument, "http://a.test/")}, paused("frame", network.ResourceTypeDocument, "http://b.test/"), decideAdmitFrame},
+		{"no render armed: an image", false, skip, nil, paused(main, network.ResourceTypeImage, "http://a.test/x.png"), decideFail},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var wg sync.WaitGroup
+			p := newPauser(nil, frameAdmitNow, testLogger(t), &wg)
+			p.setMainFrame(main)
+			if tt.armed {
+				p.arm(&hopRender{ctx: context.Background(), st: newRenderState(clock.Real{}, "a.test", nil), skip: tt.skip})
+			}
+			for _, e := range tt.before {
+				p.decide(e)
+			}
+			if _, _, got := p.decide(tt.e); got != tt.want {
+				t.Errorf("decision %d, want %d", got, tt.want)
+			}
+		})
 	}
 }

@@ -64,8 +64,10 @@ const frameGrace = 20 * time.Millisecond
 // HopAdmitter, bounded by the render's deadline; one that cannot be admitted in time is
 // failed, and the render ends with self_rate_limited. An iframe document on another host
 // is admitted if that host's turn is now, else skipped (docs/benchmarks-render.md).
-// Speculative loads (prefetch) are failed. Every other request is a sub-request, under
-// the caller's admission and bounded by the render's caps. The page's attempts to open
+// A request of a resource type the render skips (skip_resource_types) is failed as
+// blocked by the client and counted skipped (intercept.go). Speculative loads (prefetch)
+// are failed. Every other request is a sub-request, under the caller's admission and
+// bounded by the render's caps. The page's attempts to open
 // windows are counted here (the local browser refuses them: --block-new-web-contents).
 //
 // onEvent runs on the tab's event loop and only queues; run handles the queue on its own
@@ -90,7 +92,9 @@ type hopRender struct {
 	ctx    context.Context // the render's: carries the entry, ends with the render
 	soft   time.Time       // a hop must be admitted before it (the page is read from then)
 	st     *renderState
-	refuse func() // ends the render at once (with errHopRefused)
+	skip   skipSet  // the resource types the render does not load
+	tr     *tracker // told which requests were skipped; nil: none is told
+	refuse func()   // ends the render at once (with errHopRefused)
 }
 
 func newPauser(hops HopAdmitter, frames frameMode, log *slog.Logger, wg *sync.WaitGroup) *pauser {
@@ -163,6 +167,7 @@ const (
 	decideAdmit                      // a later main-frame document: admit it first
 	decideAdmitFrame                 // an iframe's document on another host (frameMode)
 	decideSubrequest                 // the page's own request: under the render's caps
+	decideSkip                       // a resource type the render skips: fail it, count it
 )
 
 // decide classifies a paused request. It marks the render's first main document seen and
@@ -175,6 +180,9 @@ func (p *pauser) decide(e *fetch.EventRequestPaused) (*hopRender, string, decisi
 		return r, "", decideFail // no render in progress: nothing may go out
 	}
 	domain, err := requestDomain(e.Request)
+	if e.ResourceType != network.ResourceTypeDocument && r.skip.has(e.ResourceType) {
+		return r, domain, decideSkip // never sent: not a sub-request, not capped
+	}
 	if isSpeculative(e) {
 		return r, domain, decideFail // a load of a page nobody asked for
 	}
@@ -207,6 +215,13 @@ func (p *pauser) handle(tctx context.Context, e *fetch.EventRequestPaused) {
 		return
 	case decideFail:
 		p.fail(tctx, e.RequestID)
+		return
+	case decideSkip:
+		if r.tr != nil && e.NetworkID != "" {
+			r.tr.markSkipped(e.NetworkID) // before it fails: counted apart from sub-requests
+		}
+		// Not on the queue's goroutine, as a sub-request (a page's images come in bursts).
+		p.wg.Go(func() { p.fail(tctx, e.RequestID) })
 		return
 	case decideAdmitFrame:
 		p.wg.Go(func() { p.admitFrame(tctx, r, e.RequestID, domain) })

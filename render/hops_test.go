@@ -180,7 +180,7 @@ func (e *hopEnv) arrival(t *testing.T, host, path string) time.Time {
 
 func (e *hopEnv) requestCount(host string) uint64 {
 	st, _ := e.l.Domain(time.Now(), host)
-	return st.RequestCount24h
+	return st.Request24hCount
 }
 
 // TestRenderHops: every main-frame document after the first (a redirect to another host,
@@ -203,7 +203,7 @@ func TestRenderHops(t *testing.T) {
 		}
 		for host, want := range map[string]uint64{"cross-a.test": 1, "cross-b.test": 1} {
 			if got := e.requestCount(host); got != want {
-				t.Errorf("%s: request_count_24h=%d, want %d", host, got, want)
+				t.Errorf("%s: request_24h_count=%d, want %d", host, got, want)
 			}
 		}
 		st, _ := e.l.Domain(time.Now(), "cross-b.test")
@@ -231,7 +231,7 @@ func TestRenderHops(t *testing.T) {
 				t.Errorf("hops admitted: %v, want [%s]", got, tt.host)
 			}
 			if got := e.requestCount(tt.host); got != 2 {
-				t.Errorf("request_count_24h=%d, want 2", got)
+				t.Errorf("request_24h_count=%d, want 2", got)
 			}
 			gap := e.arrival(t, tt.host, tt.next).Sub(e.arrival(t, tt.host, tt.first))
 
@@ -283,7 +283,7 @@ func TestRenderHops(t *testing.T) {
 			t.Errorf("the origin got %d requests for limited.test", n)
 		}
 		if got := e.requestCount("limited.test"); got != 1 {
-			t.Errorf("limited.test: request_count_24h=%d, want only the reservation", got)
+			t.Errorf("limited.test: request_24h_count=%d, want only the reservation", got)
 		}
 	})
 	getFixture(t).noViolations(t)
@@ -302,7 +302,7 @@ func TestRenderFramesAdmitNow(t *testing.T) {
 		t.Errorf("admitted: %v, want [widget.test]", got)
 	}
 	if got := e.requestCount("widget.test"); got != 1 {
-		t.Errorf("widget.test: request_count_24h=%d, want 1", got)
+		t.Errorf("widget.test: request_24h_count=%d, want 1", got)
 	}
 
 	held, _, _ := e.l.Reserve(time.Now(), "limited.test", time.Hour, downloader.IntervalSourceRequest, downloader.EntryLease, time.Time{})
@@ -622,7 +622,7 @@ func TestRenderHopsHTTPS(t *testing.T) {
 	}
 	for _, host := range []string{"secure.test", "secure-b.test"} {
 		st, _ := l.Domain(time.Now(), host)
-		if st.RequestCount24h != map[string]uint64{"secure.test": 2, "secure-b.test": 1}[host] || st.InFlightCount != 0 {
+		if st.Request24hCount != map[string]uint64{"secure.test": 2, "secure-b.test": 1}[host] || st.InFlightCount != 0 {
 			t.Errorf("%s: %+v", host, st)
 		}
 		if h, ok := hello[host]; !ok || !st.LastRequestAt.After(h) {

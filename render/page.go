@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	jsonv2 "github.com/chromedp/cdproto/cdp/jsonv2"
@@ -106,6 +108,54 @@ func renderedHTMLExpr(capUnits int64, walk bool) string {
 })(` + strconv.FormatInt(capUnits, 10) + `, ` + strconv.FormatBool(walk) + `)`
 }
 
+// renderedTextExpr reads the text a reader sees on the rendered page, as the browser itself
+// lays it out: the root element's innerText, which leaves out whatever is not rendered
+// (display:none, the hidden attribute, visibility:hidden, <template> content, <script>,
+// <style>, <noscript> with scripting on, the head and its <title>). A document whose root
+// has no innerText (an XML document) gives its textContent. At most capUnits+1 UTF-16
+// code units are returned, as renderedHTMLExpr does.
+func renderedTextExpr(capUnits int64) string {
+	return `((cap) => {
+  const d = document.documentElement;
+  if (!d) return "";
+  const s = typeof d.innerText === "string" ? d.innerText : (d.textContent || "");
+  return s.length > cap ? s.slice(0, cap + 1) : s;
+})(` + strconv.FormatInt(capUnits, 10) + `)`
+}
+
+// renderedExpr reads both the rendered HTML and its text in one round trip.
+func renderedExpr(capUnits int64) string {
+	return `({html: ` + renderedHTMLExpr(capUnits, false) + `, text: ` + renderedTextExpr(capUnits) + `})`
+}
+
+// renderedPage is what renderedExpr returns.
+type renderedPage struct {
+	HTML string `json:"html"`
+	Text string `json:"text"`
+}
+
+// collapseSpace is text with its white-space runs (Unicode White_Space, as htmltext counts
+// them) turned into one space, leading and trailing white space dropped: the rule that
+// raw_text_length follows, so that text_length and raw_text_length stay comparable (the
+// innerText's line breaks count as the one space a block boundary is in htmltext).
+func collapseSpace(text string) string {
+	var sb strings.Builder
+	sb.Grow(len(text))
+	pending := false
+	for _, r := range text {
+		if unicode.In(r, unicode.White_Space) {
+			pending = sb.Len() > 0
+			continue
+		}
+		if pending {
+			sb.WriteByte(' ')
+			pending = false
+		}
+		sb.WriteRune(r)
+	}
+	return sb.String()
+}
+
 // capHTML cuts s to at most maxBytes, at a character boundary, and reports whether it cut.
 func capHTML(s string, maxBytes int) (string, bool) {
 	if len(s) <= maxBytes {
@@ -126,15 +176,17 @@ type renderJob struct {
 	st       *renderState
 	start    time.Time
 	deadline time.Time
+	skip     skipSet                  // the resource types not loaded
 	done     chan *downloader.Outcome // buffered: the job never blocks on it
 }
 
 func (j *renderJob) run(ctx context.Context) {
 	p := j.p
 	var t *tab
+	site := "" // the domain rendered, once the tab served it
 	defer func() {
 		if t != nil {
-			t.close()
+			p.release(t, site)
 		}
 	}()
 	b, err := p.browserFor(ctx)
@@ -148,7 +200,10 @@ func (j *renderJob) run(ctx context.Context) {
 		}
 		return
 	}
-	t, err = p.takeTab(ctx, b)
+	t, err = p.takeTab(ctx, b, j.st.domain)
+	if err != nil {
+		t = nil
+	}
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:
@@ -161,7 +216,14 @@ func (j *renderJob) run(ctx context.Context) {
 		}
 		return
 	}
+	site = j.st.domain
 	out := j.renderIn(ctx, t)
+	if t.sc != nil {
+		// Before Render returns: the caller's next render must find the tab being wiped
+		// (and wait for it), not start another.
+		p.release(t, site)
+		t = nil
+	}
 	p.refill()
 	p.mu.Lock()
 	p.rendered++
@@ -194,7 +256,7 @@ func (j *renderJob) renderTab(ctx context.Context, t *tab) *downloader.Outcome {
 	runCtx, stopRun := context.WithCancelCause(t.ctx)
 	defer stopRun(nil)
 	if t.pause != nil {
-		t.pause.arm(&hopRender{ctx: ctx, soft: j.softDeadline(), st: j.st, refuse: func() { stopRun(errHopRefused) }})
+		t.pause.arm(&hopRender{ctx: ctx, soft: j.softDeadline(), st: j.st, skip: j.skip, tr: t.tr, refuse: func() { stopRun(errHopRefused) }})
 	}
 	stop := context.AfterFunc(ctx, func() { stopRun(context.Cause(ctx)) })
 	defer stop()
@@ -214,6 +276,18 @@ func (j *renderJob) renderTab(ctx context.Context, t *tab) *downloader.Outcome {
 		}
 	}()
 
+	if err := t.setSkip(runCtx, j.skip); err != nil {
+		return downloader.Failed(j.stopped(runCtx, t, err))
+	}
+	// The main document is always the origin's (SPEC §3), while a long-lived context keeps
+	// its HTTP cache (IsolationWipe): the cache holds only what the context's earlier
+	// renders requested, so when this URL is among them, this render goes without the
+	// cache (its bundles too: the same URL twice in one context is rare).
+	if t.sc != nil && t.sc.hasRequested(j.u.String()) {
+		if err := t.setCacheDisabled(runCtx, true); err != nil {
+			return downloader.Failed(j.stopped(runCtx, t, err))
+		}
+	}
 	nav, err := chromedp.Call(runCtx, page.Navigate, page.NavigateParams{URL: j.u.String()})
 	if err != nil {
 		return downloader.Failed(j.stopped(runCtx, t, err))
@@ -221,10 +295,41 @@ func (j *renderJob) renderTab(ctx context.Context, t *tab) *downloader.Outcome {
 	if nav.ErrorText != "" || nav.IsDownload {
 		return j.navigationFailed(runCtx, t, nav)
 	}
+	if t.tr.main().fromCache {
+		// Still from the cache: a redirect led to a URL an earlier render requested. Load
+		// the page again without the cache, once the cached document is in place (the tab
+		// is between two documents until then).
+		j.p.log.Debug("render: main document came from the cache; loading it again from the origin", "url", j.u.Redacted())
+		if err := j.waitDOM(runCtx, t); err != nil {
+			return downloader.Failed(j.stopped(runCtx, t, err))
+		}
+		if err := t.setCacheDisabled(runCtx, true); err != nil {
+			return downloader.Failed(j.stopped(runCtx, t, err))
+		}
+		t.tr.expectNewMain()
+		if nav, err = chromedp.Call(runCtx, page.Navigate, page.NavigateParams{URL: j.u.String()}); err != nil {
+			return downloader.Failed(j.stopped(runCtx, t, fmt.Errorf("load again: %w", err)))
+		}
+		if nav.ErrorText != "" || nav.IsDownload {
+			return j.navigationFailed(runCtx, t, nav)
+		}
+	}
 	if err := j.wait(runCtx, t); err != nil {
 		return downloader.Failed(j.stopped(runCtx, t, err))
 	}
 	return j.read(runCtx, t)
+}
+
+// waitDOM waits for the main document's DOMContentLoaded.
+func (j *renderJob) waitDOM(ctx context.Context, t *tab) error {
+	for !t.tr.state().domReady {
+		select {
+		case <-t.tr.notify:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	return nil
 }
 
 // stopped is the fail reason of a render that could not go on because of err.
@@ -321,20 +426,20 @@ func (j *renderJob) wait(ctx context.Context, t *tab) error {
 // read reads the rendered DOM and the main document as served, and builds the outcome.
 func (j *renderJob) read(ctx context.Context, t *tab) *downloader.Outcome {
 	res, err := chromedp.Call(ctx, runtime.Evaluate, runtime.EvaluateParams{
-		Expression:    renderedHTMLExpr(maxRenderedHTMLBytes, false),
+		Expression:    renderedExpr(maxRenderedHTMLBytes),
 		ReturnByValue: new(true),
 	})
 	if err == nil && res.ExceptionDetails != nil {
 		err = errors.New(res.ExceptionDetails.Text)
 	}
-	var rendered string
+	var page renderedPage
 	if err == nil && res.Result != nil {
-		err = jsonv2.Unmarshal(res.Result.Value, &rendered)
+		err = jsonv2.Unmarshal(res.Result.Value, &page)
 	}
 	if err != nil {
-		return downloader.Failed(j.stopped(ctx, t, err))
+		return downloader.Failed(j.stopped(ctx, t, fmt.Errorf("read the page: %w", err)))
 	}
-	rendered, truncated := capHTML(rendered, maxRenderedHTMLBytes)
+	rendered, truncated := capHTML(page.HTML, maxRenderedHTMLBytes)
 	if truncated {
 		// As a plain fetch says of a body over the cap.
 		j.p.log.Info("render: rendered HTML over the cap, truncated", "url", j.u.Redacted(), "max_body_bytes", maxRenderedHTMLBytes, "is_body_truncated", true)
@@ -350,7 +455,9 @@ func (j *renderJob) read(ctx context.Context, t *tab) *downloader.Outcome {
 	}
 	if out.FailReason == "" || out.FailReason == downloader.FailHTTPStatusError {
 		j.rawText(ctx, md, out)
-		text, _ := htmltext.VisibleText(strings.NewReader(rendered)) // a string reader never fails
+		// What the browser shows, not every text node of the DOM (SPEC §3): an empty shell
+		// with its content in hidden blocks is an empty shell.
+		text, _ := capHTML(collapseSpace(page.Text), maxRenderedHTMLBytes)
 		n := utf8.RuneCountInString(text)
 		out.TextLength = &n
 		out.Text = text
@@ -385,6 +492,7 @@ func (j *renderJob) base(md mainDocument, t *tab) *downloader.Outcome {
 	hs.XHRCount, hs.XHRFailedCount = &c.xhr, &c.xhrFailed
 	hs.SubrequestCount, hs.SubrequestFailedCount = &c.sub, &c.subFailed
 	hs.BlockedRequestCount = &blocked
+	hs.SkippedRequestCount = &c.skipped
 	j.st.guardCounts().fill(hs)
 	switch {
 	case md.proxyReason != "":

@@ -9,19 +9,25 @@
 //     reconnected by itself when it dies (at once after a loss, with exponential backoff
 //     after failed attempts). While a launch fails, renders answer renderer_unavailable at
 //     once instead of waiting.
-//   - One fresh browser context per render (cookies, storage and cache isolated), with one
-//     tab in it. A new context and tab costs a new renderer process (Chrome never shares
-//     one between contexts): ≈ 300 ms of CPU over the browser's processes per render on
-//     the 2-core test machine, more than a whole page in a long-lived tab. So the pool
-//     keeps WarmTabs of them ready: a render takes a tab made before it was asked for (or
-//     waits for one being made), its replacement starts once the page has loaded, and the
-//     tab and its context are thrown away after the render. No context or tab is ever
-//     used twice. Pages are also kept from blocking or writing: JavaScript dialogs are
-//     dismissed, downloads denied. docs/benchmarks-render.md has the measurements behind
-//     these choices.
+//   - Isolation (Config.Isolation, --render-isolation). IsolationWipe, the default: one
+//     long-lived tab per slot, each in a browser context of its own, reused render after
+//     render (its renderer process too) and wiped in between: every cookie of the context,
+//     the storage, sessionStorage, service workers and permissions of every origin the
+//     render touched; the tab's history is forgotten. The HTTP cache and the code cache
+//     stay, so a site's next page gets its bundles from the cache; a render prefers a tab
+//     whose context rendered its site; the main document always comes from the origin. A
+//     tab is replaced after MaxContextRenders renders. IsolationContext: one fresh browser
+//     context per render with one tab in it, thrown away after it; a new context and tab
+//     costs a new renderer process (≈ 150 ms of CPU here), so the pool keeps WarmTabs of
+//     them ready, the replacement started once the page has loaded. Either way pages are
+//     kept from blocking or writing: JavaScript dialogs are dismissed, downloads denied.
+//     docs/benchmarks.md and docs/benchmarks-render.md have the measurements.
+//   - What a render does not load: by default images, media and fonts (skip_resource_types,
+//     intercept.go), failed in the browser before any connection.
 //   - Every request the browser makes goes through a small HTTP forward proxy of ours,
-//     one per tab on ProxyHost:0, set as the proxy of the tab's browser context (which
-//     also works on a remote endpoint). The proxy dials through the netguard Guard, so
+//     one per render on ProxyHost:0, set as the proxy of the tab's browser context (with
+//     IsolationWipe through the context's relay; either way it also works on a remote
+//     endpoint). The proxy dials through the netguard Guard, so
 //     --connect-to and the SSRF guard apply to sub-requests (scripts, XHRs, iframes,
 //     redirects) exactly as to plain fetches, and it holds the first request bytes to the
 //     page's own host until the limiter's Wire lets them out (after DNS, connect and TLS:
@@ -103,7 +109,9 @@ type Config struct {
 	// local_queue_full. Zero means none wait.
 	QueueLength int
 	// WarmTabs is how many fresh tabs (each in its own new browser context) are kept ready
-	// ahead of renders; default Concurrency, negative means none.
+	// ahead of renders (IsolationContext); default Concurrency, negative means none. With
+	// IsolationWipe the pool makes its long-lived tabs, one per slot, ahead of renders
+	// unless WarmTabs is negative (then each is made by the render that needs it).
 	WarmTabs int
 
 	UserAgent string // sent by the browser instead of its own (which says HeadlessChrome)
@@ -129,6 +137,11 @@ type Config struct {
 
 	DefaultTimeout time.Duration // a render's timeout when Render is given none
 
+	// SkipResourceTypes are the sub-requests a render does not make unless its request
+	// says otherwise (RenderOptions): nil means downloader.DefaultSkipResourceTypes (images,
+	// media, fonts), an empty non-nil list loads everything.
+	SkipResourceTypes []downloader.ResourceType
+
 	// NetworkQuiet is how long the network must stay quiet (no request in flight) after
 	// the load event before the page is read. NetworkIdleMax bounds that wait: a page that
 	// is still busy NetworkIdleMax after its load event is read as it is.
@@ -142,6 +155,13 @@ type Config struct {
 	ProxyHost string
 
 	LaunchTimeout time.Duration // bound on one launch or connection attempt
+
+	// Isolation is how renders are kept apart (--render-isolation): IsolationWipe (the
+	// default) or IsolationContext.
+	Isolation Isolation
+	// MaxContextRenders is how many renders a long-lived tab and its context serve
+	// (IsolationWipe) before they are replaced; default DefaultMaxContextRenders.
+	MaxContextRenders int
 
 	// MaxSubrequestCount bounds a render's sub-requests (everything but its main documents
 	// and admitted frames), MaxHostSubrequestCount those to each host other than the
@@ -162,6 +182,10 @@ type Stats struct {
 	IsRemote      bool   `json:"is_remote"`
 	LastError     string `json:"last_error,omitempty"`
 	RenderedCount int64  `json:"rendered_count"`
+	// ContextCount is the long-lived browser contexts alive (IsolationWipe);
+	// RecycledContextCount how many were disposed of so far.
+	ContextCount         int   `json:"context_count"`
+	RecycledContextCount int64 `json:"recycled_context_count"`
 }
 
 // Pool renders pages. Create it with New and stop it with Close. Safe for concurrent use.
@@ -181,6 +205,8 @@ type Pool struct {
 	deny       net.Listener
 	deniedConn atomic.Int64 // connections the deny listener refused
 
+	skipDefault skipSet // Config.SkipResourceTypes as the browser names them
+
 	mu         sync.Mutex
 	state      browserState
 	cur        *browser      // the live browser when state is stateUp
@@ -188,6 +214,11 @@ type Pool struct {
 	lastErr    error
 	restarts   int
 	spares     []*tab        // warm tabs of cur
+	making     int           // warm-ups making a new tab
+	wiping     []*tab        // long-lived tabs being wiped (IsolationWipe)
+	live       int           // long-lived tabs alive, busy or not (IsolationWipe)
+	contexts   int           // long-lived contexts alive
+	recycled   int64         // long-lived contexts disposed of
 	warming    int           // warm-ups in progress
 	spareReady chan struct{} // closed and replaced when a warm-up ends
 	closed     bool
@@ -248,6 +279,19 @@ func New(cfg Config) (*Pool, error) {
 	if cfg.ProxyHost == "" {
 		cfg.ProxyHost = DefaultProxyHost
 	}
+	switch cfg.Isolation {
+	case "":
+		cfg.Isolation = IsolationWipe
+	case IsolationWipe, IsolationContext:
+	default:
+		return nil, downloader.Invalidf("render_isolation", "render: isolation %q is neither %q nor %q", cfg.Isolation, IsolationWipe, IsolationContext)
+	}
+	if cfg.MaxContextRenders <= 0 {
+		cfg.MaxContextRenders = DefaultMaxContextRenders
+	}
+	if cfg.SkipResourceTypes == nil {
+		cfg.SkipResourceTypes = downloader.DefaultSkipResourceTypes()
+	}
 	if cfg.LaunchTimeout <= 0 {
 		cfg.LaunchTimeout = DefaultLaunchTimeout
 	}
@@ -264,12 +308,13 @@ func New(cfg Config) (*Pool, error) {
 		}
 	}
 	p := &Pool{
-		cfg:        cfg,
-		clk:        cfg.Clock,
-		log:        cfg.Logger.With("component", "render"),
-		gate:       limiter.NewGate(cfg.Concurrency, cfg.QueueLength),
-		changed:    make(chan struct{}),
-		spareReady: make(chan struct{}),
+		cfg:         cfg,
+		clk:         cfg.Clock,
+		log:         cfg.Logger.With("component", "render"),
+		gate:        limiter.NewGate(cfg.Concurrency, cfg.QueueLength),
+		changed:     make(chan struct{}),
+		spareReady:  make(chan struct{}),
+		skipDefault: newSkipSet(cfg.SkipResourceTypes),
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	if cfg.Endpoint == "" {
@@ -303,14 +348,16 @@ func (p *Pool) Stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := Stats{
-		SlotCount:     p.gate.Capacity(),
-		BusyCount:     p.gate.InFlight(),
-		QueuedCount:   p.gate.Waiting(),
-		WarmTabCount:  len(p.spares),
-		RestartCount:  p.restarts,
-		IsBrowserUp:   p.state == stateUp,
-		IsRemote:      p.cfg.Endpoint != "",
-		RenderedCount: p.rendered,
+		SlotCount:            p.gate.Capacity(),
+		BusyCount:            p.gate.InFlight(),
+		QueuedCount:          p.gate.Waiting(),
+		WarmTabCount:         len(p.spares),
+		RestartCount:         p.restarts,
+		IsBrowserUp:          p.state == stateUp,
+		IsRemote:             p.cfg.Endpoint != "",
+		RenderedCount:        p.rendered,
+		ContextCount:         p.contexts,
+		RecycledContextCount: p.recycled,
 	}
 	if p.lastErr != nil {
 		s.LastError = p.lastErr.Error()
@@ -379,7 +426,13 @@ var (
 // closed → shutting_down. A main document that fails on the network is classified like a
 // plain fetch; a non-2xx main document is http_status_error (with its rendered content).
 func (p *Pool) Render(ctx context.Context, u *url.URL, adm *limiter.Admission, timeout time.Duration) *downloader.Outcome {
-	return p.renderTimed(ctx, u, adm, timeout, false)
+	return p.renderTimed(ctx, u, adm, downloader.RenderOptions{Timeout: timeout}, false)
+}
+
+// RenderWith is Render with the request's options: its timeout and the resource types it
+// skips (SPEC §3).
+func (p *Pool) RenderWith(ctx context.Context, u *url.URL, adm *limiter.Admission, opts downloader.RenderOptions) *downloader.Outcome {
+	return p.renderTimed(ctx, u, adm, opts, false)
 }
 
 // AcquireSlot takes one of the pool's render slots ahead of RenderInSlot, waiting in the
@@ -405,12 +458,13 @@ func (p *Pool) AcquireSlot(ctx context.Context) (release func(), failed *downloa
 
 // RenderInSlot is Render under a slot the caller took with AcquireSlot (and gives back
 // after this returns).
-func (p *Pool) RenderInSlot(ctx context.Context, u *url.URL, adm *limiter.Admission, timeout time.Duration) *downloader.Outcome {
-	return p.renderTimed(ctx, u, adm, timeout, true)
+func (p *Pool) RenderInSlot(ctx context.Context, u *url.URL, adm *limiter.Admission, opts downloader.RenderOptions) *downloader.Outcome {
+	return p.renderTimed(ctx, u, adm, opts, true)
 }
 
-func (p *Pool) renderTimed(ctx context.Context, u *url.URL, adm *limiter.Admission, timeout time.Duration, held bool) *downloader.Outcome {
+func (p *Pool) renderTimed(ctx context.Context, u *url.URL, adm *limiter.Admission, opts downloader.RenderOptions, held bool) *downloader.Outcome {
 	start := p.clk.Now()
+	timeout := opts.Timeout
 	if timeout <= 0 {
 		timeout = p.cfg.DefaultTimeout
 	}
@@ -432,14 +486,18 @@ func (p *Pool) renderTimed(ctx context.Context, u *url.URL, adm *limiter.Admissi
 	defer func() { <-timerDone }()
 	defer cancel(nil)
 
-	out := p.render(rctx, u, adm, start, start.Add(timeout), held)
+	skip := p.skipDefault
+	if opts.SkipResourceTypes != nil {
+		skip = newSkipSet(opts.SkipResourceTypes)
+	}
+	out := p.render(rctx, u, adm, skip, start, start.Add(timeout), held)
 	out.HealthSignal.ElapsedMs = p.clk.Now().Sub(start).Milliseconds()
 	return out
 }
 
 // render runs one render; held: the caller holds a slot (AcquireSlot), else one is taken
 // here for the render's duration.
-func (p *Pool) render(ctx context.Context, u *url.URL, adm *limiter.Admission, start, deadline time.Time, held bool) *downloader.Outcome {
+func (p *Pool) render(ctx context.Context, u *url.URL, adm *limiter.Admission, skip skipSet, start, deadline time.Time, held bool) *downloader.Outcome {
 	if u == nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
 		return downloader.Failed(downloader.FailInvalidTask)
 	}
@@ -459,7 +517,7 @@ func (p *Pool) render(ctx context.Context, u *url.URL, adm *limiter.Admission, s
 	}
 	st := newRenderState(p.clk, domain, adm)
 	st.caps = subrequestCaps{total: p.cfg.MaxSubrequestCount, perHost: p.cfg.MaxHostSubrequestCount}
-	job := &renderJob{p: p, u: u, st: st, start: start, deadline: deadline, done: make(chan *downloader.Outcome, 1)}
+	job := &renderJob{p: p, u: u, st: st, skip: skip, start: start, deadline: deadline, done: make(chan *downloader.Outcome, 1)}
 	if !p.goTracked(func() { job.run(ctx) }) {
 		return downloader.Failed(downloader.FailShuttingDown)
 	}

@@ -13,10 +13,29 @@ import (
 // TestRenderFailedConnectionSpendsTheSlot is SPEC §2's spent slot for renders: a main
 // document whose connection to the page's host is refused or whose TLS handshake fails
 // has spent the caller's admission (its connection attempt is the wire moment), while one
-// refused before any packet (NXDOMAIN, the SSRF guard) gives it back.
+// refused before any packet (NXDOMAIN, the SSRF guard) gives it back. In both isolation
+// modes: with IsolationWipe (the shared pool) the long-lived context's relay hands the
+// connection to the render's own proxy, whose dial carries the render's attempt hook.
 func TestRenderFailedConnectionSpendsTheSlot(t *testing.T) {
 	f := getFixture(t)
-	p := sharedPool(t)
+	for _, iso := range []Isolation{IsolationWipe, IsolationContext} {
+		t.Run(string(iso), func(t *testing.T) {
+			p := sharedPool(t)
+			if iso == IsolationContext {
+				var err error
+				p, err = New(Config{Concurrency: 1, WarmTabs: -1, UserAgent: testUserAgent, Guard: f.guard,
+					Isolation: IsolationContext, Logger: testLogger(t), Hops: limiterHops{l: limiter.New(clock.Real{})}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { p.Close() })
+			}
+			testFailedConnectionSpends(t, f, p)
+		})
+	}
+}
+
+func testFailedConnectionSpends(t *testing.T, f *fixture, p *Pool) {
 	tests := []struct {
 		url     string
 		domain  string

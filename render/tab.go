@@ -2,8 +2,11 @@ package render
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	cdpbrowser "github.com/chromedp/cdproto/browser"
@@ -16,45 +19,129 @@ import (
 )
 
 // closeTimeout bounds the disposal of a browser context that chromedp could not dispose
-// of itself.
+// of itself, and a long-lived tab's wipe between two renders.
 const closeTimeout = 5 * time.Second
 
-// tab is one fresh tab in its own new browser context, with its own proxy. It serves one
-// render at most and is then closed with its context.
+// tab is a tab with a proxy of ours. With IsolationContext it is a fresh tab in its own
+// new browser context: it serves one render at most and is then closed with its context.
+// With IsolationWipe it is a long-lived tab in a long-lived context of its own (sc): after
+// each render it is wiped (reuse) and serves the next, until it has served
+// MaxContextRenders or its renderer dies; then it is closed and its context disposed of.
+//
+// Each render has a use of its own: a new proxy, tracker and pauser. The tab's listeners
+// send events to the current use (cur); the render's goroutine reads proxy, tr and pause,
+// which change only between renders, while no render has the tab.
 type tab struct {
-	b        *browser
-	ctx      context.Context // chromedp context of the tab
-	cancel   context.CancelFunc
-	detached <-chan struct{} // closed when the browser detaches the tab
-	proxy    *proxy
-	tr       *tracker
-	pause    *pauser        // nil when the pool admits no hops
-	wg       sync.WaitGroup // the dialog handler, the pauser and its admission waits
-	closeOne sync.Once
+	p          *Pool
+	b          *browser
+	sc         *siteContext    // IsolationWipe: the tab's long-lived context; nil: its own
+	ctx        context.Context // chromedp context of the tab
+	cancel     context.CancelFunc
+	detached   <-chan struct{} // closed when the browser detaches the tab
+	mainFrame  cdp.FrameID
+	skip       *skipper // fails the requests of skipped types when there is no pauser
+	skipping   skipSet  // the types skipped now (without a pauser: the browser's patterns)
+	wg         sync.WaitGroup
+	closeOne   sync.Once
+	isLive     bool // counted in the pool's live (p.mu)
+	isCacheOff bool // the tab's HTTP cache is off for this render
+
+	// The current use; proxy, tr and pause are its parts.
+	use   *tabUse
+	cur   atomic.Pointer[tabUse] // for the listeners
+	proxy *proxy
+	tr    *tracker
+	pause *pauser // nil when the pool admits no hops
 }
 
-// newTab makes a tab in a new browser context whose proxy is a new proxy of ours, and
-// sets our user agent in it. It gives up when ctx ends.
-func (p *Pool) newTab(ctx context.Context, b *browser) (*tab, error) {
+// tabUse is what one render of a tab has of its own.
+type tabUse struct {
+	proxy  *proxy
+	tr     *tracker
+	pause  *pauser
+	ctx    context.Context // ends with the use: the pauser's loop
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the pauser and its admission waits
+	endOne sync.Once
+}
+
+// newUse makes a use with a new proxy, for a tab whose main frame is not known yet.
+func (p *Pool) newUse(parent context.Context) (*tabUse, error) {
 	px, err := p.newProxy()
 	if err != nil {
 		return nil, err
 	}
-	tr := newTracker()
-	opts := []chromedp.ContextOption{
-		chromedp.WithNewBrowserContext(func(params *target.CreateBrowserContextParams) {
-			params.ProxyServer = "http://" + px.addr()
+	u := &tabUse{proxy: px, tr: newTracker()}
+	if p.cfg.Hops != nil {
+		u.pause = newPauser(p.cfg.Hops, p.cfg.frames, p.log, &u.wg)
+	}
+	u.ctx, u.cancel = context.WithCancel(parent)
+	return u, nil
+}
+
+// start makes u the tab's current use.
+func (t *tab) start(u *tabUse) {
+	u.tr.setMainFrame(t.mainFrame)
+	if u.pause != nil {
+		u.pause.setMainFrame(t.mainFrame)
+		u.wg.Go(func() { u.pause.run(u.ctx) })
+	}
+	if t.sc != nil {
+		t.sc.relay.attach(u.proxy)
+	}
+	t.use, t.proxy, t.tr, t.pause = u, u.proxy, u.tr, u.pause
+	t.cur.Store(u)
+}
+
+// end ends u: every connection of the render is cut and its proxy closed. Idempotent.
+func (t *tab) end(u *tabUse) {
+	u.endOne.Do(func() {
+		if t.sc != nil {
+			t.sc.relay.detach() // before the proxy goes: nothing of this render's stays open
+		}
+		u.cancel()
+		u.wg.Wait()
+		u.proxy.close()
+	})
+}
+
+// onEvent is the tab's listener: the current use's tracker.
+func (t *tab) onEvent(ev any) {
+	if u := t.cur.Load(); u != nil {
+		u.tr.onEvent(ev)
+	}
+}
+
+// newTab makes a tab with a new proxy of ours, and sets our user agent in it: in a new
+// browser context whose proxy is that proxy (IsolationContext), or in a new long-lived
+// context whose relay leads to it (IsolationWipe). It gives up when ctx ends.
+func (p *Pool) newTab(ctx context.Context, b *browser) (*tab, error) {
+	t := &tab{p: p, b: b, skipping: p.skipDefault}
+	u, err := p.newUse(b.ctx)
+	if err != nil {
+		return nil, err
+	}
+	t.use = u
+	opts := []chromedp.ContextOption{chromedp.WithListener(t.onEvent), chromedp.WithListener(t.pausedRouter)}
+	if p.cfg.Isolation == IsolationWipe {
+		if t.sc, err = p.newSiteContext(ctx, b); err != nil {
+			t.end(u)
+			return nil, err
+		}
+		t.sc.relay.attach(u.proxy)
+		opts = append(opts, chromedp.WithExistingBrowserContext(t.sc.id))
+	} else {
+		opts = append(opts, chromedp.WithNewBrowserContext(func(params *target.CreateBrowserContextParams) {
+			params.ProxyServer = "http://" + u.proxy.addr()
 			// Chrome sends loopback destinations around a proxy unless told not to; ours
 			// must see them (the guard refuses them unless --connect-to maps them).
 			params.ProxyBypassList = "<-loopback>"
-		}),
-		chromedp.WithListener(tr.onEvent),
+		}))
 	}
-	t := &tab{b: b, proxy: px, tr: tr}
-	if p.cfg.Hops != nil {
-		t.pause = newPauser(p.cfg.Hops, p.cfg.frames, p.log, &t.wg)
-		opts = append(opts, chromedp.WithListener(t.pause.onEvent))
-	}
+	t.skip = newSkipper(t)
+	t.cur.Store(u)
+	t.proxy, t.tr, t.pause = u.proxy, u.tr, u.pause
+	patterns := fetchPatterns(t.skipping, p.cfg.Hops != nil)
 	tctx, cancel := chromedp.NewContext(b.ctx, opts...)
 	t.ctx, t.cancel = tctx, cancel
 
@@ -66,13 +153,15 @@ func (p *Pool) newTab(ctx context.Context, b *browser) (*tab, error) {
 			if _, err := cdp.Call(ctx, tg, emulation.SetUserAgentOverride, p.userAgentOverride()); err != nil {
 				return err
 			}
-			if t.pause == nil {
+			if len(patterns) == 0 {
 				return nil
 			}
-			// Every document request waits for the pauser's word. An endpoint that cannot
+			// Every request waits for the pauser's word (the hops, frames, sub-request caps
+			// and skipped resource types are its decisions), or, with no pauser, every
+			// request of a skipped type is paused to be failed. An endpoint that cannot
 			// pause requests cannot render under the limiter: the tab fails (fail closed).
-			if _, err := cdp.Call(ctx, tg, fetch.Enable, fetch.EnableParams{Patterns: pausePatterns}); err != nil {
-				return fmt.Errorf("pause document requests (Fetch.enable): %w", err)
+			if _, err := cdp.Call(ctx, tg, fetch.Enable, fetch.EnableParams{Patterns: patterns}); err != nil {
+				return fmt.Errorf("pause requests (Fetch.enable): %w", err)
 			}
 			return nil
 		}))
@@ -90,11 +179,11 @@ func (p *Pool) newTab(ctx context.Context, b *browser) (*tab, error) {
 		return nil, fmt.Errorf("new tab: %w", err)
 	}
 	c := chromedp.FromContext(tctx)
-	tr.setMainFrame(cdp.FrameID(c.Target.TargetID))
-	if t.pause != nil {
-		t.pause.setMainFrame(cdp.FrameID(c.Target.TargetID))
-		t.wg.Go(func() { t.pause.run(tctx) })
-	}
+	t.mainFrame = cdp.FrameID(c.Target.TargetID)
+	u.cancel() // the first use's loop starts with the tab's context
+	u.ctx, u.cancel = context.WithCancel(tctx)
+	t.start(u)
+	t.wg.Go(func() { t.skip.run(tctx) })
 	if t.detached, err = chromedp.Detached(tctx); err != nil {
 		t.close()
 		return nil, fmt.Errorf("new tab: %w", err)
@@ -118,7 +207,37 @@ func (p *Pool) newTab(ctx context.Context, b *browser) (*tab, error) {
 			chromedp.Call(tctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: accept})
 		}
 	})
+	if t.sc != nil {
+		p.mu.Lock()
+		p.live++
+		t.isLive = true
+		p.mu.Unlock()
+	}
 	return t, nil
+}
+
+// setSkip makes the browser skip the resource types of set from now on: with a pauser
+// its decision (hops.go; the patterns, every request, stay), else one protocol round trip
+// when they differ from the tab's.
+func (t *tab) setSkip(ctx context.Context, set skipSet) error {
+	if slices.Equal(set, t.skipping) {
+		return nil
+	}
+	if t.pause != nil {
+		t.skipping = set
+		return nil
+	}
+	var err error
+	if patterns := fetchPatterns(set, t.p.cfg.Hops != nil); len(patterns) == 0 {
+		_, err = chromedp.Call(ctx, fetch.Disable, cdp.Empty{})
+	} else {
+		_, err = chromedp.Call(ctx, fetch.Enable, fetch.EnableParams{Patterns: patterns})
+	}
+	if err != nil {
+		return fmt.Errorf("skip resource types (Fetch): %w", err)
+	}
+	t.skipping = set
+	return nil
 }
 
 // userAgentOverride replaces the user agent and its client hints (Sec-CH-UA,
@@ -136,37 +255,137 @@ func (p *Pool) userAgentOverride() emulation.SetUserAgentOverrideParams {
 	}
 }
 
-// close closes the tab and disposes of its browser context, then closes its proxy. It
-// blocks until done (a few milliseconds; at most a few seconds with a hung browser).
+// close ends the tab's use, closes the tab and disposes of its browser context (its own,
+// or its long-lived one). It blocks until done (a few milliseconds; at most a few seconds
+// with a hung browser).
 func (t *tab) close() {
 	t.closeOne.Do(func() {
 		c := chromedp.FromContext(t.ctx)
-		t.cancel() // closes the target and disposes of the context it created
+		t.end(t.use)
+		t.cancel() // closes the target and disposes of the context chromedp created
 		t.wg.Wait()
 		// A context created while its tab never attached is not disposed by chromedp.
-		if c.Target == nil && c.BrowserContextID != "" && t.b.alive() {
+		if t.sc == nil && c.Target == nil && c.BrowserContextID != "" && t.b.alive() {
 			ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 			cdp.Call(ctx, t.b.b, target.DisposeBrowserContext, target.DisposeBrowserContextParams{BrowserContextID: c.BrowserContextID})
 			cancel()
 		}
-		t.proxy.close()
+		if t.sc != nil {
+			t.sc.dispose()
+			t.p.mu.Lock()
+			if t.isLive {
+				t.p.live--
+				t.isLive = false
+			}
+			t.p.mu.Unlock()
+		}
 	})
 }
 
-// takeTab returns a warm tab of b: one that is ready, else the next one being made, else a
+// release gives back a tab whose render (of site; "" if it never rendered) is over: closed
+// (IsolationContext), or wiped in the background and made ready for the next render
+// (IsolationWipe; see reuse).
+func (p *Pool) release(t *tab, site string) {
+	if t.sc == nil {
+		t.close()
+		return
+	}
+	p.mu.Lock()
+	if site != "" {
+		t.sc.renders++
+		t.sc.sites[site] = true
+	}
+	if p.closed {
+		p.mu.Unlock()
+		t.close()
+		return
+	}
+	p.warming++ // a render that finds no spare waits for this one
+	p.wiping = append(p.wiping, t)
+	p.wg.Go(func() { p.reuse(t) })
+	p.mu.Unlock()
+}
+
+// reuse ends a long-lived tab's render, wipes it (see siteContext.wipe) and puts it back
+// among the spares with a new use, unless it has served its renders, its renderer or
+// browser died, or the pool is closing: then it is closed and replaced.
+func (p *Pool) reuse(t *tab) {
+	origins, docOrigins := t.tr.origins()
+	urls := t.tr.urls()
+	t.end(t.use)
+	p.mu.Lock()
+	for _, u := range urls {
+		t.sc.requested[u] = true
+	}
+	keep := !p.closed && p.cur == t.b && t.sc.renders < p.cfg.MaxContextRenders
+	p.mu.Unlock()
+	keep = keep && t.b.alive() && !t.isDetached() && !t.tr.state().crashed
+	if keep {
+		if err := t.wipe(origins, docOrigins); err != nil {
+			if t.b.alive() && p.ctx.Err() == nil && !errors.Is(err, errReplaceTab) {
+				p.log.Warn("render: wiping a tab failed; replacing it", "error", err)
+			}
+			keep = false
+		}
+	}
+	var u *tabUse
+	if keep {
+		var err error
+		if u, err = p.newUse(t.ctx); err != nil {
+			p.log.Warn("render: new proxy", "error", err)
+			keep = false
+		}
+	}
+	p.mu.Lock()
+	p.warming--
+	p.wiping = slices.DeleteFunc(p.wiping, func(w *tab) bool { return w == t })
+	close(p.spareReady)
+	p.spareReady = make(chan struct{})
+	if keep && !p.closed && p.cur == t.b {
+		t.start(u)
+		p.spares = append(p.spares, t)
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	if u != nil {
+		t.end(u)
+	}
+	t.close()
+	p.refill()
+}
+
+// takeTab returns a warm tab of b for a render of site: one that is ready (IsolationWipe:
+// one whose context rendered site if there is one, for its cache, or, when such a tab is
+// being wiped, that one once it is ready), else the next one being made or wiped, else a
 // new one made now (then starting warm-ups, since there are too few).
-func (p *Pool) takeTab(ctx context.Context, b *browser) (*tab, error) {
+func (p *Pool) takeTab(ctx context.Context, b *browser, site string) (*tab, error) {
 	for {
 		p.mu.Lock()
-		var t *tab
-		for len(p.spares) > 0 && t == nil {
-			s := p.spares[0]
-			p.spares = p.spares[1:]
-			if s.b == b && b.alive() && !s.isDetached() && !s.tr.state().crashed {
-				t = s
+		kept := p.spares[:0]
+		for _, s := range p.spares {
+			if s.b != b || !b.alive() || s.isDetached() || s.tr.state().crashed {
+				p.wg.Go(s.close) // an old browser's or a dead tab; p.mu held, so not closed yet
 				continue
 			}
-			p.wg.Go(s.close) // an old browser's or a dead tab; p.mu held, so not closed yet
+			kept = append(kept, s)
+		}
+		clear(p.spares[len(kept):])
+		p.spares = kept
+		pick := -1
+		for i, s := range p.spares {
+			if s.sc != nil && s.sc.sites[site] {
+				pick = i
+				break
+			}
+		}
+		if pick < 0 && len(p.spares) > 0 && !p.wipingHasSiteLocked(site) {
+			pick = 0
+		}
+		var t *tab
+		if pick >= 0 {
+			t = p.spares[pick]
+			p.spares = slices.Delete(p.spares, pick, pick+1)
 		}
 		warming, ready := p.warming, p.spareReady
 		p.mu.Unlock()
@@ -186,8 +405,35 @@ func (p *Pool) takeTab(ctx context.Context, b *browser) (*tab, error) {
 			return nil, context.Cause(ctx)
 		}
 	}
+	// With IsolationWipe the tab made here is one of the slot's long-lived tabs: counted
+	// as being made, so that refill (the browser's start-up races this render to it) does
+	// not make one more than the slots.
+	own := p.cfg.Isolation == IsolationWipe
+	if own {
+		p.mu.Lock()
+		p.making++
+		p.mu.Unlock()
+	}
 	p.refill()
-	return p.newTab(ctx, b)
+	t, err := p.newTab(ctx, b)
+	if own {
+		p.mu.Lock()
+		p.making-- // newTab counted it live before this
+		p.mu.Unlock()
+	}
+	return t, err
+}
+
+// wipingHasSiteLocked reports whether a tab whose context rendered site is being wiped:
+// it is a spare in a moment, and its cache is worth the wait (a wipe takes a few tens of
+// milliseconds). Requires p.mu held.
+func (p *Pool) wipingHasSiteLocked(site string) bool {
+	for _, t := range p.wiping {
+		if t.sc.sites[site] && t.sc.renders < p.cfg.MaxContextRenders {
+			return true
+		}
+	}
+	return false
 }
 
 func (t *tab) isDetached() bool {
@@ -199,7 +445,9 @@ func (t *tab) isDetached() bool {
 	}
 }
 
-// refill starts warm-ups until WarmTabs tabs are ready or being made.
+// refill starts warm-ups until WarmTabs tabs are ready or being made (IsolationContext),
+// or until the pool has a long-lived tab per slot, busy or not (IsolationWipe: a tab is
+// wiped and reused after each render, so more would only cost memory).
 func (p *Pool) refill() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -207,16 +455,26 @@ func (p *Pool) refill() {
 		return
 	}
 	b := p.cur
-	for len(p.spares)+p.warming < p.cfg.WarmTabs {
+	for p.wantMoreLocked() {
 		p.warming++
+		p.making++
 		p.wg.Go(func() { p.warm(b) })
 	}
+}
+
+// wantMoreLocked reports whether refill should make one more tab. Requires p.mu held.
+func (p *Pool) wantMoreLocked() bool {
+	if p.cfg.Isolation == IsolationWipe {
+		return p.cfg.WarmTabs > 0 && p.live+p.making < p.cfg.Concurrency
+	}
+	return len(p.spares)+p.making < p.cfg.WarmTabs
 }
 
 func (p *Pool) warm(b *browser) {
 	t, err := p.newTab(p.ctx, b)
 	p.mu.Lock()
 	p.warming--
+	p.making--
 	close(p.spareReady) // wake renders waiting for this warm-up, whatever its result
 	p.spareReady = make(chan struct{})
 	if err == nil && !p.closed && p.cur == b && b.alive() {

@@ -29,13 +29,16 @@ type tracker struct {
 	domReady  bool              // DOMContentLoaded of the current main document
 	loaded    bool              // load event of the current main document
 	crashed   bool
-	crash     chan struct{} // closed at the first crash
-	notify    chan struct{} // signalled (never blocking) after every change
+	awaitMain bool                       // a reload was asked for: the page is not loaded until its request starts
+	skipped   map[network.RequestID]bool // requests failed because their type is skipped
+	crash     chan struct{}              // closed at the first crash
+	notify    chan struct{}              // signalled (never blocking) after every change
 }
 
 // request is what the tracker knows of one request.
 type request struct {
 	url         string
+	hops        []string // the URLs before url, when it was redirected
 	typ         network.ResourceType
 	isMain      bool
 	status      int64
@@ -47,10 +50,11 @@ type request struct {
 	failed      bool
 	errorText   string
 	proxyReason downloader.FailReason // set when the answer came from our proxy
+	fromCache   bool                  // the browser answered it from its HTTP cache
 }
 
 func newTracker() *tracker {
-	return &tracker{reqs: make(map[network.RequestID]*request), crash: make(chan struct{}), notify: make(chan struct{}, 1)}
+	return &tracker{reqs: make(map[network.RequestID]*request), skipped: make(map[network.RequestID]bool), crash: make(chan struct{}), notify: make(chan struct{}, 1)}
 }
 
 // crashedCh is closed when the tab's renderer crashes or the inspector detaches.
@@ -107,6 +111,7 @@ func (tr *tracker) onEvent(ev any) {
 			if ev.RedirectResponse != nil {
 				r.redirects++
 			}
+			r.hops = append(r.hops, r.url)
 			r.url = ev.Request.URL
 			return
 		}
@@ -132,6 +137,7 @@ func (tr *tracker) onEvent(ev any) {
 		r.mime = ev.Response.MimeType
 		r.headers = ev.Response.Headers
 		r.proxyReason = proxyReasonOf(r.headers, tr.token)
+		r.fromCache = ev.Response.FromDiskCache || ev.Response.FromPrefetchCache
 	case *network.EventLoadingFinished:
 		tr.end(ev.RequestID, false, "")
 	case *network.EventLoadingFailed:
@@ -139,6 +145,11 @@ func (tr *tracker) onEvent(ev any) {
 	case *page.EventFrameNavigated:
 		if ev.Frame != nil && ev.Frame.ParentID == "" {
 			tr.committed = ev.Frame.URL + ev.Frame.URLFragment
+			if tr.awaitMain {
+				// The reloaded document committed: the old one's events are over.
+				tr.awaitMain = false
+				tr.domReady, tr.loaded = false, false
+			}
 		}
 	case *page.EventNavigatedWithinDocument:
 		if ev.FrameID == tr.mainFrame {
@@ -182,7 +193,15 @@ type pageState struct {
 func (tr *tracker) state() pageState {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	return pageState{domReady: tr.domReady, loaded: tr.loaded, crashed: tr.crashed, inflight: tr.inflight, activity: tr.activity}
+	return pageState{domReady: tr.domReady && !tr.awaitMain, loaded: tr.loaded && !tr.awaitMain, crashed: tr.crashed, inflight: tr.inflight, activity: tr.activity}
+}
+
+// expectNewMain makes the page count as not loaded until the main frame commits its next
+// document (a reload was asked for; the old document's events may still come).
+func (tr *tracker) expectNewMain() {
+	tr.mu.Lock()
+	tr.awaitMain = true
+	tr.mu.Unlock()
 }
 
 // mainDocument is what the outcome needs of the main document.
@@ -198,6 +217,7 @@ type mainDocument struct {
 	failed      bool
 	errorText   string
 	proxyReason downloader.FailReason
+	fromCache   bool
 }
 
 func (tr *tracker) main() mainDocument {
@@ -210,24 +230,31 @@ func (tr *tracker) main() mainDocument {
 	return mainDocument{
 		id: tr.mainReq, found: true, url: r.url, committed: tr.committed,
 		status: r.status, mime: r.mime, headers: r.headers, redirects: r.redirects,
-		failed: r.failed, errorText: r.errorText, proxyReason: r.proxyReason,
+		failed: r.failed, errorText: r.errorText, proxyReason: r.proxyReason, fromCache: r.fromCache,
 	}
+}
+
+// markSkipped records that the request id was not made because its type is skipped.
+func (tr *tracker) markSkipped(id network.RequestID) {
+	tr.mu.Lock()
+	tr.skipped[id] = true
+	tr.mu.Unlock()
 }
 
 // counts are the sub-request items of the health signal.
 type counts struct {
-	xhr, xhrFailed, sub, subFailed int
+	xhr, xhrFailed, sub, subFailed, skipped int
 }
 
-// counts counts every request but the main frame's documents. A request failed when it
-// failed on the network (not when the page cancelled it), when our proxy answered it, or
-// when its HTTP status is 400 or more.
+// counts counts every request but the main frame's documents and the skipped ones, which
+// are counted apart. A request failed when it failed on the network (not when the page
+// cancelled it), when our proxy answered it, or when its HTTP status is 400 or more.
 func (tr *tracker) counts() counts {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	var c counts
-	for _, r := range tr.reqs {
-		if r.isMain {
+	c := counts{skipped: len(tr.skipped)}
+	for id, r := range tr.reqs {
+		if r.isMain || tr.skipped[id] {
 			continue
 		}
 		failed := (r.failed && r.errorText != "net::ERR_ABORTED") || r.proxyReason != "" || r.status >= 400

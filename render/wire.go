@@ -222,16 +222,7 @@ func (st *renderState) wireHop(stop <-chan struct{}, domain string) (*hopAdmissi
 
 // sleep waits d on the pool's clock, unless the render ends or stop is closed first.
 func (st *renderState) sleep(stop <-chan struct{}, d time.Duration) error {
-	t := st.clk.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C():
-		return nil
-	case <-st.over:
-		return errReleased
-	case <-stop:
-		return errReleased
-	}
+	return st.sleepCtx(context.Background(), stop, d)
 }
 
 // wrote tells the limiter that the request bytes of the admissions wireFor let out were

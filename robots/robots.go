@@ -91,8 +91,9 @@ type Runner struct {
 	mu    sync.Mutex
 	sites map[string]*site // by "scheme://host:port"
 
-	stopping chan struct{}
-	stopOnce sync.Once
+	// stopping ends when Stop is called: tasks waiting for a robots.txt go back.
+	stopping context.Context
+	stop     context.CancelFunc
 }
 
 type siteState int
@@ -134,8 +135,10 @@ func New(cfg Config) (*Runner, error) {
 	if cfg.MaxAttemptCount <= 0 {
 		cfg.MaxAttemptCount = DefaultMaxAttemptCount
 	}
-	return &Runner{cfg: cfg, log: cfg.Logger.With("component", "robots"), token: ProductToken(cfg.UserAgent),
-		sites: map[string]*site{}, stopping: make(chan struct{})}, nil
+	r := &Runner{cfg: cfg, log: cfg.Logger.With("component", "robots"), token: ProductToken(cfg.UserAgent),
+		sites: map[string]*site{}}
+	r.stopping, r.stop = context.WithCancel(context.Background())
+	return r, nil
 }
 
 // ProductToken returns the product token of a User-Agent: its leading run of letters,
@@ -155,7 +158,7 @@ func ProductToken(userAgent string) string {
 
 // Stop stops the runner it wraps and makes the tasks waiting for a robots.txt go back.
 func (r *Runner) Stop() {
-	r.stopOnce.Do(func() { close(r.stopping) })
+	r.stop()
 	r.cfg.Next.Stop()
 }
 
@@ -213,7 +216,7 @@ func (r *Runner) check(ctx context.Context, t *downloader.Task, u *url.URL, doma
 				continue
 			case <-ctx.Done():
 				return verdict{wait: ownRetry}
-			case <-r.stopping:
+			case <-r.stopping.Done():
 				return verdict{wait: ownRetry}
 			}
 		}
@@ -318,7 +321,7 @@ func (r *Runner) learn(s *site, out *downloader.Outcome, now time.Time, domain, 
 func (r *Runner) fetch(ctx context.Context, t *downloader.Task, u *url.URL, domain string, interval time.Duration) *downloader.Outcome {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stop := context.AfterFunc(doneContext(r.stopping), cancel)
+	stop := context.AfterFunc(r.stopping, cancel)
 	defer stop()
 	if !t.LeaseExpiresAt.IsZero() {
 		var c2 context.CancelFunc
@@ -346,7 +349,7 @@ func (r *Runner) fetch(ctx context.Context, t *downloader.Task, u *url.URL, doma
 
 func (r *Runner) isStopping() bool {
 	select {
-	case <-r.stopping:
+	case <-r.stopping.Done():
 		return true
 	default:
 		return false
@@ -377,17 +380,3 @@ func pathOf(u *url.URL) string {
 	}
 	return p
 }
-
-type doneContext <-chan struct{}
-
-func (d doneContext) Deadline() (time.Time, bool) { return time.Time{}, false }
-func (d doneContext) Done() <-chan struct{}       { return d }
-func (d doneContext) Err() error {
-	select {
-	case <-d:
-		return context.Canceled
-	default:
-		return nil
-	}
-}
-func (d doneContext) Value(any) any { return nil }

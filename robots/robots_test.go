@@ -2,6 +2,7 @@ package robots
 
 import (
 	"context"
+	"downloader/internal/testkit"
 	"errors"
 	"net"
 	"net/http"
@@ -65,12 +66,6 @@ func (loopbackDialer) DialContext(ctx context.Context, network, address string) 
 	return d.DialContext(ctx, network, address)
 }
 
-type noResolver struct{}
-
-func (noResolver) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) {
-	return nil, errors.New("test resolver: no lookups")
-}
-
 type rig struct {
 	origin *origintest.Origin
 	clk    clock.Clock
@@ -118,7 +113,7 @@ func newRig(t *testing.T, clk clock.Clock) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	guard := netguard.New(netguard.Config{ConnectTo: []netguard.Rule{rule}, Dialer: loopbackDialer{}, Resolver: noResolver{}})
+	guard := netguard.New(netguard.Config{ConnectTo: []netguard.Rule{rule}, Dialer: loopbackDialer{}, Resolver: testkit.NoResolver{}})
 	lim := limiter.New(clk)
 	gate := limiter.NewGate(4, 4)
 	f := fetch.New(fetch.Config{Clock: clk, Guard: guard, Hops: engine.Hops{Limiter: lim, DefaultMinInterval: time.Second}})

@@ -37,3 +37,25 @@ command -v promtool >/dev/null || test -x /usr/bin/promtool || {
 
 cd "$(dirname "$0")/.."
 go mod download
+
+# Real framework apps for the render tests and `bash scripts/bench.sh render`: the npm
+# package todomvc (React, Vue, AngularJS, Backbone, Ember, Knockout, Mithril, vanilla JS
+# and more, each with its libraries), unpacked into .cache/todomvc/package. Tests that need
+# it skip when it is absent outside CI, and fail inside CI.
+todomvc_version=0.1.1
+if [ ! -f .cache/todomvc/package/package.json ]; then
+	if ! command -v npm >/dev/null; then
+		if [ "$(id -u)" -eq 0 ]; then
+			export DEBIAN_FRONTEND=noninteractive
+			apt-get update -q
+			apt-get install -y -q --no-install-recommends npm
+		else
+			echo "setup: npm not found: the TodoMVC tests will skip" >&2
+		fi
+	fi
+	if command -v npm >/dev/null; then
+		rm -rf .cache/todomvc
+		mkdir -p .cache/todomvc
+		(cd .cache/todomvc && npm pack --silent "todomvc@$todomvc_version" >/dev/null && tar xzf "todomvc-$todomvc_version.tgz" && rm "todomvc-$todomvc_version.tgz")
+	fi
+fi

@@ -22,7 +22,7 @@ func consoleRoutes(mux *http.ServeMux) {
 
 func TestAccessPolicy(t *testing.T) {
 	h := newHarness(t, &fakeFetcher{})
-	srv := New(Config{Engine: h.eng, Clock: h.clk, APIToken: "api-secret", AdminToken: "admin-secret", Extra: consoleRoutes})
+	srv := New(Config{Probe: h.eng, Render: h.eng, Settings: h.eng, Domains: h.lim, Slots: h.gate, Clock: h.clk, APIToken: "api-secret", AdminToken: "admin-secret", Extra: consoleRoutes})
 	probe := `{"url":"http://a.test/","min_interval_ms":0}`
 	tests := []struct {
 		method, path, body, token string
@@ -70,7 +70,7 @@ func TestAccessPolicy(t *testing.T) {
 		}
 	}
 	// Only an admin token: the API is open, settings are not.
-	srv = New(Config{Engine: h.eng, Clock: h.clk, AdminToken: "admin-secret"})
+	srv = New(Config{Probe: h.eng, Render: h.eng, Settings: h.eng, Domains: h.lim, Slots: h.gate, Clock: h.clk, AdminToken: "admin-secret"})
 	for _, tt := range []struct {
 		method, path, body string
 		want               int
@@ -85,7 +85,7 @@ func TestAccessPolicy(t *testing.T) {
 
 func TestMetricsToken(t *testing.T) {
 	h := newHarness(t, &fakeFetcher{})
-	srv := New(Config{Engine: h.eng, Clock: h.clk, MetricsToken: "scrape-secret", APIToken: "api-secret", AdminToken: "admin-secret", Extra: consoleRoutes})
+	srv := New(Config{Probe: h.eng, Render: h.eng, Settings: h.eng, Domains: h.lim, Slots: h.gate, Clock: h.clk, MetricsToken: "scrape-secret", APIToken: "api-secret", AdminToken: "admin-secret", Extra: consoleRoutes})
 	for _, tt := range []struct {
 		token string
 		want  int
@@ -116,7 +116,7 @@ func signIn(t *testing.T, srv http.Handler, token, next string) *httptest.Respon
 
 func TestSignIn(t *testing.T) {
 	h := newHarness(t, &fakeFetcher{})
-	srv := New(Config{Engine: h.eng, Clock: h.clk, APIToken: "api-secret", AdminToken: "admin-secret", Extra: consoleRoutes})
+	srv := New(Config{Probe: h.eng, Render: h.eng, Settings: h.eng, Domains: h.lim, Slots: h.gate, Clock: h.clk, APIToken: "api-secret", AdminToken: "admin-secret", Extra: consoleRoutes})
 
 	if rec := signIn(t, srv, "wrong", "/probes"); rec.Code != 401 || len(rec.Result().Cookies()) != 0 ||
 		!strings.Contains(rec.Body.String(), "wrong token") {
@@ -169,7 +169,7 @@ func TestSignIn(t *testing.T) {
 	// A changed token ends the sessions made from the old one.
 	rec = signIn(t, srv, "api-secret", "/")
 	c = rec.Result().Cookies()[0]
-	other := New(Config{Engine: h.eng, Clock: h.clk, APIToken: "new-api-secret", AdminToken: "admin-secret", Extra: consoleRoutes})
+	other := New(Config{Probe: h.eng, Render: h.eng, Settings: h.eng, Domains: h.lim, Slots: h.gate, Clock: h.clk, APIToken: "new-api-secret", AdminToken: "admin-secret", Extra: consoleRoutes})
 	req := httptest.NewRequest("GET", "/", nil)
 	req.AddCookie(c)
 	rr := httptest.NewRecorder()
@@ -179,7 +179,7 @@ func TestSignIn(t *testing.T) {
 	}
 
 	// Without tokens the sign-in page says the console is open, and / is served.
-	open := New(Config{Engine: h.eng, Clock: h.clk, Extra: consoleRoutes})
+	open := New(Config{Probe: h.eng, Render: h.eng, Settings: h.eng, Domains: h.lim, Slots: h.gate, Clock: h.clk, Extra: consoleRoutes})
 	rr = httptest.NewRecorder()
 	open.ServeHTTP(rr, httptest.NewRequest("GET", "/signin", nil))
 	if rr.Code != 200 || !strings.Contains(rr.Body.String(), "No token is configured") {
@@ -197,12 +197,12 @@ func TestSignIn(t *testing.T) {
 // token (which no page can make a browser send) needs neither.
 func TestCrossSiteWritesAreRefused(t *testing.T) {
 	h := newHarness(t, &fakeFetcher{})
-	srv := New(Config{Engine: h.eng, Clock: h.clk, APIToken: "api-secret", AdminToken: "admin-secret", Extra: consoleRoutes})
+	srv := New(Config{Probe: h.eng, Render: h.eng, Settings: h.eng, Domains: h.lim, Slots: h.gate, Clock: h.clk, APIToken: "api-secret", AdminToken: "admin-secret", Extra: consoleRoutes})
 	admin := signIn(t, srv, "admin-secret", "/").Result().Cookies()[0]
 	api := signIn(t, srv, "api-secret", "/").Result().Cookies()[0]
 	csrfOfCookie := func(c *http.Cookie) string {
 		var got string
-		probe := New(Config{Engine: h.eng, Clock: h.clk, APIToken: "api-secret", AdminToken: "admin-secret",
+		probe := New(Config{Probe: h.eng, Render: h.eng, Settings: h.eng, Domains: h.lim, Slots: h.gate, Clock: h.clk, APIToken: "api-secret", AdminToken: "admin-secret",
 			Extra: func(mux *http.ServeMux) {
 				mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { _, got = Session(r) })
 			}})
@@ -261,7 +261,7 @@ func TestCrossSiteWritesAreRefused(t *testing.T) {
 		})
 	}
 	// The same origin rule holds with no token configured (the console open on loopback).
-	open := New(Config{Engine: h.eng, Clock: h.clk, Extra: consoleRoutes})
+	open := New(Config{Probe: h.eng, Render: h.eng, Settings: h.eng, Domains: h.lim, Slots: h.gate, Clock: h.clk, Extra: consoleRoutes})
 	for site, want := range map[string]int{"cross-site": 403, "same-site": 403, "same-origin": 200} {
 		req := httptest.NewRequest("POST", "/console/settings", strings.NewReader("max_concurrent_count=3"))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")

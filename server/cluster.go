@@ -36,13 +36,14 @@ type clusterAnswer struct {
 // code path.
 func (s *Server) handleCluster() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		eng := s.cfg.Engine
 		now := s.cfg.Clock.Now()
-		ans := clusterAnswer{MaxConcurrentCount: eng.Settings().MaxConcurrentCount}
-		if st, ok := eng.Egress(now); ok {
-			ans.Egress = &st
+		ans := clusterAnswer{MaxConcurrentCount: s.cfg.Settings.Settings().MaxConcurrentCount}
+		if s.cfg.Egress != nil {
+			if st, ok := s.cfg.Egress(now); ok {
+				ans.Egress = &st
+			}
 		}
-		if cv := eng.Cluster(); cv != nil {
+		if cv := s.cfg.Cluster; cv != nil {
 			list, err := cv.Instances(r.Context())
 			if err != nil {
 				s.writeError(w, r, err)
@@ -50,7 +51,7 @@ func (s *Server) handleCluster() http.Handler {
 			}
 			ans.StoreBackend, ans.InstanceID, ans.Instances = storeBackendTiKV, cv.InstanceID(), list
 		} else {
-			g := eng.Gate()
+			g := s.cfg.Slots
 			ans.StoreBackend, ans.InstanceID = storeBackendEmbedded, localInstanceID
 			local := engine.ClusterInstance{InstanceID: localInstanceID, StartedAt: s.cfg.StartedAt.UTC(), LastHeartbeatAt: now.UTC(),
 				ExpiresAt: now.UTC(), IsLive: true, InFlightCount: g.InFlight(), CapacityShareCount: g.Capacity()}
@@ -88,10 +89,10 @@ func (s *Server) handleDomain() http.Handler {
 			return
 		}
 		var ans domainAnswer
-		if st, ok := s.cfg.Engine.Limiter().Domain(s.cfg.Clock.Now(), d); ok {
+		if st, ok := s.cfg.Domains.Domain(s.cfg.Clock.Now(), d); ok {
 			ans.DomainState = &st
 		}
-		if cv := s.cfg.Engine.Cluster(); cv != nil {
+		if cv := s.cfg.Cluster; cv != nil {
 			cd, err := cv.Domain(r.Context(), d)
 			if err != nil {
 				s.writeError(w, r, err)

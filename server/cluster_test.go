@@ -11,28 +11,9 @@ import (
 	"downloader/clock"
 	"downloader/egress"
 	"downloader/engine"
+	"downloader/internal/testkit"
 	"downloader/limiter"
 )
-
-// fakeCluster is a SharedRuntime with a cluster view (what store/tikv's Runtime is).
-type fakeCluster struct {
-	instances []engine.ClusterInstance
-	domains   map[string]engine.ClusterDomain
-	err       error
-}
-
-func (f *fakeCluster) Admit(context.Context, engine.SharedAdmit) (engine.SharedTicket, time.Duration, error) {
-	return nil, time.Second, nil
-}
-func (f *fakeCluster) MaxConcurrentCount() int     { return 12 }
-func (f *fakeCluster) ApplyMaxConcurrentCount(int) {}
-func (f *fakeCluster) InstanceID() string          { return "dl-2" }
-func (f *fakeCluster) Instances(context.Context) ([]engine.ClusterInstance, error) {
-	return f.instances, f.err
-}
-func (f *fakeCluster) Domain(_ context.Context, d string) (engine.ClusterDomain, error) {
-	return f.domains[d], f.err
-}
 
 func TestClusterOnTheEmbeddedStore(t *testing.T) {
 	h := newHarness(t, &fakeFetcher{})
@@ -68,13 +49,13 @@ func TestClusterMode(t *testing.T) {
 	clk.Advance(time.Hour)
 	hb := clk.Now().Add(-300 * time.Millisecond).UTC()
 	wire := clk.Now().Add(-time.Second).UTC()
-	fc := &fakeCluster{
-		instances: []engine.ClusterInstance{
+	fc := &testkit.Cluster{
+		InstanceList: []engine.ClusterInstance{
 			{InstanceID: "dl-1", Address: "10.0.0.1:8080", LastHeartbeatAt: hb, IsLive: true, InFlightCount: 3, CapacityShareCount: 6},
 			{InstanceID: "dl-2", Address: "10.0.0.2:8080", LastHeartbeatAt: hb, IsLive: true, InFlightCount: 1, CapacityShareCount: 6},
 			{InstanceID: "dl-3", LastHeartbeatAt: hb.Add(-time.Minute / 2), IsLive: false},
 		},
-		domains: map[string]engine.ClusterDomain{"shared.test": {Domain: "shared.test", MinIntervalMs: 2000, IsStored: true,
+		DomainRecords: map[string]engine.ClusterDomain{"shared.test": {Domain: "shared.test", MinIntervalMs: 2000, IsStored: true,
 			LastRequestAt: wire, LastInstanceID: "dl-1", InFlightCount: 1,
 			InFlightRequests: []engine.ClusterInFlight{{InstanceID: "dl-1", WireAt: &wire, IsInstanceLive: true}}}},
 	}
@@ -82,9 +63,12 @@ func TestClusterMode(t *testing.T) {
 	for i := range 3 { // three distinct domains failing at network level through entry B: down
 		det.Judge(clk.Now(), fmt.Sprintf("d%d.test", i), downloader.EntryRender, downloader.FailConnectTimeout, false)
 	}
-	eng := engine.New(engine.Config{Clock: clk, Limiter: lim, Gate: limiter.NewGate(6, 2), Fetcher: &fakeFetcher{clk: clk},
+	gate := limiter.NewGate(6, 2)
+	eng := engine.New(engine.Config{Clock: clk, Limiter: lim, Gate: gate, Fetcher: &fakeFetcher{clk: clk},
 		Shared: fc, Egress: det, DefaultMinInterval: time.Second, DefaultTimeout: 5 * time.Second})
-	h := &harness{clk: clk, eng: eng, srv: New(Config{Engine: eng, Clock: clk})}
+	egressOf := func(now time.Time) (engine.EgressState, bool) { return engine.EgressStateOf(det.Status(now)), true }
+	h := &harness{clk: clk, eng: eng, lim: lim, gate: gate, srv: New(Config{Probe: eng, Render: eng, Settings: eng,
+		Domains: lim, Slots: gate, Cluster: fc, Egress: egressOf, Clock: clk})}
 
 	rec, m := h.do(t, "GET", "/v1/cluster", "")
 	if rec.Code != 200 || m["store_backend"] != "tikv" || m["instance_id"] != "dl-2" || m["live_instance_count"] != float64(2) ||
@@ -115,7 +99,7 @@ func TestClusterMode(t *testing.T) {
 		t.Errorf("unknown domain: %d", rec.Code)
 	}
 	// TiKV unreachable: 503 with the store's message.
-	fc.err = fmt.Errorf("instances: %w", errors.Join(downloader.Errorf(downloader.EUNAVAILABLE, "the cluster store (TiKV) is unavailable"), errors.New("down")))
+	fc.Set(fc.InstanceList, fmt.Errorf("instances: %w", errors.Join(downloader.Errorf(downloader.EUNAVAILABLE, "the cluster store (TiKV) is unavailable"), errors.New("down"))))
 	if rec, m := h.do(t, "GET", "/v1/cluster", ""); rec.Code != 503 || m["error"] != "the cluster store (TiKV) is unavailable" {
 		t.Errorf("GET /v1/cluster with TiKV down: %d %v", rec.Code, m)
 	}

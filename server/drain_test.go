@@ -73,7 +73,7 @@ func TestDrain(t *testing.T) {
 	if rec, m := h.do(t, http.MethodPost, "/v1/probe", `{"url":"ftp://new.test/"}`); rec.Code != http.StatusBadRequest || m["field"] != "url" {
 		t.Errorf("bad input while draining: %d %v, want 400 naming url", rec.Code, m)
 	}
-	if _, ok := h.eng.Limiter().Domain(h.clk.Now(), "new.test"); ok {
+	if _, ok := h.lim.Domain(h.clk.Now(), "new.test"); ok {
 		t.Error("a request refused while draining reached the limiter")
 	}
 	select {

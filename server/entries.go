@@ -30,6 +30,9 @@ type renderRequest struct {
 	ShouldStore   *bool  `json:"should_store"`
 	MinIntervalMs *int64 `json:"min_interval_ms"`
 	TimeoutMs     *int64 `json:"timeout_ms"`
+	// SkipResourceTypes: absent is the renderer's default (image, media, font), [] loads
+	// everything.
+	SkipResourceTypes []string `json:"skip_resource_types"`
 }
 
 // renderResponse is entry B's answer: the lean summary plus the content.
@@ -46,9 +49,11 @@ type overLimitBody struct {
 	FailReason        downloader.FailReason `json:"fail_reason"`
 }
 
-// target validates url, domain and min_interval_ms, shared by B and C.
+// target validates url, domain and min_interval_ms (downloader.ValidateTarget, shared by
+// B, C and the tasks), then the literal-address guard; a missing min_interval_ms takes
+// the default.
 func (s *Server) target(rawURL, domain string, minIntervalMs *int64) (*url.URL, downloader.Request, error) {
-	u, host, err := downloader.ParseTargetURL("url", rawURL)
+	u, host, err := downloader.ValidateTarget(rawURL, domain, minIntervalMs)
 	if err != nil {
 		return nil, downloader.Request{}, err
 	}
@@ -57,23 +62,11 @@ func (s *Server) target(rawURL, domain string, minIntervalMs *int64) (*url.URL, 
 			return nil, downloader.Request{}, err
 		}
 	}
-	if domain != "" {
-		d, err := downloader.NormalizeDomain(domain)
-		if err != nil {
-			return nil, downloader.Request{}, err
-		}
-		if d != host {
-			return nil, downloader.Request{}, downloader.Invalidf("domain", "domain %q is not the URL's host %q: the limiter is keyed by the URL's host", domain, host)
-		}
-	}
 	req := downloader.Request{URL: u.String(), Domain: host}
 	if minIntervalMs == nil {
-		req.MinInterval = s.cfg.Engine.DefaultMinInterval()
+		req.MinInterval = s.cfg.Settings.DefaultMinInterval()
 		req.IntervalSource = downloader.IntervalSourceDefault
 	} else {
-		if err := engine.CheckMinInterval(*minIntervalMs); err != nil {
-			return nil, downloader.Request{}, err
-		}
 		req.MinInterval = time.Duration(*minIntervalMs) * time.Millisecond
 		req.IntervalSource = downloader.IntervalSourceRequest
 	}
@@ -123,7 +116,7 @@ func (s *Server) handleProbe() http.Handler {
 			return
 		}
 		req.ShouldRender = body.ShouldRender != nil && *body.ShouldRender
-		writeJSON(w, http.StatusOK, s.cfg.Engine.Probe(r.Context(), req, u))
+		writeJSON(w, http.StatusOK, s.cfg.Probe.Probe(r.Context(), req, u))
 	})
 }
 
@@ -152,7 +145,15 @@ func (s *Server) handleRender() http.Handler {
 			}
 			req.Timeout = time.Duration(ms) * time.Millisecond
 		}
-		res, err := s.cfg.Engine.Render(r.Context(), req, u)
+		if body.SkipResourceTypes != nil {
+			types, err := downloader.ParseResourceTypes("skip_resource_types", body.SkipResourceTypes)
+			if err != nil {
+				s.writeError(w, r, err)
+				return
+			}
+			req.SkipResourceTypes = types
+		}
+		res, err := s.cfg.Render.Render(r.Context(), req, u)
 		var ol *engine.OverLimitError
 		if errors.As(err, &ol) {
 			n := ol.RetryAfterSeconds()

@@ -64,7 +64,7 @@ func FuzzSubmitTasks(f *testing.F) {
 		f.Add(s)
 	}
 	h := newHarness(f, &fakeFetcher{})
-	h.srv = New(Config{Engine: h.eng, Clock: h.clk, Tasks: &memQueue{urls: map[string]bool{}}})
+	h.srv = New(Config{Probe: h.eng, Render: h.eng, Settings: h.eng, Domains: h.lim, Slots: h.gate, Clock: h.clk, Tasks: &memQueue{urls: map[string]bool{}}})
 	f.Fuzz(func(t *testing.T, body string) {
 		req := httptest.NewRequest(http.MethodPost, "/v1/tasks", strings.NewReader(body))
 		rec := httptest.NewRecorder()

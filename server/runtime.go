@@ -8,7 +8,7 @@ import (
 
 func (s *Server) handleGetSettings() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, s.cfg.Engine.Settings())
+		writeJSON(w, http.StatusOK, s.cfg.Settings.Settings())
 	})
 }
 
@@ -28,11 +28,11 @@ func (s *Server) handlePutSettings() http.Handler {
 			s.writeError(w, r, downloader.Invalidf("max_concurrent_count", "max_concurrent_count is required"))
 			return
 		}
-		if _, err := s.cfg.Engine.SetSettings(r.Context(), downloader.Settings{MaxConcurrentCount: *body.MaxConcurrentCount}, actor(r)); err != nil {
+		if _, err := s.cfg.Settings.SetSettings(r.Context(), downloader.Settings{MaxConcurrentCount: *body.MaxConcurrentCount}, actor(r)); err != nil {
 			s.writeError(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, s.cfg.Engine.Settings())
+		writeJSON(w, http.StatusOK, s.cfg.Settings.Settings())
 	})
 }
 

@@ -20,9 +20,25 @@ type URLGuard interface {
 	CheckURLHost(host string) error
 }
 
-// Config wires a Server. Engine is required.
+// Config wires a Server (deps.go). Probe, Render, Settings, Domains and Slots are
+// required.
 type Config struct {
+	Probe    Prober
+	Render   Renderer
+	Settings SettingsService
+	Domains  DomainView
+	Slots    SlotView
+	// Cluster is the cluster-wide view in cluster mode; nil on the embedded store, where
+	// GET /v1/cluster answers the one local instance.
+	Cluster ClusterView
+	// Egress is the egress detector's state at now; nil (or ok false): no detector.
+	Egress func(now time.Time) (st engine.EgressState, ok bool)
+
+	// Engine, when set, fills whichever of the dependencies above are nil from one engine
+	// (New, fromEngine). It is a bridge for the callers not yet wired field by field
+	// (store/tikv's cluster test); the handlers never see it.
 	Engine *engine.Engine
+
 	Guard  URLGuard // nil: no literal-address check
 	Logger *slog.Logger
 	Clock  clock.Clock
@@ -67,6 +83,9 @@ func New(cfg Config) *Server {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
+	if cfg.Engine != nil {
+		cfg = fromEngine(cfg)
+	}
 	s := &Server{cfg: cfg, log: cfg.Logger}
 	mux := http.NewServeMux()
 	s.routes(mux)
@@ -100,4 +119,32 @@ func (s *Server) recoverPanics(next http.Handler) http.Handler {
 		}()
 		next.ServeHTTP(w, r)
 	})
+}
+
+// fromEngine fills cfg's nil dependencies from cfg.Engine and its parts.
+func fromEngine(cfg Config) Config {
+	e := cfg.Engine
+	if cfg.Probe == nil {
+		cfg.Probe = e
+	}
+	if cfg.Render == nil {
+		cfg.Render = e
+	}
+	if cfg.Settings == nil {
+		cfg.Settings = e
+	}
+	if cfg.Domains == nil {
+		cfg.Domains = e.Limiter()
+	}
+	if cfg.Slots == nil {
+		cfg.Slots = e.Gate()
+	}
+	if cv := e.Cluster(); cfg.Cluster == nil && cv != nil {
+		cfg.Cluster = cv
+	}
+	if cfg.Egress == nil {
+		cfg.Egress = e.Egress
+	}
+	cfg.Engine = nil
+	return cfg
 }

@@ -15,6 +15,7 @@ import (
 	"downloader"
 	"downloader/clock"
 	"downloader/engine"
+	"downloader/internal/testkit"
 	"downloader/limiter"
 )
 
@@ -37,34 +38,13 @@ func (f *fakeFetcher) Fetch(ctx context.Context, u *url.URL, adm *limiter.Admiss
 
 var _ engine.Fetcher = (*fakeFetcher)(nil)
 
-// memSettings is an in-memory SettingsStore.
-type memSettings struct {
-	mu sync.Mutex
-	s  *downloader.Settings
-}
-
-func (m *memSettings) Settings(context.Context) (downloader.Settings, bool, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.s == nil {
-		return downloader.Settings{}, false, nil
-	}
-	return *m.s, true, nil
-}
-
-func (m *memSettings) SaveSettings(_ context.Context, s downloader.Settings) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.s = &s
-	return nil
-}
-
 type harness struct {
 	clk  *clock.Fake
 	eng  *engine.Engine
+	lim  *limiter.Limiter
 	gate *limiter.Gate
 	srv  *Server
-	set  *memSettings
+	set  *testkit.SettingsStore
 }
 
 func newHarness(t testing.TB, f engine.Fetcher) *harness {
@@ -76,10 +56,11 @@ func newHarness(t testing.TB, f engine.Fetcher) *harness {
 	if ff, ok := f.(*fakeFetcher); ok && ff.clk == nil {
 		ff.clk = clk
 	}
-	set := &memSettings{}
+	set := &testkit.SettingsStore{}
 	eng := engine.New(engine.Config{Clock: clk, Limiter: lim, Gate: gate, Fetcher: f, Settings: set,
 		DefaultMinInterval: time.Second, DefaultTimeout: 5 * time.Second})
-	return &harness{clk: clk, eng: eng, gate: gate, set: set, srv: New(Config{Engine: eng, Clock: clk})}
+	return &harness{clk: clk, eng: eng, lim: lim, gate: gate, set: set,
+		srv: New(Config{Probe: eng, Render: eng, Settings: eng, Domains: lim, Slots: gate, Clock: clk})}
 }
 
 func (h *harness) do(t *testing.T, method, path, body string) (*httptest.ResponseRecorder, map[string]any) {
@@ -123,6 +104,9 @@ func TestBadInputIs400NamingTheField(t *testing.T) {
 		{"should_render string", "/v1/probe", `{"url":"http://a.test/","should_render":"yes"}`, "should_render"},
 		{"timeout zero", "/v1/render", `{"url":"http://a.test/","timeout_ms":0}`, "timeout_ms"},
 		{"timeout huge", "/v1/render", `{"url":"http://a.test/","timeout_ms":86400000}`, "timeout_ms"},
+		{"skip document", "/v1/render", `{"url":"http://a.test/","skip_resource_types":["document"]}`, "skip_resource_types"},
+		{"skip unknown type", "/v1/render", `{"url":"http://a.test/","skip_resource_types":["Image"]}`, "skip_resource_types"},
+		{"skip not a list", "/v1/render", `{"url":"http://a.test/","skip_resource_types":"image"}`, "skip_resource_types"},
 		{"body over 1 MiB", "/v1/probe", big, "body"},
 		{"settings missing", "/v1/settings", `{}`, "max_concurrent_count"},
 		{"settings zero", "/v1/settings", `{"max_concurrent_count":0}`, "max_concurrent_count"},
@@ -228,7 +212,7 @@ func TestQueueFull(t *testing.T) {
 		t.Errorf("render with queue full: %d %v", rec.Code, m)
 	}
 	// The refused render gave its admission back: the domain is free again.
-	if st, ok := h.eng.Limiter().Domain(h.clk.Now(), "qy.test"); !ok || st.InFlightCount != 0 {
+	if st, ok := h.lim.Domain(h.clk.Now(), "qy.test"); !ok || st.InFlightCount != 0 {
 		t.Errorf("qy.test state after refusal: %+v", st)
 	}
 	close(release)
@@ -249,8 +233,10 @@ func TestSettingsTakeEffectAndPersist(t *testing.T) {
 	}
 	// A restart: a new engine on the same settings store starts with 7.
 	h2 := newHarness(t, &fakeFetcher{})
-	h2.set.s = h.set.s
-	eng := engine.New(engine.Config{Clock: h2.clk, Limiter: h2.eng.Limiter(), Gate: h2.gate, Fetcher: &fakeFetcher{}, Settings: h.set})
+	if s, ok, _ := h.set.Settings(context.Background()); ok {
+		_ = h2.set.SaveSettings(context.Background(), s)
+	}
+	eng := engine.New(engine.Config{Clock: h2.clk, Limiter: h2.lim, Gate: h2.gate, Fetcher: &fakeFetcher{}, Settings: h.set})
 	if err := eng.LoadSettings(context.Background()); err != nil {
 		t.Fatal(err)
 	}

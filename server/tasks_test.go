@@ -68,9 +68,9 @@ func newStoreHarness(t *testing.T, f *fakeFetcher) *storeHarness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.eng = engine.New(engine.Config{Clock: h.clk, Limiter: h.eng.Limiter(), Gate: h.gate, Fetcher: f, Settings: h.set,
+	h.eng = engine.New(engine.Config{Clock: h.clk, Limiter: h.lim, Gate: h.gate, Fetcher: f, Settings: h.set,
 		Results: st, Pages: st, DefaultMinInterval: time.Second, DefaultTimeout: 5 * time.Second})
-	h.srv = New(Config{Engine: h.eng, Clock: h.clk, Tasks: queueAdapter{q, time.Second}, Results: st, Pages: st})
+	h.srv = New(Config{Probe: h.eng, Render: h.eng, Settings: h.eng, Domains: h.lim, Slots: h.gate, Clock: h.clk, Tasks: queueAdapter{q, time.Second}, Results: st, Pages: st})
 	return &storeHarness{harness: h, store: st, queue: q}
 }
 

@@ -33,6 +33,7 @@ import (
 	"downloader/clock"
 	"downloader/engine"
 	"downloader/fetch"
+	"downloader/htmltext"
 	"downloader/lease"
 	"downloader/limiter"
 	"downloader/netguard"
@@ -52,7 +53,9 @@ func main() {
 		concurrent = flag.Int("max-concurrent-count", 64, "requests in flight (max_concurrent_count; Colly's Parallelism)")
 	)
 	var opt options
-	flag.StringVar(&opt.only, "only", "", "run only this part: polite-a, polite, throughput, probe, probe-c")
+	flag.StringVar(&opt.only, "only", "", "run only this part: polite-a, polite, throughput, probe, probe-c, cpu, rss")
+	flag.IntVar(&opt.rssTasks, "rss-task-count", 100000, "memory workload: tasks queued")
+	flag.IntVar(&opt.rssHosts, "rss-host-count", 10000, "memory workload: hosts they are spread over")
 	flag.IntVar(&opt.probeDomains, "probe-domain-count", 10000, "probe workload: domains, one probe each")
 	flag.IntVar(&opt.heldPerSlot, "held-per-slot-count", 4, "entry A holds up to this many tasks per global slot (as serve does)")
 	flag.BoolVar(&opt.noStore, "is-store-off", false, "polite workload with should_store=false")
@@ -273,6 +276,11 @@ func runEntryA(w workload, maxConcurrent, heldPerSlot int) (result, error) {
 // next request), or, with interval 0, one rule for every host with Parallelism
 // maxConcurrent.
 func runColly(w workload, delay time.Duration, maxConcurrent int, name string) (result, error) {
+	return runCollyWith(w, delay, maxConcurrent, name, nil)
+}
+
+// runCollyWith is runColly with setup applied to the collector before the crawl.
+func runCollyWith(w workload, delay time.Duration, maxConcurrent int, name string, setup func(*colly.Collector)) (result, error) {
 	res := result{name: name}
 	o := newOrigin(w.latency)
 	defer o.Close()
@@ -296,6 +304,9 @@ func runColly(w workload, delay time.Duration, maxConcurrent int, name string) (
 	} else if err := c.Limit(&colly.LimitRule{DomainGlob: "*", Parallelism: maxConcurrent}); err != nil {
 		return res, err
 	}
+	if setup != nil {
+		setup(c)
+	}
 	var failed atomic.Int64
 	c.OnError(func(*colly.Response, error) { failed.Add(1) })
 	start, cpu0 := time.Now(), processCPU()
@@ -309,6 +320,14 @@ func runColly(w workload, delay time.Duration, maxConcurrent int, name string) (
 	res.failed = int(failed.Load())
 	o.measure(&res, w.interval)
 	return res, nil
+}
+
+// runCollyText is runColly with a visible-text extraction of every page
+// (htmltext.Text), the work entry A does for each page and Colly does not.
+func runCollyText(w workload, maxConcurrent int) (result, error) {
+	return runCollyWith(w, 0, maxConcurrent, "Colly + text", func(c *colly.Collector) {
+		c.OnResponse(func(r *colly.Response) { _ = htmltext.Text(r.Body, r.Headers.Get("Content-Type")) })
+	})
 }
 
 // lateness records, with LEASEBENCH_DEBUG set, how late each entry A task started after
@@ -420,6 +439,8 @@ type options struct {
 	noStore     bool   // polite workload with should_store=false
 	// probeDomains is the probe workload's size: one entry C probe per domain.
 	probeDomains int
+	// rssTasks tasks over rssHosts hosts: the memory workload.
+	rssTasks, rssHosts int
 }
 
 func run(opt options, hosts, pages int, interval, latency time.Duration, runs, tHosts, tPages, concurrent int) error {
@@ -475,6 +496,12 @@ func run(opt options, hosts, pages int, interval, latency time.Duration, runs, t
 	if strings.HasPrefix(opt.only, "probe") {
 		return runProbeTable(opt, latency, concurrent)
 	}
+	if opt.only == "cpu" {
+		return runCPUTable(tHosts, tPages, latency, concurrent, opt.heldPerSlot)
+	}
+	if opt.only == "rss" {
+		return runRSSTable(opt.rssTasks, opt.rssHosts)
+	}
 	fmt.Fprintf(out, "\n## Plain throughput: %d hosts × %d pages, interval 0, origin latency %v, %d in flight\n\n", tHosts, tPages, latency, concurrent)
 	fmt.Fprintln(out, "| crawler | pages | elapsed | pages/s | failed | process CPU per page |")
 	fmt.Fprintln(out, "|---|---|---|---|---|---|")
@@ -502,7 +529,13 @@ func run(opt options, hosts, pages int, interval, latency time.Duration, runs, t
 	if opt.only == "throughput" {
 		return nil
 	}
-	return runProbeTable(opt, latency, concurrent)
+	if err := runProbeTable(opt, latency, concurrent); err != nil {
+		return err
+	}
+	if err := runCPUTable(tHosts, tPages, latency, concurrent, opt.heldPerSlot); err != nil {
+		return err
+	}
+	return runRSSTable(opt.rssTasks, opt.rssHosts)
 }
 
 // runProbeTable prints entry C's probes over many domains beside a bare client.

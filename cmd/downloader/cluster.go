@@ -136,13 +136,12 @@ func (cl *cluster) start(ctx context.Context) error {
 	return nil
 }
 
-// run runs the runtime (heartbeats, write-backs) until ctx ends.
+// run runs the runtime (heartbeats, write-backs) until ctx ends and it has left; its
+// errors are the runtime's to log.
 func (cl *cluster) run(ctx context.Context) {
 	cl.done = make(chan struct{})
-	go func() {
-		defer close(cl.done)
-		_ = cl.runtime.Run(ctx)
-	}()
+	defer close(cl.done)
+	_ = cl.runtime.Run(ctx)
 }
 
 // close waits for the runtime to write back and leave (its ctx must have ended), then

@@ -31,6 +31,7 @@ type config struct {
 	UserAgent            string
 	RequestTimeoutMs     int64
 	RenderConcurrency    int
+	RenderIsolation      string
 	RendererEndpoint     string
 	ChromiumPath         string
 	LogLevel             slog.Level
@@ -109,6 +110,7 @@ func newFlagSet(name string, c *config, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.UserAgent, "user-agent", defaultUserAgent, "User-Agent of every request, plain and rendered")
 	fs.Int64Var(&c.RequestTimeoutMs, "request-timeout-ms", 30000, "default timeout of one fetch or render")
 	fs.IntVar(&c.RenderConcurrency, "render-concurrency", runtime.NumCPU(), "renders at once (the browser pool size)")
+	fs.StringVar(&c.RenderIsolation, "render-isolation", "wipe", "how renders are kept apart: wipe (long-lived contexts, every touched origin's state wiped between renders, HTTP and code cache kept) or context (a new browser context per render)")
 	fs.IntVar(&c.RenderMaxSubrequestCount, "render-max-subrequest-count", render.DefaultMaxSubrequestCount, "sub-requests one render may send (scripts, styles, XHR, fetch, beacons); the rest is refused and counted in capped_subrequest_count")
 	fs.IntVar(&c.RenderMaxHostSubrequestCount, "render-max-host-subrequest-count", render.DefaultMaxHostSubrequestCount, "sub-requests one render may send to each host other than the page's own")
 	fs.StringVar(&c.RendererEndpoint, "renderer-endpoint", "", "remote CDP endpoint (e.g. ws://obscura:9222/devtools/browser); empty launches local Chromium")
@@ -197,6 +199,8 @@ func (c *config) check() error {
 		return errors.New("--request-timeout-ms must be at least 1")
 	case c.RenderConcurrency < 1:
 		return errors.New("--render-concurrency must be at least 1")
+	case c.RenderIsolation != string(render.IsolationWipe) && c.RenderIsolation != string(render.IsolationContext):
+		return errors.New("--render-isolation must be wipe or context")
 	case c.RenderMaxSubrequestCount < 1:
 		return errors.New("--render-max-subrequest-count must be at least 1")
 	case c.RenderMaxHostSubrequestCount < 1:

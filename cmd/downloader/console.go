@@ -31,7 +31,7 @@ type observability struct {
 }
 
 // live adds what metrics.Sources cannot take from the other arguments: the cluster-wide cap
-// (cluster mode) and the egress detector's state.
+// (cluster mode), the egress detector's state and the instance's fence.
 func newObservability(clk clock.Clock, logger *slog.Logger, lim *limiter.Limiter, gate *limiter.Gate, pool *render.Pool, live metrics.Sources) (*observability, error) {
 	o := &observability{clk: clk, log: logger, registry: prometheus.NewRegistry(),
 		domains: observe.NewDomainTable(lim, observe.DefaultSnapshotTTL)}
@@ -45,7 +45,7 @@ func newObservability(clk clock.Clock, logger *slog.Logger, lim *limiter.Limiter
 		return nil, fmt.Errorf("register process metrics: %w", err)
 	}
 	m, err := metrics.New(o.registry, metrics.Sources{Clock: clk, Gate: gate, Domains: o.domains, Renderer: o.renderer,
-		MaxConcurrentCount: live.MaxConcurrentCount, Egress: live.Egress})
+		MaxConcurrentCount: live.MaxConcurrentCount, Egress: live.Egress, Fence: live.Fence})
 	if err != nil {
 		return nil, err
 	}
@@ -53,10 +53,13 @@ func newObservability(clk clock.Clock, logger *slog.Logger, lim *limiter.Limiter
 	return o, nil
 }
 
-// routes returns the console's and /metrics' routes for server.Config.Extra.
-func (o *observability) routes(eng *engine.Engine) (func(*http.ServeMux), error) {
-	con, err := console.New(console.Config{Clock: o.clk, Engine: eng, Observer: o.observer,
-		Domains: o.domains, Renderer: o.renderer, Logger: o.log, Session: server.Session})
+// routes returns the console's and /metrics' routes for server.Config.Extra. views holds
+// what the console reads from the other components (settings, limiter, gate, cluster,
+// egress); the rest of its configuration is the observability's own.
+func (o *observability) routes(views console.Config) (func(*http.ServeMux), error) {
+	views.Clock, views.Observer, views.Domains, views.Renderer = o.clk, o.observer, o.domains, o.renderer
+	views.Logger, views.Session = o.log, server.Session
+	con, err := console.New(views)
 	if err != nil {
 		return nil, err
 	}

@@ -96,13 +96,13 @@ func TestConsoleInChromium(t *testing.T) {
 	t.Run("runtime page equals the JSON", func(t *testing.T) {
 		comparePage(t, s, browser, "/", func(m *mismatches, jsonAt func(string) map[string]any, page pageFields) {
 			rt := jsonAt("/v1/console/runtime")
-			for _, k := range []string{"domain_count", "in_flight_count", "max_concurrent_count", "request_count_24h", "over_limit_count_24h"} {
+			for _, k := range []string{"domain_count", "in_flight_count", "max_concurrent_count", "request_24h_count", "over_limit_24h_count"} {
 				m.expect(page, "", k, shownNum(rt[k]))
 			}
 			m.expect(page, "", "over_limit_ratio", fixed2(rt["over_limit_ratio"].(float64)*100)+"%")
 			for _, e := range rt["entries"].([]any) {
 				e := e.(map[string]any)
-				for _, k := range []string{"over_limit_count_24h", "local_queue_full_count_24h", "request_count_24h"} {
+				for _, k := range []string{"over_limit_24h_count", "local_queue_full_24h_count", "request_24h_count"} {
 					m.expect(page, "entry:"+e["entry"].(string), k, shownNum(e[k]))
 				}
 			}
@@ -120,7 +120,7 @@ func TestConsoleInChromium(t *testing.T) {
 					m.expect(page, row, k, d[k].(string))
 				}
 				m.expect(page, row, "last_request_at", shownTime(d["last_request_at"]))
-				for _, k := range []string{"min_interval_ms", "in_flight_count", "request_count_24h"} {
+				for _, k := range []string{"min_interval_ms", "in_flight_count", "request_24h_count"} {
 					m.expect(page, row, k, shownNum(d[k]))
 				}
 			}
@@ -133,16 +133,16 @@ func TestConsoleInChromium(t *testing.T) {
 	t.Run("probes page equals the JSON", func(t *testing.T) {
 		comparePage(t, s, browser, "/probes", func(m *mismatches, jsonAt func(string) map[string]any, page pageFields) {
 			p := jsonAt("/v1/console/probes")
-			for _, k := range []string{"probe_count_24h", "reached_origin_count_24h", "not_reached_origin_count_24h", "render_probe_count_24h"} {
+			for _, k := range []string{"probe_24h_count", "reached_origin_24h_count", "not_reached_origin_24h_count", "render_probe_24h_count"} {
 				m.expect(page, "", k, shownNum(p[k]))
 			}
-			if p["probe_count_24h"] != 5.0 || p["render_probe_count_24h"] != 1.0 {
-				m.errorf("probes %v, render probes %v: want 5 and 1", p["probe_count_24h"], p["render_probe_count_24h"])
+			if p["probe_24h_count"] != 5.0 || p["render_probe_24h_count"] != 1.0 {
+				m.errorf("probes %v, render probes %v: want 5 and 1", p["probe_24h_count"], p["render_probe_24h_count"])
 			}
-			m.expect(page, "cause:reached_failed", "reached_failed_count_24h", shownNum(p["reached_failed_count_24h"]))
+			m.expect(page, "cause:reached_failed", "reached_failed_24h_count", shownNum(p["reached_failed_24h_count"]))
 			for _, c := range p["causes"].([]any) {
 				c := c.(map[string]any)
-				m.expect(page, "cause:"+c["fail_reason"].(string), "probe_count_24h", shownNum(c["probe_count_24h"]))
+				m.expect(page, "cause:"+c["fail_reason"].(string), "probe_24h_count", shownNum(c["probe_24h_count"]))
 			}
 			samples := p["samples"].([]any)
 			if len(samples) != 5 {

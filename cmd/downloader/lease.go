@@ -64,22 +64,24 @@ const (
 type entryA struct {
 	log       *slog.Logger
 	loop      *lease.Loop
-	queue     *embedded.Queue   // nil with a scheduler
-	client    *scheduler.Client // nil with the local queue
+	runner    interface{ Stop() } // the loop's runner: the engine, or robots.txt in front of it
+	queue     *embedded.Queue     // nil with a scheduler
+	client    *scheduler.Client   // nil with the local queue
 	defaultIv time.Duration
-	cancel    context.CancelFunc
-	done      chan struct{}
+	// stopLeasing ends the loop's run and done is closed once it returned; both are set
+	// by service.wait, which runs the loop as an actor (nil before).
+	stopLeasing context.CancelFunc
+	done        chan struct{}
 }
 
 // newEntryA builds entry A on st: with c.Lease.SchedulerURL set it leases from the
 // scheduler, else from the local queue kept in st.
-func newEntryA(ctx context.Context, c *config, logger *slog.Logger, clk clock.Clock, st *embedded.Store, eng *engine.Engine, gate *limiter.Gate, fetcher engine.Fetcher) (*entryA, error) {
+func newEntryA(ctx context.Context, c *config, logger *slog.Logger, clk clock.Clock, st *embedded.Store, eng *engine.Engine, lim *limiter.Limiter, gate *limiter.Gate, fetcher engine.Fetcher) (*entryA, error) {
 	a := &entryA{log: logger, defaultIv: time.Duration(c.DefaultMinIntervalMs) * time.Millisecond}
 	cfg := lease.Config{
 		Runner: eng, Outbox: embedded.NewOutbox(st), Clock: clk, Logger: logger, WorkerID: c.Lease.WorkerID,
 		MaxHeldCount:  func() int { return heldPerSlot * gate.Capacity() },
 		MaxLeaseCount: maxLeaseCount,
-		ShutdownGrace: time.Duration(c.ShutdownGraceSeconds) * time.Second,
 	}
 	if c.Lease.SchedulerURL != "" {
 		cl, err := scheduler.New(scheduler.Config{URL: c.Lease.SchedulerURL, Logger: logger})
@@ -100,7 +102,7 @@ func newEntryA(ctx context.Context, c *config, logger *slog.Logger, clk clock.Cl
 			// cluster-wide (SPEC §2): in cluster mode robots.txt is the scheduler's.
 			logger.Warn("robots.txt is not read with --store tikv: the local queue's tasks are not checked against it; use a scheduler, or the embedded store for a standalone crawl")
 		} else if c.Lease.ShouldObeyRobotsTxt {
-			rr, err := robots.New(robots.Config{Next: eng, Limiter: eng.Limiter(), Gate: gate, Fetcher: fetcher, Clock: clk,
+			rr, err := robots.New(robots.Config{Next: eng, Limiter: lim, Gate: gate, Fetcher: fetcher, Clock: clk,
 				Logger: logger, UserAgent: c.UserAgent, Timeout: c.requestTimeout(), MaxAttemptCount: c.Lease.MaxAttemptCount,
 				CrawlDelay: q.SetCrawlDelay})
 			if err != nil {
@@ -115,6 +117,10 @@ func newEntryA(ctx context.Context, c *config, logger *slog.Logger, clk clock.Cl
 		return nil, err
 	}
 	a.loop = loop
+	a.runner = eng
+	if r, ok := cfg.Runner.(interface{ Stop() }); ok {
+		a.runner = r
+	}
 	return a, nil
 }
 
@@ -126,30 +132,29 @@ func (a *entryA) taskQueue() server.TaskQueue {
 	return queueAdapter{q: a.queue, defaultInterval: a.defaultIv}
 }
 
-// start runs the loop until stop.
-func (a *entryA) start() {
-	ctx, cancel := context.WithCancel(context.Background())
-	a.cancel, a.done = cancel, make(chan struct{})
-	go func() {
-		defer close(a.done)
-		if err := a.loop.Run(ctx); err != nil {
-			a.log.Error("lease loop stopped with an error", "error", err)
-		}
-	}()
+// run runs the loop until ctx ends, then through its shutdown (lease.Loop.Run).
+func (a *entryA) run(ctx context.Context) {
+	if err := a.loop.Run(ctx); err != nil {
+		a.log.Error("lease loop stopped with an error", "error", err)
+	}
 }
 
-// stop makes the loop stop leasing and shut down (it gives held tasks the grace period,
-// then stops the engine and releases the rest, then flushes reports); the returned channel
-// is closed when it is done.
+// stop makes the loop stop leasing and shut down: it waits for its held tasks (until
+// stopTasks cuts them short), releases what comes back and flushes its reports; the
+// returned channel is closed when it is done.
 func (a *entryA) stop() <-chan struct{} {
-	if a.cancel == nil {
+	if a.stopLeasing == nil {
 		done := make(chan struct{})
 		close(done)
 		return done
 	}
-	a.cancel()
+	a.stopLeasing()
 	return a.done
 }
+
+// stopTasks makes the tasks the loop holds come back as releases at once: its runner
+// stops (robots.txt's waits, then the engine, which also cuts B and C short).
+func (a *entryA) stopTasks() { a.runner.Stop() }
 
 // close releases what newEntryA opened; call it after the loop is done.
 func (a *entryA) close() {

@@ -2,7 +2,6 @@
 //
 //	downloader serve [flags]        run the service (entries A, B, C, console)
 //	downloader crawl [flags] FILE   crawl a URL list on this machine, politely
-//	downloader soak [flags]         run the service under mixed load for a bounded time
 //	downloader export [flags]       write a data dir's tasks as JSON lines, its pages as WARC
 //
 // Every flag can also be set with an environment variable DOWNLOADER_<FLAG>, upper case
@@ -58,8 +57,6 @@ const usage = `usage: downloader <command> [flags]
 commands:
   serve   run the service: entries A (lease loop), B (POST /v1/render), C (POST /v1/probe)
   crawl   crawl a URL list (one URL a line, or JSON lines) on this machine
-  soak    run the service under mixed A/B/C load against local origins for a bounded
-          time, killing the browser now and then; report leaks, violations, lost tasks
   export  write a crawl's data dir out: one JSON line per task, the pages as WARC/1.1
 
 Run 'downloader <command> --help' for the flags of a command.
@@ -76,8 +73,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runServe(ctx, args[1:], getenv, stdout, stderr)
 	case "crawl":
 		return runCrawl(ctx, args[1:], getenv, stdout, stderr)
-	case "soak":
-		return runSoak(ctx, args[1:], getenv, stdout, stderr)
 	case "export":
 		return runExport(ctx, args[1:], getenv, stdout, stderr)
 	case "-h", "--help", "help":

@@ -170,7 +170,7 @@ func TestPolitenessAtTheOrigin(t *testing.T) {
 			t.Errorf("%s was reached %d times but has no runtime state", host, n)
 			continue
 		}
-		if admitted := st["request_count_24h"].(float64); int(admitted) < n {
+		if admitted := st["request_24h_count"].(float64); int(admitted) < n {
 			t.Errorf("%s: %d arrivals but only %v admissions", host, n, admitted)
 		}
 	}

@@ -13,8 +13,11 @@ import (
 	"path/filepath"
 	"time"
 
+	oklogrun "github.com/oklog/run"
+
 	"downloader"
 	"downloader/clock"
+	"downloader/console"
 	"downloader/egress"
 	"downloader/engine"
 	"downloader/fetch"
@@ -65,15 +68,13 @@ type service struct {
 	server  *server.Server
 	entryA  *entryA  // the lease loop (lease.go)
 	cluster *cluster // --store tikv (cluster.go); nil on one machine
+	egress  *egress.Detector
 	http    *http.Server
-	errc    chan error // the first error of a long-running part
-	cancel  context.CancelFunc
-	// heartbeatDone is closed when the heartbeat (runtime.go) has stopped.
-	heartbeatDone chan struct{}
+	ln      net.Listener
 }
 
-// startService opens the store, builds every component and starts serving. The caller
-// must call wait.
+// startService opens the store, builds every component and opens the listener; nothing
+// runs yet. The caller must call wait, which runs and then stops them.
 func startService(ctx context.Context, c *config, logger *slog.Logger) (*service, error) {
 	if err := os.MkdirAll(c.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
@@ -119,6 +120,7 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 	pool, err := render.New(render.Config{
 		Clock: clk, Logger: logger, BinaryPath: c.ChromiumPath, Endpoint: c.RendererEndpoint,
 		Concurrency: c.RenderConcurrency, QueueLength: c.LocalQueueLength, UserAgent: c.UserAgent,
+		Isolation:          render.Isolation(c.RenderIsolation),
 		MaxSubrequestCount: c.RenderMaxSubrequestCount, MaxHostSubrequestCount: c.RenderMaxHostSubrequestCount,
 		Guard: guard, DefaultTimeout: c.requestTimeout(), Hops: engine.Hops{Limiter: lim, DefaultMinInterval: defaultInterval, Shared: shared, DefaultTimeout: c.requestTimeout()},
 	})
@@ -128,9 +130,13 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 	}
 	det := egress.New(egress.Config{Clock: clk, Logger: logger, Canary: c.egressCanary(),
 		Window: time.Duration(c.EgressWindowSeconds) * time.Second, MinDomainCount: c.EgressMinDomainCount})
-	live := metrics.Sources{Egress: func() engine.EgressState { return engine.EgressStateOf(det.Status(clk.Now())) }}
+	live := metrics.Sources{Egress: func() engine.EgressState { return engine.EgressStateOf(det.Status(clk.Now())) },
+		Fence: func() engine.FenceState { return engine.FenceState{} }} // one machine is never fenced
 	if shared != nil {
 		live.MaxConcurrentCount = shared.MaxConcurrentCount // the cluster's; the gate holds this instance's share
+	}
+	if f, ok := shared.(engine.Fencer); ok {
+		live.Fence = func() engine.FenceState { return f.FenceState(clk.Now()) }
 	}
 	obs, err := newObservability(clk, logger, lim, gate, pool, live)
 	if err != nil {
@@ -155,20 +161,29 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 			return nil, err
 		}
 	}
-	a, err := newEntryA(ctx, c, logger, clk, st, eng, gate, fetcher)
+	a, err := newEntryA(ctx, c, logger, clk, st, eng, lim, gate, fetcher)
 	if err != nil {
 		pool.Close()
 		closeStores()
 		return nil, err
 	}
-	extra, err := obs.routes(eng) // the console and /metrics
+	// What the HTTP layer and the console read: the engine runs the entries and owns the
+	// settings; the limiter, the gate, the cluster runtime and the egress detector are
+	// shown as they are (server.Config, console.Config).
+	var clusterView server.ClusterView // nil on the embedded store
+	if cl != nil {
+		clusterView = cl.runtime
+	}
+	egressOf := func(now time.Time) (engine.EgressState, bool) { return engine.EgressStateOf(det.Status(now)), true }
+	extra, err := obs.routes(console.Config{Settings: eng, Limiter: lim, Gate: gate, Cluster: clusterView, Egress: egressOf}) // the console and /metrics
 	if err != nil {
 		a.close()
 		pool.Close()
 		closeStores()
 		return nil, err
 	}
-	srv := server.New(server.Config{Engine: eng, Guard: guard, Logger: logger, Clock: clk, Extra: extra,
+	srv := server.New(server.Config{Probe: eng, Render: eng, Settings: eng, Domains: lim, Slots: gate,
+		Cluster: clusterView, Egress: egressOf, Guard: guard, Logger: logger, Clock: clk, Extra: extra,
 		Tasks: a.taskQueue(), Results: results, Pages: pages, APIToken: c.APIToken, AdminToken: c.AdminToken,
 		MetricsToken: c.MetricsToken, StartedAt: clk.Now()})
 	ln, err := net.Listen("tcp", c.Listen)
@@ -182,9 +197,8 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 	if cl != nil {
 		cl.runtime.SetAddress(announcedAddress(ln.Addr().String()))
 	}
-	runCtx, cancel := context.WithCancel(context.Background())
 	s := &service{cfg: c, log: logger, addr: ln.Addr(), store: st, limiter: lim, engine: eng, fetcher: fetcher,
-		render: pool, server: srv, entryA: a, cluster: cl, errc: make(chan error, 2), cancel: cancel, heartbeatDone: make(chan struct{}),
+		render: pool, server: srv, entryA: a, cluster: cl, egress: det, ln: ln,
 		http: &http.Server{
 			Handler:           srv,
 			ReadHeaderTimeout: c.readHeaderTimeout,
@@ -194,22 +208,6 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 			MaxHeaderBytes:    64 << 10,
 			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 		}}
-	go func() { s.errc <- lim.Run(runCtx) }()
-	go func() {
-		defer close(s.heartbeatDone)
-		runHeartbeat(runCtx, st, clk, logger)
-	}()
-	if cl != nil {
-		cl.run(runCtx) // heartbeats and write-backs; wait ends it after the engine
-	}
-	go func() { _ = det.Run(runCtx) }() // the canary, if any; it ends with runCtx
-	go func() {
-		if err := s.http.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			s.errc <- fmt.Errorf("serve http: %w", err)
-		}
-	}()
-	a.start()
-	srv.SetReady(true)
 	logger.Info("service started", "listen", ln.Addr().String(), "data_dir", c.DataDir, "store_backend", c.Cluster.Store,
 		"max_concurrent_count", eng.Settings().MaxConcurrentCount,
 		"has_api_token", c.APIToken != "", "has_admin_token", c.AdminToken != "")
@@ -223,51 +221,117 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 // (the HTTP write timeout must cover it).
 const maxQueueWait = time.Minute
 
-// wait runs until ctx ends or a part fails, then stops in order: drain (the listener
-// stays open, /readyz answers 503, new B and C requests are answered shutting_down, the
-// ones in flight and entry A's held tasks get the grace period to finish), cut what is
-// left short with shutting_down, close the listener, then the renderer and the fetcher;
-// then save the limiter's entries for the next start and close the store.
+// wait runs the service's long-running parts as the actors of one run group until ctx
+// ends or one of them fails, then stops everything. The group interrupts its actors one
+// after the other in the order they are added below, and each interrupt returns only once
+// its part has stopped, so that order is the shutdown order, written once:
+//
+//  1. the stop signal: ctx's end (SIGINT, SIGTERM) or the first part to fail;
+//  2. the drain: entry A stops leasing and the server drains (the listener stays open,
+//     /readyz answers 503, new B and C requests are answered shutting_down); entry A's
+//     held tasks and the B and C requests in flight get the grace period to finish; what
+//     is left then is cut short: the engine stops (shutting_down; entry A's tasks come
+//     back as releases);
+//  3. the HTTP listener closes;
+//  4. entry A's lease loop ends, once it has released what came back and flushed its
+//     reports;
+//  5. the engine stops for good;
+//  6. the background parts the requests needed until now: the limiter's sweep, the
+//     heartbeat, the cluster runtime (which writes back the last requests and leaves),
+//     the egress canary.
+//
+// Then the cluster store, the renderer and the fetcher close; then, on the embedded
+// store, the limiter's entries are saved for the next start (nothing is sent any more);
+// then the store closes.
 func (s *service) wait(ctx context.Context) error {
-	var runErr error
-	select {
-	case <-ctx.Done():
-	case runErr = <-s.errc:
-	}
-	graceDuration := time.Duration(s.cfg.ShutdownGraceSeconds) * time.Second
-	s.log.Info("stopping", "shutdown_grace_seconds", s.cfg.ShutdownGraceSeconds)
-	grace, cancel := context.WithTimeout(context.Background(), graceDuration)
-	defer cancel()
-	// Entry A stops leasing now and gives its held tasks the same grace period, then
-	// releases the rest and flushes its reports.
-	leaseDone := s.entryA.stop()
-	drained := s.server.Drain(grace, s.limiter.Clock().Now().Add(graceDuration)) == nil
-	select {
-	case <-leaseDone:
-	case <-grace.Done():
-	}
-	if !drained || grace.Err() != nil {
-		// Grace is over: cut what is left short (answered shutting_down).
+	var g oklogrun.Group
+	// 1. The stop signal.
+	signalCtx, stopSignal := context.WithCancel(ctx)
+	defer stopSignal()
+	g.Add(func() error {
+		<-signalCtx.Done()
+		return nil
+	}, func(error) { stopSignal() })
+	// 2. The drain. Its actor only waits: its interrupt is the graceful stop of A, B and C.
+	drainCtx, endDrain := context.WithCancel(context.Background())
+	g.Add(func() error {
+		<-drainCtx.Done()
+		return nil
+	}, func(error) {
+		s.drain()
+		endDrain()
+	})
+	// 3. The HTTP listener.
+	g.Add(func() error {
+		if err := s.http.Serve(s.ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve http: %w", err)
+		}
+		return nil
+	}, func(error) {
+		hard, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := s.http.Shutdown(hard); err != nil {
+			s.http.Close()
+		}
+	})
+	// 4. Entry A's lease loop.
+	leaseCtx, stopLeasing := context.WithCancel(context.Background())
+	s.entryA.stopLeasing = stopLeasing
+	leaseDone := make(chan struct{})
+	s.entryA.done = leaseDone
+	g.Add(func() error {
+		defer close(leaseDone)
+		s.entryA.run(leaseCtx)
+		return nil
+	}, func(error) {
+		stopLeasing()
+		<-leaseDone
+		s.entryA.close()
+	})
+	// 5. The engine.
+	engineDone := make(chan struct{})
+	g.Add(func() error {
+		<-engineDone
+		return nil
+	}, func(error) {
 		s.engine.Stop()
-	}
-	hard, cancelHard := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancelHard()
-	if err := s.http.Shutdown(hard); err != nil {
-		s.http.Close()
-	}
-	<-leaseDone
-	s.entryA.close()
-	s.engine.Stop()
-	s.cancel()
+		close(engineDone)
+	})
+	// 6. The background parts.
+	runCtx, stopBackground := context.WithCancel(context.Background())
+	defer stopBackground()
+	g.Add(func() error {
+		if err := s.limiter.Run(runCtx); runCtx.Err() == nil {
+			return fmt.Errorf("limiter: %w", err)
+		}
+		return nil
+	}, func(error) { stopBackground() })
+	g.Add(func() error {
+		runHeartbeat(runCtx, s.store, s.limiter.Clock(), s.log)
+		return nil
+	}, func(error) { stopBackground() })
 	if s.cluster != nil {
-		// After the engine: the runtime writes back the last requests, then leaves.
+		g.Add(func() error {
+			s.cluster.run(runCtx) // heartbeats and write-backs, then it leaves the cluster
+			<-runCtx.Done()
+			return nil
+		}, func(error) { stopBackground() })
+	}
+	g.Add(func() error {
+		_ = s.egress.Run(runCtx) // the canary, if any
+		<-runCtx.Done()
+		return nil
+	}, func(error) { stopBackground() })
+
+	s.server.SetReady(true)
+	runErr := g.Run()
+	if s.cluster != nil {
 		if err := s.cluster.close(); err != nil && runErr == nil {
 			runErr = err
 		}
 	}
 	s.render.Close()
 	s.fetcher.Close()
-	<-s.heartbeatDone
 	if s.cluster == nil {
 		// Nothing is sent any more: what the limiter holds now is the last word.
 		saveRuntime(context.Background(), s.store, s.limiter, s.limiter.Clock(), s.log)
@@ -277,4 +341,27 @@ func (s *service) wait(ctx context.Context) error {
 	}
 	s.log.Info("stopped")
 	return runErr
+}
+
+// drain is step 2 of wait's shutdown order: entry A stops leasing and the server drains,
+// both within the grace period; whatever is left when it is over is cut short by stopping
+// entry A's runner and the engine.
+func (s *service) drain() {
+	graceDuration := time.Duration(s.cfg.ShutdownGraceSeconds) * time.Second
+	s.log.Info("stopping", "shutdown_grace_seconds", s.cfg.ShutdownGraceSeconds)
+	grace, cancel := context.WithTimeout(context.Background(), graceDuration)
+	defer cancel()
+	// Entry A stops leasing now and gives its held tasks the same grace period.
+	leaseDone := s.entryA.stop()
+	drained := s.server.Drain(grace, s.limiter.Clock().Now().Add(graceDuration)) == nil
+	select {
+	case <-leaseDone:
+	case <-grace.Done():
+	}
+	if !drained || grace.Err() != nil {
+		// Grace is over: cut what is left short (answered shutting_down; entry A's tasks
+		// come back as releases).
+		s.entryA.stopTasks()
+		s.engine.Stop()
+	}
 }

@@ -2,17 +2,21 @@ package main
 
 import (
 	"context"
+	"flag"
+	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"testing"
 )
 
-// TestSoakSmoke runs `downloader soak` for a few seconds (the 10-minute soak is run by hand:
-// docs/reliability.md): mixed A/B/C load with renders and a browser kill, then the
-// summary. Violations and lost tasks must be 0; flatness is only printed, as a few seconds
-// prove nothing about it.
+// TestSoakSmoke runs the soak (soakload_test.go) for a few seconds; the 10-minute soak is
+// TestSoak, run by hand (docs/reliability.md §8): mixed A/B/C load with renders and a
+// browser kill, then the summary. Violations and lost tasks must be 0; flatness is only
+// printed, as a few seconds prove nothing about it.
 func TestSoakSmoke(t *testing.T) {
 	var stdout, stderr syncBuffer
-	err := run(context.Background(), []string{"soak", "--duration-seconds", "15", "--sample-seconds", "1",
+	err := runSoak(context.Background(), []string{"--duration-seconds", "15", "--sample-seconds", "1",
 		"--domain-count", "20", "--tasks-per-second", "10", "--task-render-percent", "5", "--renders-per-second", "2",
 		"--probes-per-second", "5", "--kill-after-render-count", "6", "--drain-seconds", "30"}, noEnv, &stdout, &stderr)
 	out := squash(stdout.String())
@@ -28,5 +32,24 @@ func TestSoakSmoke(t *testing.T) {
 	}
 	if strings.Contains(out, "browser kills 0 ") {
 		t.Error("the browser was never killed")
+	}
+}
+
+// TestSoak is the full soak, run by hand: it runs only when the test binary's arguments
+// after -args -- start with "soak"; the rest are the soak's flags (and serve's):
+//
+//	go test -v -run '^TestSoak$' -timeout 0 ./cmd/downloader -args -- soak --sample-seconds 20
+//
+// It prints to the process's stdout and stderr as it goes and fails when the soak does
+// (violations, lost tasks, a growing resource). Ctrl-C stops the load and reports.
+func TestSoak(t *testing.T) {
+	args := flag.Args()
+	if len(args) == 0 || args[0] != "soak" {
+		t.Skip("the full soak runs by hand: go test -v -run '^TestSoak$' -timeout 0 ./cmd/downloader -args -- soak [flags]")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := runSoak(ctx, args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		t.Fatal(err)
 	}
 }

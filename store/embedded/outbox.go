@@ -2,7 +2,9 @@ package embedded
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"sync"
@@ -18,7 +20,7 @@ import (
 // stops. Its keys:
 //
 //	lease:report_outbox:{task_id}
-//	    One Report, JSON. {task_id} is the task's id as given (any bytes: the outbox is
+//	    One Report: a header with its fetched_at, then JSON (encodeReport). {task_id} is the task's id as given (any bytes: the outbox is
 //	    one prefix scan and needs no separator after the id).
 //
 // Keyed by task id, a task reported twice (a redelivered lease that ran again) holds one
@@ -53,12 +55,13 @@ func (o *Outbox) lock(taskID string) func() {
 
 // PutReport stores r in the outbox, replacing an earlier report of the same task. It
 // returns once r is durable (a synchronous commit): only then may the task be
-// acknowledged anywhere.
+// acknowledged anywhere. Under a task scope of this outbox (WithTaskWrites) the task's
+// pending page and fetch_result are in the same batch.
 func (o *Outbox) PutReport(ctx context.Context, r *downloader.Report) error {
 	if r == nil || r.TaskID == "" {
 		return downloader.Invalidf("task_id", "a report needs a task_id")
 	}
-	v, err := json.Marshal(r)
+	v, err := encodeReport(r)
 	if err != nil {
 		return fmt.Errorf("embedded store: encode report %s: %w", r.TaskID, err)
 	}
@@ -67,27 +70,36 @@ func (o *Outbox) PutReport(ctx context.Context, r *downloader.Report) error {
 		return err
 	}
 	defer release()
-	// The write is ordered with DeleteReport's check under the task's lock; its
-	// durability is waited for after the lock is given back, so that a report waiting for
-	// the fsync holds no other task's put (they share one fsync instead).
+	var b *pebble.Batch
+	sc := o.s.scopeOf(ctx)
+	if sc != nil {
+		sc.mu.Lock()
+		defer sc.mu.Unlock()
+		if b, err = sc.batchLocked(); err != nil {
+			return err
+		}
+	} else {
+		b = o.s.db.NewBatch()
+	}
+	defer b.Close()
+	if err := b.Set(outboxKey(r.TaskID), v, nil); err != nil {
+		return fmt.Errorf("embedded store: put report %s: %w", r.TaskID, err)
+	}
+	// The write is ordered with DeleteReport's check under the task's lock (the batch is
+	// visible when ApplyNoSyncWait returns); its durability is waited for after the lock
+	// is given back, so that a report waiting for the fsync holds no other task's put
+	// (they share one fsync instead).
 	unlock := o.lock(r.TaskID)
-	err = o.s.db.Set(outboxKey(r.TaskID), v, pebble.NoSync)
+	err = o.s.db.ApplyNoSyncWait(b, pebble.Sync)
 	unlock()
+	if err == nil {
+		err = b.SyncWait()
+	}
 	if err != nil {
 		return fmt.Errorf("embedded store: put report %s: %w", r.TaskID, err)
 	}
-	if err := o.s.syncWAL(); err != nil {
-		return fmt.Errorf("embedded store: put report %s: %w", r.TaskID, err)
-	}
-	return nil
-}
-
-// syncWAL returns once every write committed before it is durable. The write-ahead log is
-// one sequential file, so syncing it for an empty record syncs every record written before;
-// concurrent callers share one fsync (group commit in Pebble's commit pipeline).
-func (s *Store) syncWAL() error {
-	if err := s.db.LogData(nil, pebble.Sync); err != nil {
-		return fmt.Errorf("sync the write-ahead log: %w", err)
+	if sc != nil {
+		sc.committedLocked(nil)
 	}
 	return nil
 }
@@ -123,7 +135,7 @@ func (o *Outbox) PendingReports(ctx context.Context, after string, limit int) ([
 			return nil, fmt.Errorf("embedded store: list reports: %w", err)
 		}
 		var r downloader.Report
-		if err := json.Unmarshal(v, &r); err != nil {
+		if err := decodeReport(v, &r); err != nil {
 			_ = iter.Close()
 			return nil, fmt.Errorf("embedded store: decode report at %q: %w", iter.Key(), err)
 		}
@@ -226,8 +238,48 @@ func (o *Outbox) DeleteReports(ctx context.Context, rs []downloader.Report) erro
 	return nil
 }
 
-// reportFetchedAt reads only fetched_at of a stored report.
+// A stored report is a header holding its fetched_at, then the report as JSON:
+//
+//	0x01, fetched_at as 8 bytes of Unix seconds and 4 of nanoseconds (big-endian), JSON
+//
+// so that DeleteReport compares fetched_at without decoding the JSON. A value written
+// before the header existed is the JSON alone (it starts with '{') and is read as such.
+const (
+	reportHeader    = 0x01
+	reportHeaderLen = 13
+)
+
+func encodeReport(r *downloader.Report) ([]byte, error) {
+	v := make([]byte, reportHeaderLen, reportHeaderLen+256)
+	v[0] = reportHeader
+	binary.BigEndian.PutUint64(v[1:9], uint64(r.FetchedAt.Unix()))
+	binary.BigEndian.PutUint32(v[9:13], uint32(r.FetchedAt.Nanosecond()))
+	j, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	return append(v, j...), nil
+}
+
+func decodeReport(v []byte, r *downloader.Report) error {
+	if len(v) > 0 && v[0] == reportHeader {
+		if len(v) < reportHeaderLen {
+			return errors.New("short report header")
+		}
+		v = v[reportHeaderLen:]
+	}
+	return json.Unmarshal(v, r)
+}
+
+// reportFetchedAt reads only fetched_at of a stored report: from its header, or by
+// decoding a value written without one.
 func reportFetchedAt(v []byte) (time.Time, error) {
+	if len(v) > 0 && v[0] == reportHeader {
+		if len(v) < reportHeaderLen {
+			return time.Time{}, errors.New("short report header")
+		}
+		return time.Unix(int64(binary.BigEndian.Uint64(v[1:9])), int64(binary.BigEndian.Uint32(v[9:13]))), nil
+	}
 	var stored struct {
 		FetchedAt time.Time `json:"fetched_at"`
 	}

@@ -18,7 +18,8 @@ const pagePrefix = keys.PageContent
 // PutPage stores p's body under its content hash and returns the key (the lower-case hex
 // SHA-256 of the body). A body already stored is not written again: the first page stored
 // with a body keeps its metadata (url, final_url, content_type, fetched_at). It returns
-// once the page is durable.
+// once the page is durable, or, under a task scope of this store (Outbox.WithTaskWrites),
+// once the page is added to the scope: it is durable when the task's report is.
 func (s *Store) PutPage(ctx context.Context, p *downloader.Page) (string, error) {
 	if p == nil {
 		return "", downloader.Invalidf("page", "page is required")
@@ -37,6 +38,10 @@ func (s *Store) PutPage(ctx context.Context, p *downloader.Page) (string, error)
 	if ok, err := s.has(dbKey); err != nil || ok {
 		return key, err
 	}
+	sc := s.scopeOf(ctx)
+	if sc != nil && sc.hasPage(key) {
+		return key, nil
+	}
 	v, _ := s.codec.Encode(p, 0)
 	w, first := s.startPageWrite(key)
 	if !first {
@@ -47,6 +52,17 @@ func (s *Store) PutPage(ctx context.Context, p *downloader.Page) (string, error)
 		case <-ctx.Done():
 			return "", fmt.Errorf("embedded store: put page %s: %w", key, ctx.Err())
 		}
+	}
+	if sc != nil {
+		// In a task scope the page is committed with the task's report (taskwrites.go);
+		// until then others writing the same body wait for that commit.
+		if ok, err := s.has(dbKey); err != nil || ok {
+			w.err = err
+			s.endPageWrite(key, w)
+			return key, err
+		}
+		sc.addPage(key, w, dbKey, v)
+		return key, nil
 	}
 	w.err = s.writePage(dbKey, key, v)
 	s.endPageWrite(key, w)

@@ -79,7 +79,6 @@ const (
 	DefaultLookahead     = 500 * time.Millisecond
 	// MaxSubmitCount bounds one Submit call.
 	MaxSubmitCount = 10_000
-	maxTaskIDBytes = 128
 )
 
 // Task states, as stored. A pending task may be waiting out a retry backoff
@@ -203,13 +202,22 @@ type Queue struct {
 	domains map[string]*queueDomain
 	ready   domainHeap           // domains with pending tasks, earliest due first
 	expiry  leaseHeap            // this process's leases, earliest expiry first
-	leased  map[string]time.Time // task id → expiry of its live lease
-	retries retryHeap            // tasks waiting out a backoff, earliest first
+	leased  map[string]liveLease // task id → its live lease
+
+	retries retryHeap // tasks waiting out a backoff, earliest first
 	// holds: domain → no task before then (the origin's Retry-After); floors: domain →
 	// the least spacing of its tasks (robots.txt Crawl-delay). Both in memory only, one
 	// entry per domain that has one: a restart forgets them (robots.txt is read again).
 	holds  map[string]time.Time
 	floors map[string]time.Duration
+}
+
+// liveLease is a lease this process handed out: its expiry and the task record as Lease
+// stored it, which Report uses instead of reading it back. Only leased tasks (at most the
+// lease loop's held count) keep one.
+type liveLease struct {
+	expiresAt time.Time
+	rec       *queueRecord
 }
 
 // queueDomain is one domain with pending tasks.
@@ -237,7 +245,7 @@ func OpenQueue(ctx context.Context, s *Store, cfg QueueConfig) (*Queue, error) {
 	}
 	cfg.retryDefaults()
 	q := &Queue{s: s, clk: cfg.Clock, log: cfg.Logger.With("component", "local_queue"), cfg: cfg,
-		domains: map[string]*queueDomain{}, leased: map[string]time.Time{},
+		domains: map[string]*queueDomain{}, leased: map[string]liveLease{},
 		holds: map[string]time.Time{}, floors: map[string]time.Duration{},
 		counts: QueueCounts{FailedCount: map[downloader.FailReason]int{}}}
 	release, err := s.acquire(ctx, "open queue")
@@ -364,33 +372,19 @@ func CanonicalURL(u *url.URL) string {
 // absent. Errors are EINVALID naming the field. The task id may be given (it must then be
 // unique) or left for the queue to assign; lease_expires_at is the queue's to set.
 func CheckTask(t downloader.Task, defaultInterval time.Duration) (downloader.Task, error) {
-	u, host, err := downloader.ParseTargetURL("url", strings.TrimSpace(t.URL))
+	u, host, err := downloader.ValidateTarget(strings.TrimSpace(t.URL), t.Domain, t.MinIntervalMs)
 	if err != nil {
 		return t, err
-	}
-	if t.Domain != "" {
-		d, err := downloader.NormalizeDomain(t.Domain)
-		if err != nil || d != host {
-			return t, downloader.Invalidf("domain", "domain %q is not the URL's host %q: the limiter is keyed by the URL's host", t.Domain, host)
-		}
 	}
 	if t.MinIntervalMs == nil {
 		ms := defaultInterval.Milliseconds()
 		t.MinIntervalMs = &ms
 	} else {
 		ms := *t.MinIntervalMs
-		if ms < 0 || ms > downloader.MaxMinInterval.Milliseconds() {
-			return t, downloader.Invalidf("min_interval_ms", "min_interval_ms must be between 0 and %d (one hour)", downloader.MaxMinInterval.Milliseconds())
-		}
 		t.MinIntervalMs = &ms
 	}
-	if len(t.TaskID) > maxTaskIDBytes {
-		return t, downloader.Invalidf("task_id", "task_id is longer than %d bytes", maxTaskIDBytes)
-	}
-	for _, c := range t.TaskID {
-		if c <= ' ' || c == 0x7f {
-			return t, downloader.Invalidf("task_id", "task_id must be printable, without spaces")
-		}
+	if err := downloader.CheckTaskID(t.TaskID); err != nil {
+		return t, err
 	}
 	if !t.LeaseExpiresAt.IsZero() {
 		return t, downloader.Invalidf("lease_expires_at", "lease_expires_at is set by the queue when it leases the task")
@@ -525,6 +519,7 @@ func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([
 	}
 	var (
 		out   []downloader.Task
+		recs  []*queueRecord
 		undos []undo
 	)
 	rollback := func() {
@@ -585,6 +580,7 @@ func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([
 			delete(q.domains, d.name)
 		}
 		out = append(out, rec.Task)
+		recs = append(recs, rec)
 	}
 	if len(undos) == 0 {
 		return nil, nil
@@ -593,9 +589,9 @@ func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([
 		rollback()
 		return nil, err
 	}
-	for _, t := range out {
-		q.leased[t.TaskID] = expires
-		heap.Push(&q.expiry, leaseEntry{taskID: t.TaskID, expiresAt: expires})
+	for _, rec := range recs {
+		q.leased[rec.TaskID] = liveLease{expiresAt: expires, rec: rec}
+		heap.Push(&q.expiry, leaseEntry{taskID: rec.TaskID, expiresAt: expires})
 	}
 	q.log.Debug("leased", "worker_id", workerID, "task_count", len(out))
 	return out, nil
@@ -624,12 +620,20 @@ func (q *Queue) Report(ctx context.Context, r *downloader.Report) error {
 	defer q.mu.Unlock()
 	b := q.s.db.NewBatch()
 	defer b.Close()
-	rec, ok, err := q.record(b, r.TaskID)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return downloader.Errorf(downloader.ENOTFOUND, "task %q is not in the local queue", r.TaskID)
+	var rec *queueRecord
+	if l, ok := q.leased[r.TaskID]; ok {
+		// Leased by this process: the record is as Lease wrote it (every change to a leased
+		// record ends its entry here), so it is not read back and decoded.
+		c := *l.rec
+		rec = &c
+	} else {
+		var ok bool
+		var err error
+		if rec, ok, err = q.record(b, r.TaskID); err != nil {
+			return err
+		} else if !ok {
+			return downloader.Errorf(downloader.ENOTFOUND, "task %q is not in the local queue", r.TaskID)
+		}
 	}
 	switch {
 	case rec.State == TaskDone || rec.State == TaskSkipped:
@@ -856,31 +860,9 @@ func (q *Queue) Task(ctx context.Context, taskID string) (*TaskRecord, error) {
 // RangeDone calls f for every finished task's report (done or skipped), in task id order,
 // until f returns false. It reads the whole queue; use it for summaries, not per request.
 func (q *Queue) RangeDone(ctx context.Context, f func(t *downloader.Task, r *downloader.Report) bool) error {
-	release, err := q.s.acquire(ctx, "list tasks")
-	if err != nil {
-		return err
-	}
-	defer release()
-	iter, err := q.s.db.NewIterWithContext(ctx, &pebble.IterOptions{
-		LowerBound: []byte(queueTaskPrefix), UpperBound: prefixEnd(queueTaskPrefix)})
-	if err != nil {
-		return fmt.Errorf("local queue: list tasks: %w", err)
-	}
-	defer iter.Close()
-	for ok := iter.First(); ok; ok = iter.Next() {
-		v, err := iter.ValueAndErr()
-		if err != nil {
-			return fmt.Errorf("local queue: list tasks: %w", err)
-		}
-		var rec queueRecord
-		if err := json.Unmarshal(v, &rec); err != nil {
-			return fmt.Errorf("local queue: decode task at %q: %w", iter.Key(), err)
-		}
-		if (rec.State == TaskDone || rec.State == TaskSkipped) && rec.Report != nil && !f(&rec.Task, rec.Report) {
-			return nil
-		}
-	}
-	return nil
+	return rangeRecords(ctx, q.s, func(rec *queueRecord) bool {
+		return !(rec.State == TaskDone || rec.State == TaskSkipped) || rec.Report == nil || f(&rec.Task, rec.Report)
+	})
 }
 
 // expireLocked returns the leases that expired by now to pending. Requires q.mu held.
@@ -888,7 +870,7 @@ func (q *Queue) expireLocked(now time.Time) error {
 	var ids []string
 	for q.expiry.Len() > 0 && !q.expiry[0].expiresAt.After(now) {
 		e := heap.Pop(&q.expiry).(leaseEntry)
-		if at, ok := q.leased[e.taskID]; ok && at.Equal(e.expiresAt) {
+		if l, ok := q.leased[e.taskID]; ok && l.expiresAt.Equal(e.expiresAt) {
 			ids = append(ids, e.taskID)
 		}
 	}

@@ -87,6 +87,12 @@ func (q *Queue) TaskStatus(ctx context.Context, taskID string) (*downloader.Task
 // f returns false. It needs no open Queue and changes nothing, so that an export can read
 // a data directory the queue of which is not running; it reads the whole queue.
 func RangeTasks(ctx context.Context, s *Store, f func(r *TaskRecord) bool) error {
+	return rangeRecords(ctx, s, func(rec *queueRecord) bool { return f(rec.taskRecord()) })
+}
+
+// rangeRecords calls f for every task record of the local queue kept in s, in task id
+// order, until f returns false.
+func rangeRecords(ctx context.Context, s *Store, f func(rec *queueRecord) bool) error {
 	release, err := s.acquire(ctx, "list tasks")
 	if err != nil {
 		return err
@@ -107,7 +113,7 @@ func RangeTasks(ctx context.Context, s *Store, f func(r *TaskRecord) bool) error
 		if err := json.Unmarshal(v, &rec); err != nil {
 			return fmt.Errorf("local queue: decode task at %q: %w", iter.Key(), err)
 		}
-		if !f(rec.taskRecord()) {
+		if !f(&rec) {
 			return nil
 		}
 	}

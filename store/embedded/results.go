@@ -29,7 +29,9 @@ var (
 )
 
 // PutFetchResult appends r. r.FetchedAt must be set (records are ordered by it). It
-// returns once the record is durable.
+// returns once the record is durable, or, under a task scope of this store
+// (Outbox.WithTaskWrites), once it is added to the scope: it is durable when the task's
+// report is.
 func (s *Store) PutFetchResult(ctx context.Context, r *downloader.FetchResult) error {
 	if r == nil {
 		return downloader.Invalidf("fetch_result", "fetch_result is required")
@@ -42,6 +44,14 @@ func (s *Store) PutFetchResult(ctx context.Context, r *downloader.FetchResult) e
 	v, err := json.Marshal(&rec)
 	if err != nil {
 		return fmt.Errorf("embedded store: encode fetch result: %w", err)
+	}
+	if sc := s.scopeOf(ctx); sc != nil {
+		id := s.nextID(rec.FetchedAt)
+		sc.add(resultKey(id), v)
+		if rec.Domain != "" {
+			sc.add(byDomainKey(rec.Domain, id), nil)
+		}
+		return nil
 	}
 	release, err := s.acquire(ctx, "put fetch result")
 	if err != nil {

@@ -100,8 +100,8 @@ func (b *standingBox) store(s standing) {
 // Fence reasons, as the instance list shows them (fence_reason). A process that lost its
 // id to another shows none: the record is the other's.
 const (
-	fenceHeartbeatLate = "heartbeat_late"
-	fenceClockSkewed   = "clock_skewed"
+	fenceHeartbeatLate = engine.FenceHeartbeatLate
+	fenceClockSkewed   = engine.FenceClockSkewed
 )
 
 var (
@@ -152,6 +152,26 @@ func (r *Runtime) fence(now time.Time) (time.Time, error) {
 		return time.Time{}, fenced(errLeaseEnded)
 	}
 	return st.leaseUntil, nil
+}
+
+// FenceState is whether this instance admits nothing at now, and why: what fence would
+// answer, from local state only (the metrics read it at every scrape).
+func (r *Runtime) FenceState(now time.Time) engine.FenceState {
+	st := r.standing.load()
+	reason := ""
+	switch {
+	case st.err != nil && isInstanceIDInUse(st.err):
+		reason = engine.FenceInstanceIDTakenOver
+	case st.err != nil && isClockSkewed(st.err):
+		reason = engine.FenceClockSkewed
+	case st.err != nil: // no other cause is stored today; fail closed in words too
+		reason = engine.FenceHeartbeatLate
+	case st.leaseUntil.IsZero():
+		reason = engine.FenceNotRegistered
+	case !now.Before(st.leaseUntil):
+		reason = engine.FenceHeartbeatLate
+	}
+	return engine.FenceState{IsFenced: reason != "", FenceReason: reason}
 }
 
 // isMine reports whether an entry of instance id in incarnation inc is this process's.

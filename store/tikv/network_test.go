@@ -13,6 +13,7 @@ import (
 
 	"downloader"
 	"downloader/clock"
+	"downloader/engine"
 	"downloader/limiter"
 	"downloader/store/tikv/tikvtest"
 )
@@ -150,6 +151,9 @@ func TestSkewBeyondAllowanceFailsClosed(t *testing.T) {
 	if downloader.ErrorCode(err) != downloader.EUNAVAILABLE || !isClockSkewed(err) {
 		t.Errorf("beyond the allowance: %v %v; want EUNAVAILABLE, clock skewed", wait, err)
 	}
+	if got := beyond.rt.FenceState(beyond.rt.clk.Now()); !got.IsFenced || got.FenceReason != engine.FenceClockSkewed {
+		t.Errorf("beyond the allowance, its own fence state: %+v; want fenced, clock_skewed", got)
+	}
 	list, err := x.rt.Instances(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -172,6 +176,9 @@ func TestSkewBeyondAllowanceFailsClosed(t *testing.T) {
 	}
 	if _, _, err := beyond.rt.Admit(t.Context(), ask("other.example", 0, beyond.rt.clk.Now())); err != nil {
 		t.Errorf("after the clock was fixed: %v", err)
+	}
+	if got := beyond.rt.FenceState(beyond.rt.clk.Now()); got.IsFenced {
+		t.Errorf("after the clock was fixed, its own fence state: %+v; want not fenced", got)
 	}
 }
 
@@ -373,5 +380,54 @@ func TestFaultPDOutage(t *testing.T) {
 	x.client.SetPDDown(false)
 	if tk, _ := x.admit(t, ask("pd.example", 0, rg.clk.Now())); tk == nil {
 		t.Error("refused after PD came back")
+	}
+}
+
+// TestFenceState: what the metrics and the console read of this instance's own fence,
+// from local state: not registered before its first heartbeat, free within its lease,
+// heartbeat_late from the lease's end until a heartbeat commits again, and
+// instance_id_taken_over for good once another process took its id.
+func TestFenceState(t *testing.T) {
+	rg := newRig(t)
+	rg.clk.Advance(time.Hour)
+	s, _ := openStore(t, rg.cluster)
+	fresh, err := NewRuntime(s, RuntimeConfig{InstanceID: "fresh", Clock: rg.clk, Gate: limiter.NewGate(8, 16),
+		MaxConcurrentCount: 8, MaxClockSkew: 50 * time.Millisecond, AdmitTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fresh.FenceState(rg.clk.Now()); !got.IsFenced || got.FenceReason != engine.FenceNotRegistered {
+		t.Errorf("before the first heartbeat: %+v; want fenced, not_registered", got)
+	}
+
+	x1 := rg.instance("x", 8) // registered, lease 5 s
+	if got := x1.rt.FenceState(rg.clk.Now()); got.IsFenced || got.FenceReason != "" {
+		t.Errorf("within the lease: %+v; want not fenced", got)
+	}
+	rg.clk.Advance(5*time.Second - time.Millisecond)
+	if got := x1.rt.FenceState(rg.clk.Now()); got.IsFenced {
+		t.Errorf("1 ms before the lease ends: %+v; want not fenced", got)
+	}
+	rg.clk.Advance(time.Millisecond)
+	if got := x1.rt.FenceState(rg.clk.Now()); !got.IsFenced || got.FenceReason != engine.FenceHeartbeatLate {
+		t.Errorf("at the lease's end: %+v; want fenced, heartbeat_late", got)
+	}
+	if err := x1.rt.Heartbeat(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := x1.rt.FenceState(rg.clk.Now()); got.IsFenced {
+		t.Errorf("after a heartbeat committed: %+v; want not fenced", got)
+	}
+
+	// Cut off past its lease, its id taken over by a new process: fenced for good.
+	x1.client.SetDown(true)
+	rg.clk.Advance(6 * time.Second)
+	rg.instance("x", 8)
+	x1.client.SetDown(false)
+	if err := x1.rt.Heartbeat(t.Context()); !isInstanceIDInUse(err) {
+		t.Fatalf("heartbeat of the superseded process: %v; want the id in use", err)
+	}
+	if got := x1.rt.FenceState(rg.clk.Now()); !got.IsFenced || got.FenceReason != engine.FenceInstanceIDTakenOver {
+		t.Errorf("after the take-over: %+v; want fenced, instance_id_taken_over", got)
 	}
 }

@@ -97,6 +97,9 @@ type Runtime struct {
 	// waits for a batch it has no domain in (docs/benchmarks-tikv.md).
 	stripes []chan struct{}
 
+	// admits holds the admissions waiting for a batch (admitbatch.go).
+	admits admitQueue
+
 	// The write-back queue (writeback.go): wbOn while Run's writer takes from wbQueue.
 	wbMu    sync.Mutex
 	wbOn    bool
@@ -190,6 +193,7 @@ func domainKey(domain string) []byte { return []byte(domainRuntimePrefix + keys.
 var (
 	_ engine.SharedRuntime = (*Runtime)(nil)
 	_ engine.ClusterView   = (*Runtime)(nil)
+	_ engine.Fencer        = (*Runtime)(nil)
 )
 
 // NewRuntime returns the runtime of this instance over s. It does no I/O.
@@ -445,38 +449,17 @@ func (r *Runtime) Admit(ctx context.Context, a engine.SharedAdmit) (engine.Share
 
 	// Self-fencing (membership.go): nothing is admitted once this instance's heartbeat is
 	// late, its clock is off, or its id is another process's.
-	lease, err := r.fence(r.now(a.Now))
-	if err != nil {
+	if _, err := r.fence(r.now(a.Now)); err != nil {
 		return nil, 0, err
 	}
-	inc := r.inc.Load()
-	id := r.seq.Add(1)
-	var d decision
-	var now time.Time
-	err = r.s.update(ctx, func(txn *transaction.KVTxn) error {
-		now = r.now(a.Now)
-		if !now.Before(lease) {
-			return errLeaseEnded
-		}
-		rec, err := r.loadDomain(ctx, txn, key, now)
-		if err != nil {
-			return err
-		}
-		d = r.decide(&rec, &a, now)
-		if d.admit && d.slot.After(lease) {
-			// A reserved slot past the lease: the others may drop this instance before
-			// then. Ask again at the slot (the lease is renewed by then, normally).
-			d.admit, d.wait = false, d.slot.Sub(now)
-		}
-		if !d.admit {
-			return nil // nothing to write; the commit of an empty transaction is free
-		}
-		rec.LastRequestAt, rec.LastInstanceID, rec.LastIncarnationID = d.slot.UTC(), r.id, inc
-		rec.MinIntervalMs, rec.IntervalSource = a.MinInterval.Milliseconds(), string(a.IntervalSource)
-		rec.InFlightRequests = append(d.pruned, inFlight{InstanceID: r.id, IncarnationID: inc, AdmissionID: id, SlotAt: d.slot.UTC(),
-			ExpiresAt: d.slot.Add(d.timeout + r.cfg.ExpirySlack).UTC()})
-		return r.put(txn, key, &rec)
-	})
+	// Decided with the other admissions pending at this moment, in one transaction
+	// (admitbatch.go); this domain's stripe stays held meanwhile.
+	req := &admitReq{a: &a, key: key, id: r.seq.Add(1), done: make(chan struct{}), wake: make(chan struct{}, 1)}
+	r.admitGrouped(ctx, req)
+	d, now, err := req.d, req.now, req.err
+	if req.isFenced {
+		return nil, 0, err
+	}
 	if errors.Is(err, errLeaseEnded) {
 		return nil, 0, r.fenceErr(errLeaseEnded)
 	}
@@ -491,7 +474,7 @@ func (r *Runtime) Admit(ctx context.Context, a engine.SharedAdmit) (engine.Share
 	if _, err := r.fence(r.clk.Now()); err != nil {
 		return nil, 0, err
 	}
-	return &ticket{r: r, domain: a.Domain, id: id}, d.slot.Sub(now), nil
+	return &ticket{r: r, domain: a.Domain, id: req.id}, d.slot.Sub(now), nil
 }
 
 func (r *Runtime) put(txn *transaction.KVTxn, key []byte, rec *domainRecord) error {

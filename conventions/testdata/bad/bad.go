@@ -11,23 +11,24 @@ import (
 )
 
 type Summary struct {
-	StatusCode     int           `json:"status_code"`     // want one_name count_suffix
-	Reached        bool          `json:"reached"`         // want one_name bool_prefix
-	Render         bool          `json:"render"`          // want one_name bool_prefix
-	Stored         bool          `json:"is_stored"`       // want go_name
-	Requests       int           `json:"requests"`        // want count_suffix
-	Size           int           `json:"size"`            // want count_suffix
-	Timeout        time.Duration `json:"timeout"`         // want duration_unit
-	Delay          int64         `json:"delay"`           // want duration_unit count_suffix
-	FetchedTime    time.Time     `json:"fetched_time"`    // want instant_at
-	Created        time.Time     `json:"created"`         // want instant_at
-	StartedAt      int64         `json:"started_at"`      // want instant_at count_suffix
-	FailReason     string        `json:"failReason"`      // want case
-	DomainName     string        `json:"Domain-Name"`     // want case
-	InFlight       int           `json:"in_flight"`       // want one_name count_suffix
-	RetryAfter     int           `json:"retry_after"`     // want one_name count_suffix
-	MaxConcurrency int           `json:"max_concurrency"` // want one_name count_suffix
-	URL            string        `json:",omitempty"`      // want case
+	StatusCode      int           `json:"status_code"`       // want one_name count_suffix
+	Reached         bool          `json:"reached"`           // want one_name bool_prefix
+	Render          bool          `json:"render"`            // want one_name bool_prefix
+	Stored          bool          `json:"is_stored"`         // want go_name
+	Requests        int           `json:"requests"`          // want count_suffix
+	Size            int           `json:"size"`              // want count_suffix
+	RequestCount24h int           `json:"request_count_24h"` // want count_suffix
+	Timeout         time.Duration `json:"timeout"`           // want duration_unit
+	Delay           int64         `json:"delay"`             // want duration_unit count_suffix
+	FetchedTime     time.Time     `json:"fetched_time"`      // want instant_at
+	Created         time.Time     `json:"created"`           // want instant_at
+	StartedAt       int64         `json:"started_at"`        // want instant_at count_suffix
+	FailReason      string        `json:"failReason"`        // want case
+	DomainName      string        `json:"Domain-Name"`       // want case
+	InFlight        int           `json:"in_flight"`         // want one_name count_suffix
+	RetryAfter      int           `json:"retry_after"`       // want one_name count_suffix
+	MaxConcurrency  int           `json:"max_concurrency"`   // want one_name count_suffix
+	URL             string        `json:",omitempty"`        // want case
 }
 
 func logs(l *slog.Logger, d time.Duration, ok bool) {

@@ -21,7 +21,7 @@ type Summary struct {
 	XHRFailedCount        *int       `json:"xhr_failed_count"`
 	MinIntervalMs         int64      `json:"min_interval_ms"`
 	RetryAfterSeconds     int64      `json:"retry_after_seconds"`
-	RequestCount24h       uint64     `json:"request_count_24h"`
+	Request24hCount       uint64     `json:"request_24h_count"`
 	LastRequestAt         time.Time  `json:"last_request_at"`
 	LeaseExpiresAt        *time.Time `json:"lease_expires_at"`
 	TaskID                string     `json:"task_id"`

@@ -32,7 +32,12 @@ import (
 	"downloader/store/embedded"
 )
 
-const soakUsage = `usage: downloader soak [flags]
+// The soak lives in the test binary, not in the service: it needs a test origin
+// (origintest) and drives the service's own parts in this process (the local queue's
+// counts, the renderer's, the browser to kill), which a second command could reach only
+// by starting the service out of process. See docs/reliability.md §8 for how to run it.
+
+const soakUsage = `usage: go test -v -run '^TestSoak$' -timeout 0 ./cmd/downloader -args -- soak [flags]
 
 Runs the whole service in this process for a bounded time under mixed load against local
 origins on 127.0.0.1 (many virtual hosts on one listener): entry A through the local queue

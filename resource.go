@@ -1,0 +1,77 @@
+package downloader
+
+import (
+	"slices"
+	"strings"
+	"time"
+)
+
+// ResourceType is a kind of sub-request a rendered page makes, as the browser classes it
+// (SPEC §7 spelling of the CDP Network.ResourceType names). The main document is not one:
+// a render cannot skip its own page; nor are WebSockets, which the browser's request
+// interception never sees.
+type ResourceType string
+
+// The resource types a render can be told to skip.
+const (
+	ResourceStylesheet  ResourceType = "stylesheet"
+	ResourceImage       ResourceType = "image"
+	ResourceMedia       ResourceType = "media"
+	ResourceFont        ResourceType = "font"
+	ResourceScript      ResourceType = "script"
+	ResourceTextTrack   ResourceType = "text_track"
+	ResourceXHR         ResourceType = "xhr"
+	ResourceFetch       ResourceType = "fetch"
+	ResourcePrefetch    ResourceType = "prefetch"
+	ResourceEventSource ResourceType = "event_source"
+	ResourceManifest    ResourceType = "manifest"
+	ResourcePing        ResourceType = "ping"
+	ResourceOther       ResourceType = "other"
+)
+
+// ResourceTypes is the closed set of ResourceType, in a fixed order.
+var ResourceTypes = []ResourceType{
+	ResourceStylesheet, ResourceImage, ResourceMedia, ResourceFont, ResourceScript,
+	ResourceTextTrack, ResourceXHR, ResourceFetch, ResourcePrefetch, ResourceEventSource,
+	ResourceManifest, ResourcePing, ResourceOther,
+}
+
+// DefaultSkipResourceTypes is what a render skips unless told otherwise: what a text
+// crawl never reads (images, audio and video, web fonts). Stylesheets stay: innerText
+// needs them to know what is hidden.
+func DefaultSkipResourceTypes() []ResourceType {
+	return []ResourceType{ResourceImage, ResourceMedia, ResourceFont}
+}
+
+// ParseResourceTypes validates a list of resource type names for field. The result is
+// never nil, so that an empty list (skip nothing) stays apart from an absent one (nil:
+// the renderer's default); duplicates are dropped.
+func ParseResourceTypes(field string, names []string) ([]ResourceType, error) {
+	out := make([]ResourceType, 0, len(names))
+	for _, n := range names {
+		t := ResourceType(n)
+		if !slices.Contains(ResourceTypes, t) {
+			if n == "document" {
+				return nil, Invalidf(field, "%s: a render cannot skip its own document", field)
+			}
+			names := make([]string, len(ResourceTypes))
+			for i, r := range ResourceTypes {
+				names[i] = string(r)
+			}
+			return nil, Invalidf(field, "%s: unknown resource type %q (one of %s)", field, n, strings.Join(names, ", "))
+		}
+		if !slices.Contains(out, t) {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+// RenderOptions are the per-request choices of one render.
+type RenderOptions struct {
+	Timeout time.Duration // zero: the renderer's default
+	// SkipResourceTypes are the sub-requests the page may not make: nil means the
+	// renderer's default (DefaultSkipResourceTypes unless configured otherwise), an empty
+	// non-nil list loads everything.
+	SkipResourceTypes []ResourceType
+}
