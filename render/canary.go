@@ -90,3 +90,61 @@ func canaryRefusal(prof profile, what string, navErr error) error {
 	}
 	return fmt.Errorf("%w: canary: %s; %s", errBypassesGuard, what, fix)
 }
+
+// admitBrowser decides whether b may render, before any render uses it. A local browser is
+// ours (launched with our flags, its default context pointed at the deny listener): it
+// gets Chromium's profile. A remote endpoint gets the profile of its kind (Config.Kind,
+// else told from /json/version) and must pass the canary first; one that does not is
+// refused, with one clear log line when it starts to be, and renders answer
+// renderer_unavailable until a later connection passes (supervise retries with backoff).
+func (p *Pool) admitBrowser(b *browser) error {
+	if p.cfg.Endpoint == "" {
+		b.prof = profileFor(RendererChromium)
+		p.setAdmission(RendererChromium, false)
+		return nil
+	}
+	ctx, cancel := context.WithCancelCause(p.ctx)
+	defer cancel(nil)
+	timer := p.clk.NewTimer(p.cfg.LaunchTimeout)
+	defer timer.Stop()
+	go func() {
+		select {
+		case <-timer.C():
+			cancel(fmt.Errorf("no canary answer after %v", p.cfg.LaunchTimeout))
+		case <-ctx.Done():
+		}
+	}()
+	kind := p.cfg.Kind
+	if kind == RendererAuto {
+		kind = RendererChromium
+		if v, err := readVersion(ctx, p.cfg.Endpoint); err != nil {
+			p.log.Warn("render: cannot read the endpoint's /json/version; taking it for Chromium", "error", err)
+		} else {
+			kind = detectKind(v)
+		}
+	}
+	b.prof = profileFor(kind)
+	start := p.clk.Now()
+	err := checkGuard(ctx, b.ctx, p.guard, b.prof)
+	isRefused := errors.Is(err, errBypassesGuard)
+	if wasRefused := p.setAdmission(kind, isRefused); isRefused && !wasRefused {
+		p.log.Error("renderer refused: its requests go around our guard; renders answer renderer_unavailable until it is reconfigured",
+			"renderer_kind", string(kind), "guard_proxy_addr", p.guard.addr(), "error", err)
+	} else if err == nil && wasRefused {
+		p.log.Info("renderer accepted: the canary now goes through our guard", "renderer_kind", string(kind))
+	}
+	if err != nil {
+		return err
+	}
+	p.log.Debug("render: canary passed", "renderer_kind", string(kind), "elapsed_ms", p.clk.Now().Sub(start).Milliseconds())
+	return nil
+}
+
+// setAdmission records the last connection's kind and whether it was refused, and
+// returns whether the one before was.
+func (p *Pool) setAdmission(kind RendererKind, isRefused bool) (wasRefused bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	wasRefused, p.kind, p.refused = p.refused, kind, isRefused
+	return wasRefused
+}

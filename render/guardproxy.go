@@ -31,7 +31,7 @@ const canarySuffix = ".canary.invalid"
 //
 // Which render a request belongs to is told by its host: the render of that page's
 // domain, else the one its Referer names (plain HTTP only: a CONNECT carries none), else
-// the oldest render in flight. With renders of several sites at once, a sub-request to a
+// the oldest render in flight (a warm tab's proxy, armed with no render yet, owns nothing). With renders of several sites at once, a sub-request to a
 // third host over HTTPS may be counted against another render's caps; it is guarded and
 // capped all the same. Safe for concurrent use.
 type guardProxy struct {
@@ -101,14 +101,11 @@ func (g *guardProxy) route(r *http.Request) *proxy {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if len(g.renders) == 0 {
-		return nil
-	}
-	var byReferer *proxy
+	var byReferer, oldest *proxy
 	for _, px := range g.renders {
 		st := px.state()
 		if st == nil {
-			continue
+			continue // a warm tab's: no render yet
 		}
 		if st.domain == domain {
 			return px
@@ -116,11 +113,14 @@ func (g *guardProxy) route(r *http.Request) *proxy {
 		if byReferer == nil && referer != "" && st.domain == referer {
 			byReferer = px
 		}
+		if oldest == nil {
+			oldest = px
+		}
 	}
 	if byReferer != nil {
 		return byReferer
 	}
-	return g.renders[0]
+	return oldest
 }
 
 func (g *guardProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -32,6 +32,9 @@ func TestGuardProxyRoute(t *testing.T) {
 		t.Errorf("no render: status %d refused_count %d, want 403 and 1", w.Code, g.refusedCount.Load())
 	}
 
+	warm := &proxy{} // a warm tab's, no render yet: it owns nothing
+	detachWarm := g.attach(warm)
+	defer detachWarm()
 	detachA := g.attach(a)
 	detachB := g.attach(b)
 	tests := []struct {

@@ -179,6 +179,17 @@ func (x *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "render proxy: only absolute http:// requests and CONNECT", http.StatusBadRequest)
 		return
 	}
+	if h := st.proxyHops(); h != nil && isDocumentRequest(r) {
+		if !h.admit(r) {
+			// Our own limiter's refusal, as the tracker reads it from the mark.
+			w.Header().Set(proxyErrorHeader, x.token+" "+string(downloader.FailSelfRateLimited))
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		x.rp.ServeHTTP(w, r) // a main document: not one of the page's sub-requests
+		return
+	}
 	if st.proxyCounts() && !isMainDocument(r, st.domain) {
 		if d, err := downloader.NormalizeDomain(r.URL.Host); err == nil && !st.admitSubrequest(d) {
 			x.log.Debug("render sub-request over the render's cap, refused", "domain", d)
@@ -326,6 +337,7 @@ type renderState struct {
 
 	caps          subrequestCaps
 	pausedCount   bool           // the tab's pauser counts sub-requests (the proxy does not)
+	atProxy       *proxyHops     // the proxy admits the main document hops (interceptProxy)
 	subCount      int            // sub-requests let through
 	subByHost     map[string]int // of them, per host other than the page's
 	capped        int            // sub-requests refused at a cap
