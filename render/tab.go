@@ -32,13 +32,13 @@ const closeTimeout = 5 * time.Second
 // send events to the current use (cur); the render's goroutine reads proxy, tr and pause,
 // which change only between renders, while no render has the tab.
 type tab struct {
-	p          *Pool
-	b          *browser
-	sc         *siteContext    // IsolationWipe: the tab's long-lived context; nil: its own
+	p  *Pool
+	b  *browser
+	sc *siteContext // IsolationWipe: the tab's long-lived context; nil: its own
 	// conn is the tab's own connection to the server (profile.connectionPerRender: one
 	// websocket per render, so that one render's navigation never holds back another's
 	// commands); nil: the tab is on b's. b stays the pool's browser either way.
-	conn *browser
+	conn       *browser
 	ctx        context.Context // chromedp context of the tab
 	cancel     context.CancelFunc
 	detached   <-chan struct{} // closed when the browser detaches the tab
