@@ -120,7 +120,8 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 	pool, err := render.New(render.Config{
 		Clock: clk, Logger: logger, BinaryPath: c.ChromiumPath, Endpoint: c.RendererEndpoint,
 		Concurrency: c.RenderConcurrency, QueueLength: c.LocalQueueLength, UserAgent: c.UserAgent,
-		Isolation:          render.Isolation(c.RenderIsolation),
+		Isolation: render.Isolation(c.RenderIsolation),
+		Kind:      rendererKind(c.RendererKind), GuardProxyListen: c.RenderGuardProxyListen,
 		MaxSubrequestCount: c.RenderMaxSubrequestCount, MaxHostSubrequestCount: c.RenderMaxHostSubrequestCount,
 		Guard: guard, DefaultTimeout: c.requestTimeout(), Hops: engine.Hops{Limiter: lim, DefaultMinInterval: defaultInterval, Shared: shared, DefaultTimeout: c.requestTimeout()},
 	})
