@@ -258,8 +258,11 @@ func (j *renderJob) renderTab(ctx context.Context, t *tab) *downloader.Outcome {
 	hr := &hopRender{ctx: ctx, soft: j.softDeadline(), st: j.st, skip: j.skip, tr: t.tr, refuse: func() { stopRun(errHopRefused) }}
 	if t.pause != nil {
 		t.pause.arm(hr)
-	} else if j.p.cfg.Hops != nil && t.b.prof.interception == interceptProxy {
-		j.st.setProxyHops(&proxyHops{r: hr, hops: j.p.cfg.Hops, log: j.p.log})
+	} else if t.b.prof.interception == interceptProxy {
+		j.st.countTunnels()
+		if j.p.cfg.Hops != nil {
+			j.st.setProxyHops(&proxyHops{r: hr, hops: j.p.cfg.Hops, log: j.p.log})
+		}
 	}
 	stop := context.AfterFunc(ctx, func() { stopRun(context.Cause(ctx)) })
 	defer stop()

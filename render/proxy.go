@@ -172,6 +172,16 @@ func (x *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	st.sawRequest()
 	if r.Method == http.MethodConnect {
+		if st.countsTunnels() {
+			// No pauser sees what goes inside: each tunnel to another host is one of the
+			// page's sub-requests, under the render's caps (SPEC §3).
+			if d, err := downloader.NormalizeDomain(r.Host); err == nil && !st.isOwnDomain(d) && !st.admitSubrequest(d) {
+				x.log.Debug("render tunnel over the render's cap, refused", "domain", d)
+				w.Header().Set(proxyErrorHeader, x.token+" "+string(downloader.FailSelfRateLimited))
+				w.WriteHeader(http.StatusTooManyRequests)
+				return
+			}
+		}
 		x.connect(w, r, st)
 		return
 	}
@@ -338,6 +348,7 @@ type renderState struct {
 	caps          subrequestCaps
 	pausedCount   bool           // the tab's pauser counts sub-requests (the proxy does not)
 	atProxy       *proxyHops     // the proxy admits the main document hops (interceptProxy)
+	tunnelCounts  bool           // each CONNECT to another host is a sub-request (interceptProxy)
 	subCount      int            // sub-requests let through
 	subByHost     map[string]int // of them, per host other than the page's
 	capped        int            // sub-requests refused at a cap
