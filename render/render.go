@@ -47,6 +47,14 @@
 //   - A render navigates, waits for the load event and then for the network to be quiet
 //     (NetworkQuiet with no request in flight), reads the rendered DOM and the main
 //     document as served, and builds the outcome. See Pool.Render for the limits.
+//   - A remote endpoint has a profile (profile.go, docs/renderers.md): Chromium's, or
+//     Obscura's, which ignores a context's proxy, reads Fetch patterns as a block list,
+//     runs one navigation at a time per websocket and cannot wipe a context. The kind is
+//     given (Config.Kind) or told from /json/version at each connection, and before any
+//     render a canary page must reach our guard proxy (canary.go): an endpoint whose
+//     requests would go around the guard is refused. On Obscura's profile its own proxy
+//     is our guard proxy, hops are admitted there, and each render has a websocket and a
+//     context of its own.
 //
 // Pool is safe for concurrent use.
 package render
