@@ -435,7 +435,8 @@ func TestProbes(t *testing.T) {
 
 func TestStats(t *testing.T) {
 	renderer := func() observe.RendererStats {
-		return observe.RendererStats{SlotCount: 2, EffectiveSlotCount: 1, IsAdaptive: true, BusyCount: 1, RestartCount: 3, RenderedCount: 40, IsBrowserUp: true}
+		return observe.RendererStats{SlotCount: 2, EffectiveSlotCount: 1, IsAdaptive: true, BusyCount: 1, RestartCount: 3, RenderedCount: 40, IsBrowserUp: true,
+			RendererKind: "obscura", IsGuardRefused: true}
 	}
 	h := newHarness(t, renderer)
 	// Ten requests of 200 ms each (fake clock) to domains of 500 ms: politeness 2/s each.
@@ -475,7 +476,8 @@ func TestStats(t *testing.T) {
 	r := s["renderer"].(map[string]any)
 	for k, pk := range map[string]string{"slot_count": "slot_count", "busy_count": "busy_count", "restart_count": "restart_count",
 		"rendered_count": "rendered_count", "is_browser_up": "is_browser_up", "queued_count": "renderer_queued_count",
-		"effective_slot_count": "effective_slot_count"} {
+		"effective_slot_count": "effective_slot_count",
+		"renderer_kind":        "renderer_kind", "is_guard_refused": "is_guard_refused"} {
 		if f[pk] != shown(r[k]) {
 			t.Errorf("renderer %s: page %q, JSON %v", k, f[pk], r[k])
 		}

@@ -182,27 +182,29 @@ type live struct {
 	rendererRestarts, rendererBusy                           *prometheus.Desc
 	rendererQueued, rendererSlots, rendererEffective, rendUp *prometheus.Desc
 	fenced                                                   *prometheus.Desc
+	rendererGuardRefused                                     *prometheus.Desc
 }
 
 // newLive spells every name out in full, so that it can be grepped for and the
 // naming-convention test (package conventions) sees it.
 func newLive(src Sources) *live {
 	return &live{
-		src:               src,
-		inFlight:          prometheus.NewDesc("downloader_in_flight_count", "Requests holding a global slot now.", nil, nil),
-		maxConcurrent:     prometheus.NewDesc("downloader_max_concurrent_count", "The global cap on requests in flight (changeable online); in cluster mode the cluster-wide setting.", nil, nil),
-		instanceMax:       prometheus.NewDesc("downloader_instance_max_concurrent_count", "This instance's share of max_concurrent_count (its gate's capacity); the setting itself on one machine.", nil, nil),
-		egressDown:        prometheus.NewDesc("downloader_egress_is_unavailable", "1 while the egress detector holds our own network to be down (failures are reported as egress_unavailable), else 0.", nil, nil),
-		egressFailing:     prometheus.NewDesc("downloader_egress_failing_domain_count", "Distinct domains failing at network level within the egress detector's window.", nil, nil),
-		queued:            prometheus.NewDesc("downloader_queued_count", "Requests waiting in the local queue for a global slot.", nil, nil),
-		domains:           prometheus.NewDesc("downloader_domain_count", "Domains in downloader:domain_runtime (kept while they hold a 24 h statistic).", nil, nil),
-		activeDomains:     prometheus.NewDesc("downloader_active_domain_count", "Domains in flight or requested within the last 5 minutes.", nil, nil),
-		rendererRestarts:  prometheus.NewDesc("downloader_renderer_restarts_total", "Browser relaunches or reconnections since start.", nil, nil),
-		rendererBusy:      prometheus.NewDesc("downloader_renderer_busy_count", "Renders running now.", nil, nil),
-		rendererQueued:    prometheus.NewDesc("downloader_renderer_queued_count", "Renders waiting for a renderer slot.", nil, nil),
-		rendererSlots:     prometheus.NewDesc("downloader_renderer_slot_count", "Renders the pool runs at once.", nil, nil),
-		rendererEffective: prometheus.NewDesc("downloader_renderer_effective_slot_count", "Renderer slots renders may take now: the slot count with --render-scaling=fixed, the controller's count (1 to the slot count) with adaptive.", nil, nil),
-		rendUp:            prometheus.NewDesc("downloader_renderer_is_up", "1 when the browser is up, 0 while it is being (re)started or cannot be.", nil, nil),
+		src:                  src,
+		inFlight:             prometheus.NewDesc("downloader_in_flight_count", "Requests holding a global slot now.", nil, nil),
+		maxConcurrent:        prometheus.NewDesc("downloader_max_concurrent_count", "The global cap on requests in flight (changeable online); in cluster mode the cluster-wide setting.", nil, nil),
+		instanceMax:          prometheus.NewDesc("downloader_instance_max_concurrent_count", "This instance's share of max_concurrent_count (its gate's capacity); the setting itself on one machine.", nil, nil),
+		egressDown:           prometheus.NewDesc("downloader_egress_is_unavailable", "1 while the egress detector holds our own network to be down (failures are reported as egress_unavailable), else 0.", nil, nil),
+		egressFailing:        prometheus.NewDesc("downloader_egress_failing_domain_count", "Distinct domains failing at network level within the egress detector's window.", nil, nil),
+		queued:               prometheus.NewDesc("downloader_queued_count", "Requests waiting in the local queue for a global slot.", nil, nil),
+		domains:              prometheus.NewDesc("downloader_domain_count", "Domains in downloader:domain_runtime (kept while they hold a 24 h statistic).", nil, nil),
+		activeDomains:        prometheus.NewDesc("downloader_active_domain_count", "Domains in flight or requested within the last 5 minutes.", nil, nil),
+		rendererRestarts:     prometheus.NewDesc("downloader_renderer_restarts_total", "Browser relaunches or reconnections since start.", nil, nil),
+		rendererBusy:         prometheus.NewDesc("downloader_renderer_busy_count", "Renders running now.", nil, nil),
+		rendererQueued:       prometheus.NewDesc("downloader_renderer_queued_count", "Renders waiting for a renderer slot.", nil, nil),
+		rendererSlots:        prometheus.NewDesc("downloader_renderer_slot_count", "Renders the pool runs at once.", nil, nil),
+		rendererEffective:    prometheus.NewDesc("downloader_renderer_effective_slot_count", "Renderer slots renders may take now: the slot count with --render-scaling=fixed, the controller's count (1 to the slot count) with adaptive.", nil, nil),
+		rendUp:               prometheus.NewDesc("downloader_renderer_is_up", "1 when the browser is up, 0 while it is being (re)started or cannot be.", nil, nil),
+		rendererGuardRefused: prometheus.NewDesc("downloader_renderer_is_guard_refused", "1 while the renderer endpoint is refused because its connect-time canary went around our guard (SPEC §3), else 0; labelled with the renderer kind.", []string{"renderer_kind"}, nil),
 		// One series per reason of the closed set, 1 on the current one: the sum over
 		// fence_reason is 0 or 1.
 		fenced: prometheus.NewDesc("downloader_instance_is_fenced", "1 while this instance admits nothing new (fenced from the cluster: heartbeat_late, clock_skewed, not_registered, instance_id_taken_over), on the series of the reason; else 0. Never 1 on one machine.", []string{"fence_reason"}, nil),
@@ -234,6 +236,7 @@ func (l *live) Describe(ch chan<- *prometheus.Desc) {
 		ch <- l.rendererSlots
 		ch <- l.rendererEffective
 		ch <- l.rendUp
+		ch <- l.rendererGuardRefused
 	}
 }
 
@@ -285,5 +288,10 @@ func (l *live) Collect(ch chan<- prometheus.Metric) {
 			up = 1
 		}
 		gauge(l.rendUp, up)
+		refused := 0.0
+		if s.IsGuardRefused {
+			refused = 1
+		}
+		ch <- prometheus.MustNewConstMetric(l.rendererGuardRefused, prometheus.GaugeValue, refused, s.RendererKind)
 	}
 }

@@ -143,7 +143,8 @@ func TestLiveValues(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	_, err := New(reg, Sources{Clock: clk, Gate: gate, Domains: observe.NewDomainTable(lim, time.Second),
 		Renderer: func() observe.RendererStats {
-			return observe.RendererStats{SlotCount: 2, EffectiveSlotCount: 1, IsAdaptive: true, BusyCount: 1, QueuedCount: 5, RestartCount: restarts, IsBrowserUp: true}
+			return observe.RendererStats{SlotCount: 2, EffectiveSlotCount: 1, IsAdaptive: true, BusyCount: 1, QueuedCount: 5, RestartCount: restarts, IsBrowserUp: true,
+				RendererKind: "obscura", IsGuardRefused: true}
 		}})
 	if err != nil {
 		t.Fatal(err)
@@ -159,6 +160,9 @@ func TestLiveValues(t *testing.T) {
 		if got := value(t, reg, name, nil); got != w {
 			t.Errorf("%s = %v, want %v", name, got, w)
 		}
+	}
+	if got := value(t, reg, "downloader_renderer_is_guard_refused", map[string]string{"renderer_kind": "obscura"}); got != 1 {
+		t.Errorf("downloader_renderer_is_guard_refused{renderer_kind=obscura} = %v, want 1", got)
 	}
 	gate.SetCapacity(16)
 	restarts = 4

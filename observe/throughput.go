@@ -16,6 +16,12 @@ type RendererStats struct {
 	IsBrowserUp        bool   `json:"is_browser_up"`
 	IsRemote           bool   `json:"is_remote"`
 	LastError          string `json:"last_error"`
+	// RendererKind is the CDP server's kind (chromium, obscura), given or detected at
+	// connect time; empty before the first connection.
+	RendererKind string `json:"renderer_kind"`
+	// IsGuardRefused is true while the endpoint is refused because the connect-time
+	// canary's requests did not reach our guard (renders answer renderer_unavailable).
+	IsGuardRefused bool `json:"is_guard_refused"`
 }
 
 // Binding names the ceiling that bounds the fetch rate now.

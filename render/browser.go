@@ -24,6 +24,7 @@ type browser struct {
 	proc     *os.Process     // nil for a remote endpoint
 	started  time.Time
 	gen      int
+	prof     profile // what this server does with our calls (profile.go)
 	closeFn  func()
 	closeOne sync.Once
 }
@@ -47,6 +48,11 @@ func (p *Pool) supervise() {
 	failures := 0
 	for gen := 1; ; gen++ {
 		b, err := p.launch(gen)
+		if err == nil {
+			if err = p.admitBrowser(b); err != nil {
+				b.close()
+			}
+		}
 		if err != nil {
 			failures++
 			wait := backoff(failures)

@@ -255,8 +255,14 @@ func (j *renderJob) renderTab(ctx context.Context, t *tab) *downloader.Outcome {
 	// or at once when the browser or the tab dies.
 	runCtx, stopRun := context.WithCancelCause(t.ctx)
 	defer stopRun(nil)
+	hr := &hopRender{ctx: ctx, soft: j.softDeadline(), st: j.st, skip: j.skip, tr: t.tr, refuse: func() { stopRun(errHopRefused) }}
 	if t.pause != nil {
-		t.pause.arm(&hopRender{ctx: ctx, soft: j.softDeadline(), st: j.st, skip: j.skip, tr: t.tr, refuse: func() { stopRun(errHopRefused) }})
+		t.pause.arm(hr)
+	} else if t.b.prof.interception == interceptProxy {
+		j.st.countTunnels()
+		if j.p.cfg.Hops != nil {
+			j.st.setProxyHops(&proxyHops{r: hr, hops: j.p.cfg.Hops, log: j.p.log})
+		}
 	}
 	stop := context.AfterFunc(ctx, func() { stopRun(context.Cause(ctx)) })
 	defer stop()
@@ -267,6 +273,8 @@ func (j *renderJob) renderTab(ctx context.Context, t *tab) *downloader.Outcome {
 		defer close(watchDone)
 		select {
 		case <-t.b.lost:
+			stopRun(errCrashed)
+		case <-t.connLost():
 			stopRun(errCrashed)
 		case <-t.detached:
 			stopRun(errCrashed)
@@ -288,8 +296,11 @@ func (j *renderJob) renderTab(ctx context.Context, t *tab) *downloader.Outcome {
 			return downloader.Failed(j.stopped(runCtx, t, err))
 		}
 	}
-	nav, err := chromedp.Call(runCtx, page.Navigate, page.NavigateParams{URL: j.u.String()})
+	nav, err := chromedp.Call(runCtx, navigateWaitUntil, navigateParams{URL: j.u.String(), WaitUntil: t.b.prof.waitUntil})
 	if err != nil {
+		if msg, ok := navigationCDPError(err); ok && t.b.prof.navigationErrorIsOrigin && runCtx.Err() == nil {
+			return j.navigationRefused(t, msg)
+		}
 		return downloader.Failed(j.stopped(runCtx, t, err))
 	}
 	if nav.ErrorText != "" || nav.IsDownload {
@@ -519,6 +530,23 @@ func (j *renderJob) rawText(ctx context.Context, md mainDocument, out *downloade
 		n = 0
 	}
 	out.RawTextLength = &n
+}
+
+// navigationRefused is the outcome of a Page.navigate that the server answered with a CDP
+// error, as Obscura answers a navigation that failed: the page's failure, classified from
+// what our proxy saw of its host (classifyNavigationError), never renderer_crashed.
+func (j *renderJob) navigationRefused(t *tab, msg string) *downloader.Outcome {
+	md := t.tr.main()
+	target := md.url
+	if target == "" {
+		target = j.u.String()
+	}
+	out := j.base(md, t)
+	if out.FailReason == "" {
+		out.FailReason = classifyNavigationError(msg, j.st.tunnelFailure(hostPort(target)))
+	}
+	j.p.log.Info("render: the renderer refused the navigation", "url", j.u.Redacted(), "error", msg, "fail_reason", string(out.FailReason))
+	return out
 }
 
 // navigationFailed is the outcome of a main document that did not commit.

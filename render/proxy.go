@@ -172,11 +172,32 @@ func (x *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	st.sawRequest()
 	if r.Method == http.MethodConnect {
+		if st.countsTunnels() {
+			// No pauser sees what goes inside: each tunnel to another host is one of the
+			// page's sub-requests, under the render's caps (SPEC §3).
+			if d, err := downloader.NormalizeDomain(r.Host); err == nil && !st.isOwnDomain(d) && !st.admitSubrequest(d) {
+				x.log.Debug("render tunnel over the render's cap, refused", "domain", d)
+				w.Header().Set(proxyErrorHeader, x.token+" "+string(downloader.FailSelfRateLimited))
+				w.WriteHeader(http.StatusTooManyRequests)
+				return
+			}
+		}
 		x.connect(w, r, st)
 		return
 	}
 	if !r.URL.IsAbs() || r.URL.Scheme != "http" {
 		http.Error(w, "render proxy: only absolute http:// requests and CONNECT", http.StatusBadRequest)
+		return
+	}
+	if h := st.proxyHops(); h != nil && isDocumentRequest(r) {
+		if !h.admit(r) {
+			// Our own limiter's refusal, as the tracker reads it from the mark.
+			w.Header().Set(proxyErrorHeader, x.token+" "+string(downloader.FailSelfRateLimited))
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		x.rp.ServeHTTP(w, r) // a main document: not one of the page's sub-requests
 		return
 	}
 	if st.proxyCounts() && !isMainDocument(r, st.domain) {
@@ -326,6 +347,8 @@ type renderState struct {
 
 	caps          subrequestCaps
 	pausedCount   bool           // the tab's pauser counts sub-requests (the proxy does not)
+	atProxy       *proxyHops     // the proxy admits the main document hops (interceptProxy)
+	tunnelCounts  bool           // each CONNECT to another host is a sub-request (interceptProxy)
 	subCount      int            // sub-requests let through
 	subByHost     map[string]int // of them, per host other than the page's
 	capped        int            // sub-requests refused at a cap

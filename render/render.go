@@ -47,6 +47,14 @@
 //   - A render navigates, waits for the load event and then for the network to be quiet
 //     (NetworkQuiet with no request in flight), reads the rendered DOM and the main
 //     document as served, and builds the outcome. See Pool.Render for the limits.
+//   - A remote endpoint has a profile (profile.go, docs/renderers.md): Chromium's, or
+//     Obscura's, which ignores a context's proxy, reads Fetch patterns as a block list,
+//     runs one navigation at a time per websocket and cannot wipe a context. The kind is
+//     given (Config.Kind) or told from /json/version at each connection, and before any
+//     render a canary page must reach our guard proxy (canary.go): an endpoint whose
+//     requests would go around the guard is refused. On Obscura's profile its own proxy
+//     is our guard proxy, hops are admitted there, and each render has a websocket and a
+//     context of its own.
 //
 // Pool is safe for concurrent use.
 package render
@@ -178,6 +186,20 @@ type Config struct {
 	// refused before it is sent and counted in capped_subrequest_count.
 	MaxSubrequestCount     int
 	MaxHostSubrequestCount int
+
+	// Kind is the CDP server behind Endpoint (--renderer-kind): RendererAuto (the zero
+	// value) tells it from /json/version at each connection; a local browser is always
+	// RendererChromium. The kind picks the profile (profile.go, docs/renderers.md).
+	Kind RendererKind
+	// GuardProxyListen is where the one long-lived guard proxy of a remote endpoint
+	// listens (--render-guard-proxy-listen), host:port; default ProxyHost on a free port.
+	// A server with no proxy per browser context (Obscura) must be started with its own
+	// proxy there (`obscura serve --proxy http://GuardProxyListen`): until the connect-time
+	// canary's requests reach it, the endpoint is refused (SPEC §3, canary.go).
+	GuardProxyListen string
+	// guardProxyLn, when set, is the guard proxy's listener (tests, which must know the
+	// address before they start the server).
+	guardProxyLn net.Listener
 }
 
 // Stats is a snapshot of the pool for health pages and metrics.
@@ -202,6 +224,13 @@ type Stats struct {
 	// HeapRecycledContextCount is how many of those went for their heap
 	// (MaxContextHeapBytes).
 	HeapRecycledContextCount int64 `json:"heap_recycled_context_count"`
+	// RendererKind is the kind of the server connected to last (chromium, obscura).
+	RendererKind string `json:"renderer_kind"`
+	// IsGuardRefused: the endpoint is refused while the connect-time canary's requests do
+	// not reach our guard; renders answer renderer_unavailable.
+	IsGuardRefused bool `json:"is_guard_refused"`
+	// GuardProxyAddr is where the guard proxy of a remote endpoint listens.
+	GuardProxyAddr string `json:"guard_proxy_addr,omitempty"`
 }
 
 // Pool renders pages. Create it with New and stop it with Close. Safe for concurrent use.
@@ -242,6 +271,12 @@ type Pool struct {
 	spareReady   chan struct{} // closed and replaced when a warm-up ends
 	closed       bool
 	rendered     int64
+	// guard is the long-lived guard proxy of a remote endpoint: the canary's, and every
+	// render's on a server whose own proxy it must be (Obscura). Nil for a local browser.
+	guard *guardProxy
+
+	kind    RendererKind // of the last connection
+	refused bool         // the last connection's canary went around our guard
 }
 
 type browserState int
@@ -336,6 +371,14 @@ func New(cfg Config) (*Pool, error) {
 			return nil, downloader.Invalidf("renderer_endpoint", "render: endpoint %q is not a ws:// or http:// URL", cfg.Endpoint)
 		}
 	}
+	if _, err := ParseRendererKind(string(cfg.Kind)); err != nil {
+		return nil, err
+	}
+	if cfg.GuardProxyListen == "" {
+		cfg.GuardProxyListen = net.JoinHostPort(cfg.ProxyHost, "0")
+	} else if _, _, err := net.SplitHostPort(cfg.GuardProxyListen); err != nil {
+		return nil, downloader.Invalidf("render_guard_proxy_listen", "render: guard proxy address %q is not host:port", cfg.GuardProxyListen)
+	}
 	p := &Pool{
 		cfg:         cfg,
 		clk:         cfg.Clock,
@@ -359,6 +402,16 @@ func New(cfg Config) (*Pool, error) {
 		}
 		p.deny = ln
 		p.wg.Go(func() { p.refuseAll(ln) })
+	} else {
+		ln := cfg.guardProxyLn
+		if ln == nil {
+			var err error
+			if ln, err = net.Listen("tcp", cfg.GuardProxyListen); err != nil {
+				p.cancel()
+				return nil, fmt.Errorf("render: guard proxy: %w", err)
+			}
+		}
+		p.guard = newGuardProxy(ln, p.log)
 	}
 	p.wg.Go(p.supervise)
 	return p, nil
@@ -395,6 +448,11 @@ func (p *Pool) Stats() Stats {
 		RenderedCount:            p.rendered,
 		ContextCount:             p.contexts,
 		RecycledContextCount:     p.recycled,
+		RendererKind:             string(p.kind),
+		IsGuardRefused:           p.refused,
+	}
+	if p.guard != nil {
+		s.GuardProxyAddr = p.guard.addr()
 	}
 	if p.lastErr != nil {
 		s.LastError = p.lastErr.Error()
@@ -424,6 +482,9 @@ func (p *Pool) Close() error {
 		p.deny.Close()
 	}
 	p.wg.Wait()
+	if p.guard != nil {
+		p.guard.close() // after the renders: their proxies are gone
+	}
 	return nil
 }
 

@@ -595,6 +595,8 @@ func TestNew(t *testing.T) {
 		{"no guard", Config{}},
 		{"headless user agent", Config{Guard: f.guard, UserAgent: "Mozilla/5.0 HeadlessChrome/156"}},
 		{"bad endpoint", Config{Guard: f.guard, Endpoint: "tcp://host:9222"}},
+		{"bad renderer kind", Config{Guard: f.guard, Kind: "firefox"}},
+		{"bad guard proxy address", Config{Guard: f.guard, Endpoint: "ws://127.0.0.1:1", GuardProxyListen: "no-port"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -32,9 +32,13 @@ const closeTimeout = 5 * time.Second
 // send events to the current use (cur); the render's goroutine reads proxy, tr and pause,
 // which change only between renders, while no render has the tab.
 type tab struct {
-	p          *Pool
-	b          *browser
-	sc         *siteContext    // IsolationWipe: the tab's long-lived context; nil: its own
+	p  *Pool
+	b  *browser
+	sc *siteContext // IsolationWipe: the tab's long-lived context; nil: its own
+	// conn is the tab's own connection to the server (profile.connectionPerRender: one
+	// websocket per render, so that one render's navigation never holds back another's
+	// commands); nil: the tab is on b's. b stays the pool's browser either way.
+	conn       *browser
 	ctx        context.Context // chromedp context of the tab
 	cancel     context.CancelFunc
 	detached   <-chan struct{} // closed when the browser detaches the tab
@@ -61,18 +65,22 @@ type tabUse struct {
 	pause  *pauser
 	ctx    context.Context // ends with the use: the pauser's loop
 	cancel context.CancelFunc
+	// detach takes the proxy off the pool's guard proxy (a server-wide proxy: Obscura).
+	detach func()
 	wg     sync.WaitGroup // the pauser and its admission waits
 	endOne sync.Once
 }
 
-// newUse makes a use with a new proxy, for a tab whose main frame is not known yet.
-func (p *Pool) newUse(parent context.Context) (*tabUse, error) {
+// newUse makes a use with a new proxy, for a tab whose main frame is not known yet. On a
+// server that cannot pause requests as asked (interceptProxy) there is no pauser: the
+// proxy sees and counts every request.
+func (p *Pool) newUse(parent context.Context, prof profile) (*tabUse, error) {
 	px, err := p.newProxy()
 	if err != nil {
 		return nil, err
 	}
 	u := &tabUse{proxy: px, tr: newTracker()}
-	if p.cfg.Hops != nil {
+	if p.cfg.Hops != nil && prof.interception == interceptFetch {
 		u.pause = newPauser(p.cfg.Hops, p.cfg.frames, p.log, &u.wg)
 	}
 	u.ctx, u.cancel = context.WithCancel(parent)
@@ -89,6 +97,9 @@ func (t *tab) start(u *tabUse) {
 	if t.sc != nil {
 		t.sc.relay.attach(u.proxy)
 	}
+	if t.b.prof.proxy == proxyServerWide && t.p.guard != nil {
+		u.detach = t.p.guard.attach(u.proxy)
+	}
 	t.use, t.proxy, t.tr, t.pause = u, u.proxy, u.tr, u.pause
 	t.cur.Store(u)
 }
@@ -98,6 +109,9 @@ func (t *tab) end(u *tabUse) {
 	u.endOne.Do(func() {
 		if t.sc != nil {
 			t.sc.relay.detach() // before the proxy goes: nothing of this render's stays open
+		}
+		if u.detach != nil {
+			u.detach()
 		}
 		u.cancel()
 		u.wg.Wait()
@@ -117,13 +131,25 @@ func (t *tab) onEvent(ev any) {
 // context whose relay leads to it (IsolationWipe). It gives up when ctx ends.
 func (p *Pool) newTab(ctx context.Context, b *browser) (*tab, error) {
 	t := &tab{p: p, b: b, skipping: p.skipDefault}
-	u, err := p.newUse(b.ctx)
+	on := b // the connection the tab is made on
+	if b.prof.connectionPerRender {
+		c, err := p.launch(b.gen)
+		if err != nil {
+			return nil, fmt.Errorf("new tab: own connection: %w", err)
+		}
+		c.prof = b.prof
+		t.conn, on = c, c
+	}
+	u, err := p.newUse(on.ctx, b.prof)
 	if err != nil {
+		if t.conn != nil {
+			t.conn.close()
+		}
 		return nil, err
 	}
 	t.use = u
 	opts := []chromedp.ContextOption{chromedp.WithListener(t.onEvent), chromedp.WithListener(t.pausedRouter)}
-	if p.cfg.Isolation == IsolationWipe {
+	if p.isWipe(b) {
 		if t.sc, err = p.newSiteContext(ctx, b); err != nil {
 			t.end(u)
 			return nil, err
@@ -132,6 +158,9 @@ func (p *Pool) newTab(ctx context.Context, b *browser) (*tab, error) {
 		opts = append(opts, chromedp.WithExistingBrowserContext(t.sc.id))
 	} else {
 		opts = append(opts, chromedp.WithNewBrowserContext(func(params *target.CreateBrowserContextParams) {
+			if b.prof.proxy == proxyServerWide {
+				return // ignored there: the server's own proxy is our guard proxy (canary.go)
+			}
 			params.ProxyServer = "http://" + u.proxy.addr()
 			// Chrome sends loopback destinations around a proxy unless told not to; ours
 			// must see them (the guard refuses them unless --connect-to maps them).
@@ -141,8 +170,13 @@ func (p *Pool) newTab(ctx context.Context, b *browser) (*tab, error) {
 	t.skip = newSkipper(t)
 	t.cur.Store(u)
 	t.proxy, t.tr, t.pause = u.proxy, u.tr, u.pause
-	patterns := fetchPatterns(t.skipping, p.cfg.Hops != nil)
-	tctx, cancel := chromedp.NewContext(b.ctx, opts...)
+	patterns := fetchPatterns(t.skipping, u.pause != nil)
+	if b.prof.interception == interceptProxy {
+		// Obscura turns Fetch patterns into a block list of scripts and styles and never
+		// pauses a document: no Fetch.enable at all (docs/renderers.md).
+		patterns = nil
+	}
+	tctx, cancel := chromedp.NewContext(on.ctx, opts...)
 	t.ctx, t.cancel = tctx, cancel
 
 	// The first Run attaches the tab and binds its event loop to tctx, which therefore has
@@ -150,7 +184,7 @@ func (p *Pool) newTab(ctx context.Context, b *browser) (*tab, error) {
 	done := make(chan error, 1)
 	go func() {
 		done <- chromedp.Do(tctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-			if _, err := cdp.Call(ctx, tg, emulation.SetUserAgentOverride, p.userAgentOverride()); err != nil {
+			if err := p.setUserAgent(ctx, tg, b.prof); err != nil {
 				return err
 			}
 			if len(patterns) == 0 {
@@ -189,7 +223,7 @@ func (p *Pool) newTab(ctx context.Context, b *browser) (*tab, error) {
 		return nil, fmt.Errorf("new tab: %w", err)
 	}
 	// Nothing a page downloads is saved.
-	if _, err := cdp.Call(ctx, b.b, cdpbrowser.SetDownloadBehavior, cdpbrowser.SetDownloadBehaviorParams{
+	if _, err := cdp.Call(ctx, on.b, cdpbrowser.SetDownloadBehavior, cdpbrowser.SetDownloadBehaviorParams{
 		Behavior: cdpbrowser.SetDownloadBehaviorBehaviorDeny, BrowserContextID: c.BrowserContextID,
 	}); err != nil {
 		t.close()
@@ -223,12 +257,12 @@ func (t *tab) setSkip(ctx context.Context, set skipSet) error {
 	if slices.Equal(set, t.skipping) {
 		return nil
 	}
-	if t.pause != nil {
-		t.skipping = set
+	if t.pause != nil || t.b.prof.interception == interceptProxy {
+		t.skipping = set // the pauser's decision, or none to be had (no Fetch.enable)
 		return nil
 	}
 	var err error
-	if patterns := fetchPatterns(set, t.p.cfg.Hops != nil); len(patterns) == 0 {
+	if patterns := fetchPatterns(set, false); len(patterns) == 0 {
 		_, err = chromedp.Call(ctx, fetch.Disable, cdp.Empty{})
 	} else {
 		_, err = chromedp.Call(ctx, fetch.Enable, fetch.EnableParams{Patterns: patterns})
@@ -265,10 +299,17 @@ func (t *tab) close() {
 		t.cancel() // closes the target and disposes of the context chromedp created
 		t.wg.Wait()
 		// A context created while its tab never attached is not disposed by chromedp.
-		if t.sc == nil && c.Target == nil && c.BrowserContextID != "" && t.b.alive() {
+		on := t.b
+		if t.conn != nil {
+			on = t.conn
+		}
+		if t.sc == nil && c.Target == nil && c.BrowserContextID != "" && on.alive() {
 			ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
-			cdp.Call(ctx, t.b.b, target.DisposeBrowserContext, target.DisposeBrowserContextParams{BrowserContextID: c.BrowserContextID})
+			cdp.Call(ctx, on.b, target.DisposeBrowserContext, target.DisposeBrowserContextParams{BrowserContextID: c.BrowserContextID})
 			cancel()
+		}
+		if t.conn != nil {
+			t.conn.close() // after the tab: a render's connection ends with it
 		}
 		if t.sc != nil {
 			t.sc.dispose()
@@ -331,7 +372,7 @@ func (p *Pool) reuse(t *tab) {
 	var u *tabUse
 	if keep {
 		var err error
-		if u, err = p.newUse(t.ctx); err != nil {
+		if u, err = p.newUse(t.ctx, t.b.prof); err != nil {
 			p.log.Warn("render: new proxy", "error", err)
 			keep = false
 		}
@@ -408,7 +449,7 @@ func (p *Pool) takeTab(ctx context.Context, b *browser, site string) (*tab, erro
 	// With IsolationWipe the tab made here is one of the slot's long-lived tabs: counted
 	// as being made, so that refill (the browser's start-up races this render to it) does
 	// not make one more than the slots.
-	own := p.cfg.Isolation == IsolationWipe
+	own := p.isWipe(b)
 	if own {
 		p.mu.Lock()
 		p.making++
@@ -464,7 +505,7 @@ func (p *Pool) refill() {
 
 // wantMoreLocked reports whether refill should make one more tab. Requires p.mu held.
 func (p *Pool) wantMoreLocked() bool {
-	if p.cfg.Isolation == IsolationWipe {
+	if p.isWipe(p.cur) {
 		return p.cfg.WarmTabs > 0 && p.live+p.making < p.gate.Capacity() // the effective slots (autoscale.go)
 	}
 	return len(p.spares)+p.making < p.cfg.WarmTabs
@@ -490,4 +531,20 @@ func (p *Pool) warm(b *browser) {
 		return
 	}
 	t.close()
+}
+
+// isWipe reports whether b's tabs are long-lived and wiped (IsolationWipe), which a server
+// that cannot wipe a context (Obscura: profile.contextPerRender) never gets: its renders
+// each have a fresh context instead.
+func (p *Pool) isWipe(b *browser) bool {
+	return p.cfg.Isolation == IsolationWipe && (b == nil || !b.prof.contextPerRender)
+}
+
+// connLost is closed when the tab's own connection is lost; nil (never ready) when the tab
+// is on the pool's connection.
+func (t *tab) connLost() <-chan struct{} {
+	if t.conn == nil {
+		return nil
+	}
+	return t.conn.lost
 }

@@ -42,6 +42,8 @@ type config struct {
 	ShutdownGraceSeconds      int
 	Lease                     leaseConfig   // entry A (lease.go)
 	Cluster                   clusterConfig // --store tikv (cluster.go)
+	RendererKind              string
+	RenderGuardProxyListen    string
 
 	// The render's sub-request caps (SPEC §3), in total and per host other than the page's.
 	RenderMaxSubrequestCount     int
@@ -120,6 +122,8 @@ func newFlagSet(name string, c *config, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&c.RenderMaxSubrequestCount, "render-max-subrequest-count", render.DefaultMaxSubrequestCount, "sub-requests one render may send (scripts, styles, XHR, fetch, beacons); the rest is refused and counted in capped_subrequest_count")
 	fs.IntVar(&c.RenderMaxHostSubrequestCount, "render-max-host-subrequest-count", render.DefaultMaxHostSubrequestCount, "sub-requests one render may send to each host other than the page's own")
 	fs.StringVar(&c.RendererEndpoint, "renderer-endpoint", "", "remote CDP endpoint (e.g. ws://obscura:9222/devtools/browser); empty launches local Chromium")
+	fs.StringVar(&c.RendererKind, "renderer-kind", "auto", "the CDP server behind --renderer-endpoint: auto (told from its /json/version), chromium or obscura (docs/renderers.md)")
+	fs.StringVar(&c.RenderGuardProxyListen, "render-guard-proxy-listen", "", "host:port of the one guard proxy a remote renderer's requests must go through; start Obscura with `serve --proxy http://` this address (default: a free port on 127.0.0.1, shown in the renderer stats)")
 	fs.StringVar(&c.ChromiumPath, "chromium-path", "/usr/lib/chromium/chromium-headless-shell", "local headless Chromium binary")
 	fs.Var(levelFlag{&c.LogLevel}, "log-level", "debug, info, warn or error")
 	fs.IntVar(&c.ShutdownGraceSeconds, "shutdown-grace-seconds", 20, "on SIGINT/SIGTERM, how long in-flight requests may finish")
@@ -211,6 +215,8 @@ func (c *config) check() error {
 		return errors.New("--render-scaling must be adaptive or fixed")
 	case c.RenderMaxContextHeapBytes == 0:
 		return errors.New("--render-max-context-heap-bytes must not be 0 (-1: no bound)")
+	case !isRendererKind(c.RendererKind):
+		return errors.New("--renderer-kind must be auto, chromium or obscura")
 	case c.RenderMaxSubrequestCount < 1:
 		return errors.New("--render-max-subrequest-count must be at least 1")
 	case c.RenderMaxHostSubrequestCount < 1:
@@ -279,4 +285,15 @@ func isLoopbackListen(addr string) bool {
 
 func (c *config) requestTimeout() time.Duration {
 	return time.Duration(c.RequestTimeoutMs) * time.Millisecond
+}
+
+func isRendererKind(s string) bool {
+	_, err := render.ParseRendererKind(s)
+	return err == nil
+}
+
+// rendererKind is --renderer-kind, already checked by validate.
+func rendererKind(s string) render.RendererKind {
+	k, _ := render.ParseRendererKind(s)
+	return k
 }

@@ -73,5 +73,6 @@ func (o *observability) routes(views console.Config) (func(*http.ServeMux), erro
 func rendererStats(s render.Stats) observe.RendererStats {
 	return observe.RendererStats{SlotCount: s.SlotCount, EffectiveSlotCount: s.EffectiveSlotCount, IsAdaptive: s.IsAdaptive, BusyCount: s.BusyCount, QueuedCount: s.QueuedCount,
 		WarmTabCount: s.WarmTabCount, RestartCount: s.RestartCount, RenderedCount: s.RenderedCount,
-		IsBrowserUp: s.IsBrowserUp, IsRemote: s.IsRemote, LastError: s.LastError}
+		IsBrowserUp: s.IsBrowserUp, IsRemote: s.IsRemote, LastError: s.LastError,
+		RendererKind: s.RendererKind, IsGuardRefused: s.IsGuardRefused}
 }

@@ -1,0 +1,193 @@
+package render
+
+import (
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"downloader"
+)
+
+// canarySuffix ends the canary's host names. .invalid never resolves (RFC 6761): only a
+// proxy of ours answers it, so a server that sends the canary anywhere else gets no page,
+// and nothing reaches any origin.
+const canarySuffix = ".canary.invalid"
+
+// guardProxy is the one long-lived proxy of ours for a CDP server that has no proxy per
+// browser context (Obscura ignores proxyServer; its contexts use `serve --proxy`): the
+// operator starts the server with --proxy pointing here. It serves the canary itself and
+// hands every other request to the proxy of the render it belongs to (proxy.ServeHTTP:
+// the Guard, --connect-to, the wire gate, the sub-request caps and the counts apply as
+// with a per-context proxy). A request that no render in flight can own is refused
+// without dialling anything: nothing goes out outside a render (SPEC §3).
+//
+// Which render a request belongs to is told by its host: the render of that page's
+// domain, else the one its Referer names (plain HTTP only: a CONNECT carries none), else
+// the oldest render in flight (a warm tab's proxy, armed with no render yet, owns nothing). With renders of several sites at once, a sub-request to a
+// third host over HTTPS may be counted against another render's caps; it is guarded and
+// capped all the same. Safe for concurrent use.
+type guardProxy struct {
+	ln  net.Listener
+	srv *http.Server
+	log *slog.Logger
+	wg  sync.WaitGroup
+
+	mu       sync.Mutex
+	renders  []*proxy                // the armed proxies of the renders in flight, oldest first
+	canaries map[string]*canaryProbe // token → the canary being rendered
+
+	refusedCount atomic.Int64 // requests that no render owned
+}
+
+// newGuardProxy serves on ln until close.
+func newGuardProxy(ln net.Listener, logger *slog.Logger) *guardProxy {
+	g := &guardProxy{ln: ln, log: logger, canaries: make(map[string]*canaryProbe)}
+	g.srv = &http.Server{
+		Handler:           g,
+		ReadHeaderTimeout: 30 * time.Second,
+		ErrorLog:          log.New(io.Discard, "", 0),
+	}
+	g.wg.Go(func() { g.srv.Serve(ln) })
+	return g
+}
+
+func (g *guardProxy) addr() string { return g.ln.Addr().String() }
+
+// close stops serving; the renders' own proxies close their tunnels themselves.
+func (g *guardProxy) close() {
+	g.srv.Close()
+	g.wg.Wait()
+}
+
+// attach makes px (armed with its render) own its render's requests until detach is
+// called.
+func (g *guardProxy) attach(px *proxy) (detach func()) {
+	g.mu.Lock()
+	g.renders = append(g.renders, px)
+	g.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			for i, x := range g.renders {
+				if x == px {
+					g.renders = append(g.renders[:i], g.renders[i+1:]...)
+					return
+				}
+			}
+		})
+	}
+}
+
+// route returns the proxy of the render r belongs to, nil when none is in flight.
+func (g *guardProxy) route(r *http.Request) *proxy {
+	host := r.Host
+	if r.Method != http.MethodConnect && r.URL.Host != "" {
+		host = r.URL.Host
+	}
+	domain, _ := downloader.NormalizeDomain(host)
+	var referer string
+	if ref, err := url.Parse(r.Header.Get("Referer")); err == nil && ref.Host != "" {
+		referer, _ = downloader.NormalizeDomain(ref.Host)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var byReferer, oldest *proxy
+	for _, px := range g.renders {
+		st := px.state()
+		if st == nil {
+			continue // a warm tab's: no render yet
+		}
+		if st.domain == domain {
+			return px
+		}
+		if byReferer == nil && referer != "" && st.domain == referer {
+			byReferer = px
+		}
+		if oldest == nil {
+			oldest = px
+		}
+	}
+	if byReferer != nil {
+		return byReferer
+	}
+	return oldest
+}
+
+func (g *guardProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	if strings.HasSuffix(strings.ToLower(host), canarySuffix) {
+		g.serveCanary(w, r, strings.ToLower(host))
+		return
+	}
+	px := g.route(r)
+	if px == nil {
+		n := g.refusedCount.Add(1)
+		g.log.Warn("render: a request outside any render reached the guard proxy; refused", "host", host, "refused_count", n)
+		http.Error(w, "render proxy: no render in progress", http.StatusForbidden)
+		return
+	}
+	px.ServeHTTP(w, r)
+}
+
+// canaryProbe is one canary render: what the guard proxy saw of it.
+type canaryProbe struct {
+	token     string
+	document  chan struct{} // closed when the page was asked for
+	subSeen   chan struct{} // closed when its sub-request was
+	onceDoc   sync.Once
+	onceSub   sync.Once
+	hostLabel string
+}
+
+// expectCanary makes the guard proxy answer the canary host of a new token until the
+// returned cancel is called.
+func (g *guardProxy) expectCanary(token string) (*canaryProbe, func()) {
+	c := &canaryProbe{token: token, document: make(chan struct{}), subSeen: make(chan struct{}), hostLabel: token + canarySuffix}
+	g.mu.Lock()
+	g.canaries[c.hostLabel] = c
+	g.mu.Unlock()
+	return c, func() {
+		g.mu.Lock()
+		delete(g.canaries, c.hostLabel)
+		g.mu.Unlock()
+	}
+}
+
+func (c *canaryProbe) url() string { return "http://" + c.hostLabel + "/" }
+
+// serveCanary answers the canary's page and its sub-request; nothing else is dialled.
+func (g *guardProxy) serveCanary(w http.ResponseWriter, r *http.Request, host string) {
+	g.mu.Lock()
+	c := g.canaries[host]
+	g.mu.Unlock()
+	if c == nil || r.Method == http.MethodConnect {
+		http.Error(w, "render proxy: no such canary", http.StatusNotFound)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	switch r.URL.Path {
+	case "/":
+		c.onceDoc.Do(func() { close(c.document) })
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprintf(w, "<!doctype html><html><head><title>canary</title><script src=\"/%s.js\"></script></head><body><p>canary</p></body></html>", c.token)
+	case "/" + c.token + ".js":
+		c.onceSub.Do(func() { close(c.subSeen) })
+		w.Header().Set("Content-Type", "text/javascript")
+		fmt.Fprintf(w, "document.title = %q;", c.token)
+	default:
+		http.NotFound(w, r)
+	}
+}

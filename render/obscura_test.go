@@ -1,0 +1,175 @@
+package render
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"downloader"
+	"downloader/clock"
+	"downloader/limiter"
+)
+
+// obscuraSetup is a pool on the relay (Obscura's behaviours in front of real Chromium).
+// With isGuarded the relay's server has our guard proxy as its own proxy, as
+// `obscura serve --proxy` pointed at it; without, its own proxy is the open network, as
+// an Obscura started without --proxy reaches the origin directly.
+type obscuraSetup struct {
+	p     *Pool
+	net   *openNetwork
+	relay *obscuraRelay
+	hops  *hopRecorder
+}
+
+func newObscuraSetup(t *testing.T, isGuarded bool, concurrency int) *obscuraSetup {
+	t.Helper()
+	f := getFixture(t)
+	n := newOpenNetwork(t)
+	ln := listenLoopback(t)
+	proxy := n.proxyURL()
+	if isGuarded {
+		proxy = "http://" + ln.Addr().String()
+	}
+	relay := newObscuraRelay(t, startProxiedBrowser(t, proxy))
+	hops := &hopRecorder{hops: limiterHops{l: limiter.New(clock.Real{})}}
+	p, err := New(Config{
+		Endpoint:     relay.url(),
+		Concurrency:  concurrency,
+		QueueLength:  2,
+		UserAgent:    testUserAgent,
+		Guard:        f.guard,
+		Hops:         hops,
+		Logger:       testLogger(t),
+		guardProxyLn: ln,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return &obscuraSetup{p: p, net: n, relay: relay, hops: hops}
+}
+
+// TestObscuraRefusedAroundTheGuard: an endpoint that ignores our per-context proxy and
+// has none of ours of its own is refused at connect time: renders answer
+// renderer_unavailable at once, the stats say why, and not one request reached an origin
+// (counted at the open network's origin, and at ours).
+func TestObscuraRefusedAroundTheGuard(t *testing.T) {
+	f := getFixture(t)
+	s := newObscuraSetup(t, false, 1)
+	mark := f.mark()
+	for range 2 {
+		out := render(t, s.p, "js.test/", 20*time.Second)
+		if out.FailReason != downloader.FailRendererUnavailable || out.Summary("js.test").HasReachedOrigin {
+			t.Errorf("fail_reason=%s, want renderer_unavailable with has_reached_origin=false", failReason(out))
+		}
+	}
+	st := s.p.Stats()
+	if !st.IsGuardRefused || st.RendererKind != string(RendererObscura) || !strings.Contains(st.LastError, "around our guard") {
+		t.Errorf("stats %+v: want the endpoint refused as an obscura one, and why", st)
+	}
+	if got := s.net.unguardedCount(); got != 0 {
+		t.Errorf("%d requests reached an origin around the guard: %v", got, s.net.unguarded())
+	}
+	if got := len(f.requestsTo("js.test", mark)); got != 0 {
+		t.Errorf("%d requests reached js.test (around the guard or through it) from a refused endpoint", got)
+	}
+	if n := s.relay.navCount.Load(); n < 1 {
+		t.Errorf("the canary never navigated (nav_count %d)", n)
+	}
+}
+
+// TestObscuraRenders: once the server's own proxy is our guard proxy, renders give the
+// page's text, hops are admitted, the origin sees our user agent, no Fetch.enable and no
+// Emulation user agent is sent, failures are classified (a refused connection is the
+// origin's, not a crash), and nothing goes around the guard.
+func TestObscuraRenders(t *testing.T) {
+	f := getFixture(t)
+	s := newObscuraSetup(t, true, 2)
+	mark := f.mark()
+	out := render(t, s.p, "js.test/", 20*time.Second)
+	if out.FailReason != "" || deref(out.TextLength) <= deref(out.RawTextLength) {
+		t.Fatalf("js.test: fail_reason=%s text_length=%d raw_text_length=%d, want the rendered article",
+			failReason(out), deref(out.TextLength), deref(out.RawTextLength))
+	}
+	reqs := f.requestsTo("js.test", mark)
+	if len(reqs) < 2 {
+		t.Errorf("js.test saw %d requests through the guard, want the page and its XHRs", len(reqs))
+	}
+	for _, r := range reqs {
+		if ua := r.Header.Get("User-Agent"); ua != testUserAgent {
+			t.Errorf("%s: User-Agent %q, want ours", r.URL, ua)
+		}
+	}
+	if st := s.p.Stats(); st.IsGuardRefused || st.RendererKind != string(RendererObscura) {
+		t.Errorf("stats %+v: want an accepted obscura endpoint", st)
+	}
+
+	out = render(t, s.p, "redirect.test/", 20*time.Second)
+	if out.FailReason != "" || !strings.HasPrefix(out.FinalURL, "http://js.test/") {
+		t.Errorf("redirect.test: fail_reason=%s final_url=%s, want js.test's page", failReason(out), out.FinalURL)
+	}
+	s.hops.mu.Lock()
+	hopped := slices.Contains(s.hops.domains, "js.test")
+	s.hops.mu.Unlock()
+	if !hopped {
+		t.Errorf("hops admitted %v, want js.test (redirect.test's hop)", s.hops.domains)
+	}
+
+	for _, tt := range []struct {
+		url  string
+		want downloader.FailReason
+	}{
+		{"refused.test/", downloader.FailConnectRefused},
+		{"https://refused.test/", downloader.FailConnectRefused},
+		{"status.test/missing", downloader.FailHTTPStatusError},
+	} {
+		out := render(t, s.p, tt.url, 20*time.Second)
+		if out.FailReason != tt.want {
+			t.Errorf("%s: fail_reason=%s, want %s", tt.url, failReason(out), tt.want)
+		}
+	}
+	if n := s.relay.navErrorCount.Load(); n < 1 {
+		t.Errorf("nav_error_count %d: the HTTPS failure did not come as a CDP error", n)
+	}
+	if n, u := s.relay.fetchEnableCount.Load(), s.relay.userAgentNoopCount.Load(); n != 0 || u != 0 {
+		t.Errorf("fetch_enable_count=%d user_agent_noop_count=%d, want 0 and 0 on Obscura's profile", n, u)
+	}
+	if got := s.net.unguardedCount(); got != 0 {
+		t.Errorf("%d requests went around the guard: %v", got, s.net.unguarded())
+	}
+	f.noViolations(t)
+}
+
+// TestObscuraConcurrentRendersDoNotFreeze: Obscura holds every command of a connection
+// while one of its navigations runs; with a connection per render, a render whose page
+// never answers does not hold up another.
+func TestObscuraConcurrentRendersDoNotFreeze(t *testing.T) {
+	f := getFixture(t)
+	s := newObscuraSetup(t, true, 2)
+	if out := render(t, s.p, "js.test/", 20*time.Second); out.FailReason != "" { // warm up
+		t.Fatalf("first render: fail_reason=%s", failReason(out))
+	}
+	for len(f.hangHit) > 0 {
+		<-f.hangHit
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	hanging := make(chan *downloader.Outcome, 1)
+	go func() { hanging <- s.p.Render(ctx, f.url("hang.test/"), nil, 30*time.Second) }()
+	select {
+	case <-f.hangHit:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the hanging render did not reach its origin")
+	}
+	out := render(t, s.p, "js.test/", 20*time.Second)
+	if out.FailReason != "" || deref(out.TextLength) <= deref(out.RawTextLength) {
+		t.Errorf("a render beside a hanging one: fail_reason=%s text_length=%d, want the full page", failReason(out), deref(out.TextLength))
+	}
+	cancel()
+	<-hanging
+	if n := s.relay.connCount.Load(); n < 3 {
+		t.Errorf("connection_count %d, want one per render besides the pool's own", n)
+	}
+}

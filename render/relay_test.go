@@ -1,0 +1,537 @@
+package render
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/net/websocket"
+)
+
+// Obscura cannot run on the test machines (docs/renderers.md). obscuraRelay stands in for
+// it: a CDP server on 127.0.0.1 that relays to a real Chromium and reproduces, on the
+// wire, the behaviours of Obscura that bear on the renderer (read from its source):
+//
+//   - Target.createBrowserContext succeeds but ignores proxyServer and proxyBypassList:
+//     the context uses the server's own proxy (here: the Chromium's --proxy-server, as
+//     Obscura's `serve --proxy`);
+//   - Fetch.enable reads only urlPattern: the patterns block static sub-resources
+//     (scripts, stylesheets, ...) that match them, documents are never paused, and script
+//     fetch()/XHR requests are paused whatever the patterns say;
+//   - one navigation at a time per connection: while Page.navigate runs, every other
+//     command but Fetch.continueRequest/failRequest/fulfillRequest is held back, the
+//     257th answered "Server busy"; Page.navigate answers only once the page has loaded
+//     as far as waitUntil asks (DOMContentLoaded by default);
+//   - Emulation.setUserAgentOverride is a no-op that answers {};
+//   - a navigation failure is a CDP error, not errorText;
+//   - /json/version answers Obscura's fixed document.
+type obscuraRelay struct {
+	upstream string // the Chromium's browser websocket URL
+	ln       net.Listener
+	srv      *http.Server
+	wg       sync.WaitGroup
+	// navTimeout is Obscura's own end-to-end navigation deadline (OBSCURA_NAV_TIMEOUT_MS,
+	// 30 s by default): a navigation that has not loaded by then is answered with an
+	// error, and the connection's held commands go on.
+	navTimeout time.Duration
+
+	// maxDeferred is Obscura's MAX_DEFERRED_MESSAGES: held commands past it are answered
+	// "Server busy".
+	maxDeferred int
+	// held is told of each command held back behind a navigation (tests wait on it).
+	held chan string
+
+	mu       sync.Mutex
+	closed   bool
+	conns    map[*relayConn]struct{}
+	handlers sync.WaitGroup // serve calls
+
+	connCount          atomic.Int64 // websockets accepted
+	ignoredProxyCount  atomic.Int64 // proxyServer params dropped
+	userAgentNoopCount atomic.Int64 // Emulation.setUserAgentOverride answered without effect
+	fetchEnableCount   atomic.Int64
+	blockedCount       atomic.Int64 // sub-resources failed because a urlPattern matched
+	documentPauseCount atomic.Int64 // document pauses continued without telling the client
+	heldCount          atomic.Int64 // commands held back behind a navigation
+	busyCount          atomic.Int64 // commands answered "Server busy"
+	navErrorCount      atomic.Int64 // navigations answered with a CDP error
+	navCount           atomic.Int64
+}
+
+func newObscuraRelay(t testing.TB, upstream string) *obscuraRelay {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &obscuraRelay{upstream: upstream, ln: ln, conns: map[*relayConn]struct{}{},
+		navTimeout: 30 * time.Second, maxDeferred: 256, held: make(chan string, 1024)}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/json/version", r.version)
+	mux.Handle("/devtools/browser", websocket.Server{
+		// chromedp sends no Origin; Obscura checks none.
+		Handshake: func(*websocket.Config, *http.Request) error { return nil },
+		Handler:   r.serve,
+	})
+	r.srv = &http.Server{Handler: mux}
+	r.wg.Go(func() { r.srv.Serve(ln) })
+	t.Cleanup(r.close)
+	return r
+}
+
+// url is the endpoint as an operator gives Obscura's: ws://host:port/devtools/browser.
+func (r *obscuraRelay) url() string { return "ws://" + r.ln.Addr().String() + "/devtools/browser" }
+
+// httpURL is the endpoint as host:port alone, found through /json/version.
+func (r *obscuraRelay) httpURL() string { return "http://" + r.ln.Addr().String() }
+
+func (r *obscuraRelay) close() {
+	r.srv.Close() // hijacked websockets are not closed by it
+	r.mu.Lock()
+	r.closed = true
+	for c := range r.conns {
+		c.closeBoth()
+	}
+	r.mu.Unlock()
+	r.handlers.Wait()
+	r.wg.Wait()
+}
+
+// version answers Obscura's /json/version, a fixed document (obscura-cdp server.rs).
+func (r *obscuraRelay) version(w http.ResponseWriter, req *http.Request) {
+	_, port, _ := net.SplitHostPort(r.ln.Addr().String())
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(map[string]string{
+		"Browser":              "Chrome/145.0.0.0",
+		"Protocol-Version":     "1.3",
+		"User-Agent":           "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/145.0.0.0 Safari/537.36",
+		"V8-Version":           "14.5.0.0",
+		"WebKit-Version":       "537.36",
+		"webSocketDebuggerUrl": "ws://127.0.0.1:" + port + "/devtools/browser",
+	})
+}
+
+// cdpMessage is one CDP frame, command, answer or event, with its params left raw.
+type cdpMessage struct {
+	ID        int64           `json:"id,omitempty"`
+	SessionID string          `json:"sessionId,omitempty"`
+	Method    string          `json:"method,omitempty"`
+	Params    json.RawMessage `json:"params,omitempty"`
+	Result    json.RawMessage `json:"result,omitempty"`
+	Error     *cdpError       `json:"error,omitempty"`
+}
+
+type cdpError struct {
+	Code    int64  `json:"code"`
+	Message string `json:"message"`
+}
+
+// relayConn is one client websocket and its own upstream websocket. One goroutine (run)
+// owns its state; the two readers only hand it frames.
+type relayConn struct {
+	r        *obscuraRelay
+	client   *websocket.Conn
+	upstream *websocket.Conn
+
+	fromClient   chan cdpMessage
+	fromUpstream chan cdpMessage
+	done         chan struct{}
+	closeOnce    sync.Once
+
+	// Owned by run.
+	nextID   int64               // ids of the relay's own commands: above chromedp's, within Chromium's int32
+	internal map[int64]bool      // answers to swallow
+	blocks   map[string][]string // session → Obscura's block patterns (Fetch.enable'd)
+	nav      *relayNav           // the navigation in progress
+	held     []cdpMessage        // commands held back behind it
+}
+
+// relayNav is a navigation in progress on a connection.
+type relayNav struct {
+	id       int64
+	session  string
+	url      string
+	waitLoad bool        // waitUntil asks for the load event (or network idle)
+	answer   *cdpMessage // Chromium's answer, held until the page has loaded
+	loaded   bool
+	timer    *time.Timer
+}
+
+func (r *obscuraRelay) serve(client *websocket.Conn) {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		client.Close()
+		return
+	}
+	r.handlers.Add(1)
+	r.mu.Unlock()
+	defer r.handlers.Done()
+	r.connCount.Add(1)
+	client.MaxPayloadBytes = 64 << 20
+	cfg, err := websocket.NewConfig(r.upstream, "http://127.0.0.1/")
+	if err != nil {
+		client.Close()
+		return
+	}
+	upstream, err := websocket.DialConfig(cfg)
+	if err != nil {
+		client.Close()
+		return
+	}
+	upstream.MaxPayloadBytes = 64 << 20
+	c := &relayConn{
+		r: r, client: client, upstream: upstream,
+		fromClient: make(chan cdpMessage, 64), fromUpstream: make(chan cdpMessage, 64),
+		done: make(chan struct{}), nextID: 1 << 30, internal: map[int64]bool{}, blocks: map[string][]string{},
+	}
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		c.closeBoth()
+		return
+	}
+	r.conns[c] = struct{}{}
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		delete(r.conns, c)
+		r.mu.Unlock()
+	}()
+	var readers sync.WaitGroup
+	readers.Go(func() { c.read(client, c.fromClient) })
+	readers.Go(func() { c.read(upstream, c.fromUpstream) })
+	c.run()
+	c.closeBoth()
+	readers.Wait()
+}
+
+func (c *relayConn) closeBoth() {
+	c.closeOnce.Do(func() {
+		close(c.done)
+		c.client.Close()
+		c.upstream.Close()
+	})
+}
+
+func (c *relayConn) read(ws *websocket.Conn, to chan<- cdpMessage) {
+	defer c.closeBoth()
+	for {
+		var text string
+		if err := websocket.Message.Receive(ws, &text); err != nil {
+			return
+		}
+		var m cdpMessage
+		if err := json.Unmarshal([]byte(text), &m); err != nil {
+			return
+		}
+		select {
+		case to <- m:
+		case <-c.done:
+			return
+		}
+	}
+}
+
+func (c *relayConn) send(ws *websocket.Conn, m cdpMessage) {
+	b, err := json.Marshal(m)
+	if err != nil {
+		panic(err)
+	}
+	if err := websocket.Message.Send(ws, string(b)); err != nil {
+		c.closeBoth()
+	}
+}
+
+// navTimedOut carries a navigation's deadline into run.
+type navTimedOut struct{ nav *relayNav }
+
+func (c *relayConn) run() {
+	timeouts := make(chan navTimedOut, 1)
+	for {
+		select {
+		case m := <-c.fromClient:
+			c.fromClientMsg(m, timeouts)
+		case m := <-c.fromUpstream:
+			c.fromUpstreamMsg(m, timeouts)
+		case to := <-timeouts:
+			if c.nav == to.nav {
+				c.failNav(fmt.Sprintf("Network error: navigation exceeded %dms deadline", c.r.navTimeout.Milliseconds()), timeouts)
+			}
+		case <-c.done:
+			if c.nav != nil {
+				c.nav.timer.Stop()
+			}
+			return
+		}
+	}
+}
+
+func isFetchResolution(method string) bool {
+	switch method {
+	case "Fetch.continueRequest", "Fetch.fulfillRequest", "Fetch.failRequest":
+		return true
+	}
+	return false
+}
+
+func (c *relayConn) fromClientMsg(m cdpMessage, timeouts chan navTimedOut) {
+	if os.Getenv("RELAY_DEBUG") != "" {
+		b, _ := json.Marshal(m)
+		fmt.Fprintf(os.Stderr, "CL %.300s\n", b)
+	}
+	if c.nav != nil && !isFetchResolution(m.Method) {
+		if len(c.held) >= c.r.maxDeferred {
+			c.r.busyCount.Add(1)
+			c.send(c.client, cdpMessage{ID: m.ID, SessionID: m.SessionID, Error: &cdpError{Code: -32000, Message: "Server busy: navigation in progress, try again later"}})
+			return
+		}
+		c.r.heldCount.Add(1)
+		c.held = append(c.held, m)
+		select {
+		case c.r.held <- m.Method:
+		default:
+		}
+		return
+	}
+	c.command(m, timeouts)
+}
+
+// command handles one client command as Obscura would.
+func (c *relayConn) command(m cdpMessage, timeouts chan navTimedOut) {
+	switch m.Method {
+	case "Target.createBrowserContext":
+		var p map[string]json.RawMessage
+		json.Unmarshal(m.Params, &p)
+		if _, ok := p["proxyServer"]; ok {
+			c.r.ignoredProxyCount.Add(1)
+		}
+		delete(p, "proxyServer")
+		delete(p, "proxyBypassList")
+		m.Params, _ = json.Marshal(p)
+	case "Emulation.setUserAgentOverride":
+		c.r.userAgentNoopCount.Add(1)
+		c.send(c.client, cdpMessage{ID: m.ID, SessionID: m.SessionID, Result: json.RawMessage(`{}`)})
+		return
+	case "Fetch.enable":
+		c.r.fetchEnableCount.Add(1)
+		var p struct {
+			Patterns *[]struct {
+				URLPattern *string `json:"urlPattern"`
+			} `json:"patterns"`
+		}
+		json.Unmarshal(m.Params, &p)
+		blocks := []string{"*"} // no patterns: Obscura's default
+		if p.Patterns != nil {
+			blocks = nil
+			for _, pt := range *p.Patterns {
+				if pt.URLPattern != nil {
+					blocks = append(blocks, *pt.URLPattern)
+				}
+			}
+		}
+		c.blocks[m.SessionID] = blocks
+		// Chromium pauses everything; run decides per request as Obscura would.
+		m.Params = json.RawMessage(`{"patterns":[{"urlPattern":"*","requestStage":"Request"}]}`)
+	case "Fetch.disable":
+		delete(c.blocks, m.SessionID)
+	case "Page.navigate":
+		var p struct {
+			URL       string          `json:"url"`
+			WaitUntil json.RawMessage `json:"waitUntil"`
+		}
+		json.Unmarshal(m.Params, &p)
+		w := string(p.WaitUntil)
+		// The strictest of the waitUntil values wins; none is DOMContentLoaded.
+		nav := &relayNav{id: m.ID, session: m.SessionID, url: p.URL,
+			waitLoad: strings.Contains(w, `"load"`) || strings.Contains(w, "networkidle")}
+		nav.timer = time.AfterFunc(c.r.navTimeout, func() {
+			select {
+			case timeouts <- navTimedOut{nav}:
+			case <-c.done:
+			}
+		})
+		c.nav = nav
+		c.r.navCount.Add(1)
+	}
+	c.send(c.upstream, m)
+}
+
+func (c *relayConn) fromUpstreamMsg(m cdpMessage, timeouts chan navTimedOut) {
+	if os.Getenv("RELAY_DEBUG") != "" {
+		b, _ := json.Marshal(m)
+		fmt.Fprintf(os.Stderr, "UP %.300s\n", b)
+	}
+	if m.ID != 0 && c.internal[m.ID] {
+		delete(c.internal, m.ID)
+		return
+	}
+	if n := c.nav; n != nil && m.ID == n.id && m.SessionID == n.session {
+		var res struct {
+			ErrorText string `json:"errorText"`
+		}
+		json.Unmarshal(m.Result, &res)
+		switch {
+		case m.Error != nil:
+			c.failNav("Network error: "+m.Error.Message, timeouts)
+		case res.ErrorText != "":
+			c.failNav(fmt.Sprintf("Network error: %s: %s", n.url, res.ErrorText), timeouts)
+		default:
+			n.answer = &m
+			if n.loaded {
+				c.endNav(timeouts)
+			}
+		}
+		return
+	}
+	switch m.Method {
+	case "Fetch.requestPaused":
+		if c.paused(m) {
+			return
+		}
+	case "Page.domContentEventFired", "Page.loadEventFired":
+		if n := c.nav; n != nil && m.SessionID == n.session && (m.Method == "Page.loadEventFired" || !n.waitLoad) {
+			n.loaded = true
+			if n.answer != nil {
+				c.send(c.client, m)
+				c.endNav(timeouts)
+				return
+			}
+		}
+	}
+	c.send(c.client, m)
+}
+
+// paused decides on a Fetch.requestPaused as Obscura would; false: pass it to the client.
+func (c *relayConn) paused(m cdpMessage) bool {
+	var p struct {
+		RequestID string `json:"requestId"`
+		Request   struct {
+			URL string `json:"url"`
+		} `json:"request"`
+		ResourceType string `json:"resourceType"`
+	}
+	json.Unmarshal(m.Params, &p)
+	blocks, ok := c.blocks[m.SessionID]
+	switch {
+	case ok && (p.ResourceType == "XHR" || p.ResourceType == "Fetch"):
+		return false // Obscura pauses script requests, whatever the patterns
+	case p.ResourceType == "Document":
+		c.r.documentPauseCount.Add(1)
+	case ok && matchesAny(blocks, p.Request.URL):
+		c.r.blockedCount.Add(1)
+		c.internalCommand(m.SessionID, "Fetch.failRequest", map[string]string{"requestId": p.RequestID, "errorReason": "BlockedByClient"})
+		return true
+	}
+	c.internalCommand(m.SessionID, "Fetch.continueRequest", map[string]string{"requestId": p.RequestID})
+	return true
+}
+
+func (c *relayConn) internalCommand(session, method string, params any) {
+	c.nextID++
+	c.internal[c.nextID] = true
+	b, _ := json.Marshal(params)
+	c.send(c.upstream, cdpMessage{ID: c.nextID, SessionID: session, Method: method, Params: b})
+}
+
+// failNav answers the navigation with a CDP error, as Obscura answers a failed one.
+func (c *relayConn) failNav(msg string, timeouts chan navTimedOut) {
+	c.r.navErrorCount.Add(1)
+	n := c.nav
+	n.answer = &cdpMessage{ID: n.id, SessionID: n.session, Error: &cdpError{Code: -32000, Message: msg}}
+	c.endNav(timeouts)
+}
+
+// endNav sends the navigation's answer and goes on with the held commands, until one of
+// them starts another navigation.
+func (c *relayConn) endNav(timeouts chan navTimedOut) {
+	n := c.nav
+	n.timer.Stop()
+	c.nav = nil
+	c.send(c.client, *n.answer)
+	for len(c.held) > 0 && c.nav == nil {
+		m := c.held[0]
+		c.held = c.held[1:]
+		c.command(m, timeouts)
+	}
+}
+
+// matchesAny is Obscura's url_matches_cdp_pattern over patterns: "*" matches all, else the
+// parts between stars must appear in order.
+func matchesAny(patterns []string, url string) bool {
+	for _, p := range patterns {
+		if p == "*" {
+			return true
+		}
+		rest, ok := url, true
+		for part := range strings.SplitSeq(p, "*") {
+			if part == "" {
+				continue
+			}
+			i := strings.Index(rest, part)
+			if i < 0 {
+				ok = false
+				break
+			}
+			rest = rest[i+len(part):]
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+// startProxiedBrowser starts chromium-headless-shell with a debugging port and its own
+// proxy for every context that names none, as Obscura's `serve --proxy` gives its own to
+// every context, and returns its websocket URL.
+func startProxiedBrowser(t testing.TB, proxy string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "relay-browser-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(DefaultBinaryPath,
+		"--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--remote-allow-origins=*",
+		"--proxy-server="+proxy, "--proxy-bypass-list=<-loopback>",
+		"--user-data-dir="+dir, "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
+		"about:blank")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-exited
+		os.RemoveAll(dir)
+	})
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "DevTools listening on "); ok {
+			go io.Copy(io.Discard, stderr)
+			return strings.TrimSpace(rest)
+		}
+	}
+	t.Fatal("the browser did not print its websocket URL")
+	return ""
+}

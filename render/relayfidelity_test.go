@@ -1,0 +1,240 @@
+package render
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto"
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/cdproto/target"
+	"github.com/chromedp/chromedp"
+)
+
+// These tests check that obscuraRelay does what docs/renderers.md says Obscura does, on
+// the wire, with chromedp alone: the renderer's tests against the relay are only as good
+// as this.
+
+// relaySetup is a Chromium whose own proxy is the open network, the relay in front of
+// it, and a chromedp browser connected to the relay.
+type relaySetup struct {
+	net   *openNetwork
+	relay *obscuraRelay
+	ctx   context.Context // a chromedp context on the relay, no tab yet
+}
+
+func newRelaySetup(t *testing.T) *relaySetup {
+	t.Helper()
+	n := newOpenNetwork(t)
+	relay := newObscuraRelay(t, startProxiedBrowser(t, n.proxyURL()))
+	a := &remoteAllocator{endpoint: relay.url(), dialTimeout: 20 * time.Second}
+	actx, acancel := chromedp.NewAllocatorContext(context.Background(), a)
+	bctx, bcancel := chromedp.NewContext(actx)
+	if err := chromedp.Do(bctx); err != nil { // connects
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		bcancel()
+		acancel()
+		a.Wait()
+	})
+	return &relaySetup{net: n, relay: relay, ctx: bctx}
+}
+
+// tab opens a tab in a new browser context of its own; proxy, when set, is the proxy the
+// context asks for.
+func (s *relaySetup) tab(t *testing.T, proxy string, opts ...chromedp.ContextOption) context.Context {
+	t.Helper()
+	opts = append(opts, chromedp.WithNewBrowserContext(func(p *target.CreateBrowserContextParams) {
+		if proxy != "" {
+			p.ProxyServer = proxy
+			p.ProxyBypassList = "<-loopback>"
+		}
+	}))
+	ctx, cancel := chromedp.NewContext(s.ctx, opts...)
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func bodyText(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	text, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return text
+}
+
+// TestRelayIgnoresProxyServer: a context created with our proxy as its proxyServer
+// sends its requests through the server's own proxy instead; ours is never dialled.
+func TestRelayIgnoresProxyServer(t *testing.T) {
+	s := newRelaySetup(t)
+	ours, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dialled atomic.Int64
+	go func() {
+		for {
+			c, err := ours.Accept()
+			if err != nil {
+				return
+			}
+			dialled.Add(1)
+			c.Close()
+		}
+	}()
+	defer ours.Close()
+
+	ctx := s.tab(t, "http://"+ours.Addr().String())
+	if err := chromedp.Do(ctx, chromedp.Navigate("http://js.test/relay/script.html")); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.net.unguarded()["js.test"]; got < 1 {
+		t.Errorf("requests to js.test around the guard = %d, want >= 1", got)
+	}
+	if n := dialled.Load(); n != 0 {
+		t.Errorf("our proxy was dialled %d times, want 0: the relay did not drop proxyServer", n)
+	}
+	if n := s.relay.ignoredProxyCount.Load(); n != 1 {
+		t.Errorf("ignored_proxy_count = %d, want 1", n)
+	}
+}
+
+// TestRelayFetchEnableAsObscura: our Document pattern becomes a block list: the
+// external script is failed without a pause, the document is not paused, and the XHR is
+// paused though no pattern asked for it.
+func TestRelayFetchEnableAsObscura(t *testing.T) {
+	s := newRelaySetup(t)
+	paused := make(chan network.ResourceType, 16)
+	var ctx context.Context
+	ctx = s.tab(t, "", chromedp.WithListener(func(ev any) {
+		if e, ok := ev.(*fetch.EventRequestPaused); ok {
+			paused <- e.ResourceType
+			go chromedp.Call(ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: e.RequestID})
+		}
+	}))
+	if _, err := chromedp.Call(ctx, fetch.Enable, fetch.EnableParams{Patterns: documentPatternsForTest()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate("http://js.test/relay/script.html")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case rt := <-paused:
+		if rt != network.ResourceTypeXHR {
+			t.Errorf("first pause for %s, want XHR", rt)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the XHR was never paused")
+	}
+	text := bodyText(t, ctx)
+	if strings.Contains(text, "external script ran") {
+		t.Errorf("text %q: the external script ran, want it blocked", text)
+	}
+	if !strings.Contains(text, "Static text") {
+		t.Errorf("text %q: want the static text", text)
+	}
+	if s.net.unguarded()["js.test"] < 1 || s.relay.blockedCount.Load() < 1 || s.relay.documentPauseCount.Load() < 1 {
+		t.Errorf("blocked_count=%d document_pause_count=%d, want both >= 1",
+			s.relay.blockedCount.Load(), s.relay.documentPauseCount.Load())
+	}
+}
+
+// documentPatternsForTest is a Document pattern as the pauser sends it.
+func documentPatternsForTest() []*fetch.RequestPattern {
+	return []*fetch.RequestPattern{{URLPattern: "*", ResourceType: network.ResourceTypeDocument, RequestStage: fetch.RequestStageRequest}}
+}
+
+// TestRelaySerialisesNavigations: while one tab of a connection navigates, the other
+// tab's commands are held back (the excess answered "Server busy"), and go on once the
+// navigation has loaded.
+func TestRelaySerialisesNavigations(t *testing.T) {
+	s := newRelaySetup(t)
+	s.relay.maxDeferred = 1
+	a, b := s.tab(t, ""), s.tab(t, "")
+	navDone := make(chan error, 1)
+	go func() { navDone <- chromedp.Do(a, chromedp.Navigate("http://js.test/relay/wait")) }()
+	select {
+	case <-s.net.waitHit:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the navigation did not reach the origin")
+	}
+	evalDone := make(chan error, 1)
+	go func() {
+		_, err := chromedp.Run(b, chromedp.Evaluate[int](`1+1`))
+		evalDone <- err
+	}()
+	select {
+	case <-s.relay.held:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the second tab's command was not held")
+	}
+	// The one deferred slot is taken: the next command is refused at once.
+	_, err := chromedp.Call(b, runtime.Evaluate, runtime.EvaluateParams{Expression: `2+2`})
+	var cerr *cdproto.Error
+	if !errors.As(err, &cerr) || !strings.Contains(cerr.Message, "Server busy") {
+		t.Errorf("a command past the deferred cap: err=%v, want Server busy", err)
+	}
+	select {
+	case err := <-evalDone:
+		t.Fatalf("the held command was answered during the navigation: %v", err)
+	default:
+	}
+	s.net.release()
+	if err := <-navDone; err != nil {
+		t.Fatalf("navigation: %v", err)
+	}
+	if err := <-evalDone; err != nil {
+		t.Fatalf("held command: %v", err)
+	}
+}
+
+// TestRelayUserAgentNoop: Emulation.setUserAgentOverride answers {} and the origin sees
+// the browser's own user agent.
+func TestRelayUserAgentNoop(t *testing.T) {
+	s := newRelaySetup(t)
+	ctx := s.tab(t, "")
+	if _, err := chromedp.Call(ctx, emulation.SetUserAgentOverride, emulation.SetUserAgentOverrideParams{UserAgent: "ours/1.0"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate("http://js.test/relay/ua")); err != nil {
+		t.Fatal(err)
+	}
+	if text := bodyText(t, ctx); strings.Contains(text, "ours/1.0") || !strings.Contains(text, "Chrome") {
+		t.Errorf("the origin saw %q, want the browser's own user agent", text)
+	}
+	if n := s.relay.userAgentNoopCount.Load(); n != 1 {
+		t.Errorf("user_agent_noop_count = %d, want 1", n)
+	}
+}
+
+// TestRelayNavigationErrors: a navigation that fails is a CDP error to Page.navigate,
+// not an errorText in a successful answer.
+func TestRelayNavigationErrors(t *testing.T) {
+	s := newRelaySetup(t)
+	ctx := s.tab(t, "")
+	nav, err := chromedp.Call(ctx, page.Navigate, page.NavigateParams{URL: "https://refused.test/"})
+	var cerr *cdproto.Error
+	if !errors.As(err, &cerr) || !strings.Contains(cerr.Message, "Network error") || nav.ErrorText != "" {
+		t.Fatalf("err=%v errorText=%q, want a CDP error saying Network error", err, nav.ErrorText)
+	}
+	if n := s.relay.navErrorCount.Load(); n != 1 {
+		t.Errorf("nav_error_count = %d, want 1", n)
+	}
+	// The connection goes on.
+	if err := chromedp.Do(ctx, chromedp.Navigate("http://js.test/relay/ua")); err != nil {
+		t.Fatal(err)
+	}
+}
