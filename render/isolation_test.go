@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,10 +19,46 @@ import (
 
 // stateHandlers serve state.html, which reports the cookies (set by JavaScript and by
 // Set-Cookie), localStorage, sessionStorage and IndexedDB it finds, then writes all four;
-// /ping is a request made after the writes, which carries this render's cookies.
+// /ping is a request made after the writes, which carries this render's cookies. /hold is
+// answered once the page says /done (or after 15 s): it keeps the page's network busy until
+// its verdict is written, so a slow IndexedDB under load cannot let the render read
+// "Checking.".
 func stateHandlers() map[string]http.HandlerFunc {
 	var n atomic.Int64
+	var mu sync.Mutex
+	done := map[string]chan struct{}{}
+	doneOf := func(v string) chan struct{} {
+		mu.Lock()
+		defer mu.Unlock()
+		c, ok := done[v]
+		if !ok {
+			c = make(chan struct{})
+			done[v] = c
+		}
+		return c
+	}
 	return map[string]http.HandlerFunc{
+		"/hold": func(w http.ResponseWriter, r *http.Request) {
+			t := time.NewTimer(15 * time.Second)
+			defer t.Stop()
+			select {
+			case <-doneOf(r.URL.Query().Get("v")):
+			case <-t.C:
+			case <-r.Context().Done():
+			}
+			w.Write([]byte("held"))
+		},
+		"/done": func(w http.ResponseWriter, r *http.Request) {
+			c := doneOf(r.URL.Query().Get("v"))
+			mu.Lock()
+			select {
+			case <-c:
+			default:
+				close(c)
+			}
+			mu.Unlock()
+			w.Write([]byte("ok"))
+		},
 		"/": func(w http.ResponseWriter, r *http.Request) {
 			// Every answer's cookies have values of their own, so that a page tells its
 			// own from an earlier render's.
