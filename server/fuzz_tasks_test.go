@@ -41,7 +41,7 @@ func (q *memQueue) SubmitTasks(_ context.Context, tasks []downloader.Task) ([]Ta
 		if _, err := embedded.CheckTask(t, time.Second); err != nil {
 			return nil, err // the handler handed over a task that did not pass CheckTask
 		}
-		out[i] = TaskSubmission{TaskID: t.TaskID, URL: t.URL, IsDuplicate: q.urls[t.URL], State: "pending"}
+		out[i] = TaskSubmission{TaskID: t.TaskID, URL: t.URL, IsDuplicate: q.urls[t.URL], State: "queued"}
 		q.urls[t.URL] = true
 	}
 	return out, nil

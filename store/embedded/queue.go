@@ -167,7 +167,7 @@ type SubmitResult struct {
 	TaskID      string `json:"task_id"`
 	URL         string `json:"url"`
 	IsDuplicate bool   `json:"is_duplicate"` // the URL was queued before: nothing was added
-	State       string `json:"state"`
+	State       string `json:"state"`        // the task's state as GET /v1/tasks/{task_id} names it
 }
 
 // queueRecord is the stored form of one task.
@@ -459,7 +459,7 @@ func (q *Queue) Submit(ctx context.Context, tasks []downloader.Task) ([]SubmitRe
 			if rec, ok, err := q.record(b, string(id)); err != nil {
 				return nil, err
 			} else if ok {
-				res.State = rec.State
+				res.State = string(rec.taskRecord().Status())
 			}
 			out[i] = res
 			continue
@@ -485,7 +485,7 @@ func (q *Queue) Submit(ctx context.Context, tasks []downloader.Task) ([]SubmitRe
 		}
 		next.PendingCount++
 		added = append(added, put{t.Domain, seq})
-		out[i] = SubmitResult{TaskID: t.TaskID, URL: t.URL, State: TaskPending}
+		out[i] = SubmitResult{TaskID: t.TaskID, URL: t.URL, State: string(downloader.TaskQueued)}
 	}
 	if len(added) == 0 {
 		return out, nil
