@@ -20,18 +20,18 @@ type knownException struct {
 
 func knownExceptions() []knownException {
 	return []knownException{
-		{"cmd/downloader/config.go", "allow-private-networks", "bool_prefix", "an operator's switch named by issue 2 (--allow-private-networks), kept: a verb flag like curl's --insecure reads as an order, not a state"},
-		{"cmd/downloader/config.go", "render-concurrency", "count_suffix", "the pool size flag named by issue 3 (--render-concurrency), kept for operators"},
+		{"cmd/downloader/config.go", "allow-private-networks", "bool_prefix", "an operator's switch named so from the start (--allow-private-networks), kept: a verb flag like curl's --insecure reads as an order, not a state"},
+		{"cmd/downloader/config.go", "render-concurrency", "count_suffix", "the pool size flag operators know (--render-concurrency), kept"},
 		// Found when the egress, access and lease benchmark work landed; reported to the
-		// lead (issue 6 report): fix the name and drop the line, or keep it with a reason.
+		// lead: fix the name and drop the line, or keep it with a reason.
 		{"cmd/downloader/config.go", "allow-unauthenticated", "bool_prefix", "a switch like --allow-private-networks (the lead's call)"},
-		// Issue 5 names the cluster flag --store tikv; the value names a backend, not the
-		// should_store switch of a request (reported to the lead in the issue 5 report).
-		{"cmd/downloader/cluster.go", "store", "one_name", "the store backend flag named by issue 5 (--store embedded|tikv)"},
+		// The cluster flag --store tikv: the value names a backend, not the should_store
+		// switch of a request.
+		{"cmd/downloader/cluster.go", "store", "one_name", "the store backend flag (--store embedded|tikv)"},
 	}
 }
 
-// TestProjectFollowsTheConvention is issue 6 item 5: every JSON field, log field, flag,
+// TestProjectFollowsTheConvention is SPEC §7 over the tree: every JSON field, log field, flag,
 // metric name and label of the project against SPEC §7.
 func TestProjectFollowsTheConvention(t *testing.T) {
 	names, err := Collect("..")

@@ -1,4 +1,4 @@
-// Package egress tells our own network failing from the sites failing (issue 7 item 1).
+// Package egress tells our own network failing from the sites failing (SPEC §4: our own failures are not the sites').
 //
 // When connect_timeout, connect_refused, connection_reset or resolver failures hit many
 // distinct domains at the same moment, it is far likelier that our egress (uplink, NAT,

@@ -96,7 +96,7 @@ func (a queueAdapter) SubmitTasks(ctx context.Context, tasks []downloader.Task) 
 	return out, nil
 }
 
-// TestHostileCallerInput is issue 7 item 5 for what a caller sends: bodies over the limit,
+// TestHostileCallerInput is the hostile-caller check for what a caller sends: bodies over the limit,
 // bad JSON and every field at its edge values, through the real HTTP server. Each answer
 // is the right status naming the field; a refused request leaves no trace in the limiter;
 // and the service answers normally afterwards.
@@ -230,7 +230,7 @@ func overLimitBody(n int) []byte {
 	return []byte(head + strings.Repeat("a", n-len(head)-len(tail)) + tail)
 }
 
-// TestFloods is issue 7 item 5 for floods: with the global cap (2) and the local queue (2)
+// TestFloods is the hostile-caller check for floods: with the global cap (2) and the local queue (2)
 // full, entry C answers local_queue_full at once and entry B 429, the origin never sees
 // more than the cap at once, and the requests that got in finish normally. A flood on one
 // domain gets self_rate_limited with the real wait.

@@ -1,4 +1,4 @@
-// Package faults is issue 7's fault-injection suite: the downloader under hostile origins,
+// Package faults is the fault-injection suite: the downloader under hostile origins,
 // hostile callers, our own egress failing, and restarts (SIGTERM and kill -9 during
 // load). It holds only tests (the *_test.go files); this file exists for the doc.
 //

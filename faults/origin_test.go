@@ -17,7 +17,7 @@ import (
 	"downloader/netguard"
 )
 
-// TestHostileOrigins is issue 7 item 4 for plain fetches: each misbehaving origin ends
+// TestHostileOrigins is the hostile-origin check for plain fetches: each misbehaving origin ends
 // within its limit, is classified (SPEC §4), and does not harm a bystander's requests
 // running beside it. Item 2 (the origin's own pushback) is here too.
 func TestHostileOrigins(t *testing.T) {
@@ -195,7 +195,7 @@ func TestDNSRebinding(t *testing.T) {
 	})
 }
 
-// TestEgressOutage is issue 7 item 1 end to end: our own network fails (every dial:
+// TestEgressOutage is the egress detector end to end: our own network fails (every dial:
 // ENETUNREACH) while requests to many distinct domains go on. The first few are blamed on
 // their sites (the detector needs evidence), the rest come out as egress_unavailable with
 // has_reached_origin=false, probes included; once the network is back, requests succeed

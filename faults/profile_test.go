@@ -38,7 +38,7 @@ func renderOnce(t *testing.T, c *child, host string) {
 	}
 }
 
-// TestKill9LeavesNoBrowserProfile is issue 7's kill -9 gap (docs/reliability.md §6): the
+// TestKill9LeavesNoBrowserProfile is the kill -9 gap (docs/reliability.md §6): the
 // browser's user data directory of a downloader killed with SIGKILL is removed by the next
 // start, the restarted one's live directory is kept, and a clean stop leaves TMPDIR empty.
 //

@@ -103,7 +103,7 @@ func (r *rig) render(rawURL string, timeout time.Duration) (*engine.Result, erro
 	return r.engine.Render(context.Background(), req, u)
 }
 
-// TestHostileRenders is issue 7 item 4 for renders: a page that opens thousands of
+// TestHostileRenders is the hostile-origin check for renders: a page that opens thousands of
 // sub-requests and a page that never goes network-idle are read as they are within their
 // limits, classified, and a bystander's requests go on unharmed.
 func TestHostileRenders(t *testing.T) {

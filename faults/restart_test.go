@@ -316,7 +316,7 @@ func checkPolite(t *testing.T, o *origintest.Origin, intervals map[string]time.D
 	}
 }
 
-// TestSIGTERMDuringLoad is issue 7 item 6: SIGTERM while entries A, B and C are busy. An
+// TestSIGTERMDuringLoad is a clean stop under load: SIGTERM while entries A, B and C are busy. An
 // in-flight request that can finish within the grace period finishes; one that cannot is
 // answered shutting_down (has_reached_origin=false); leases are handed back; reports are
 // flushed; the store is closed; the browser and its temporary directory are gone; and a
@@ -420,7 +420,7 @@ func TestSIGTERMDuringLoad(t *testing.T) {
 	}
 }
 
-// TestKill9DuringLoad is issue 7 item 6's crash: kill -9 while tasks are in flight, then
+// TestKill9DuringLoad is a crash under load: kill -9 while tasks are in flight, then
 // restart on the same data dir. The conservative rebuild holds at the origin (no domain
 // is hit before its interval has passed since its last request of the killed run, though
 // the limiter's table was lost); no task is lost (leased ones return to pending); no

@@ -2,7 +2,7 @@
 // addresses a fetch or a render may connect to. It is used by the plain fetcher (as its
 // transport's DialContext) and by the headless renderer (to vet the URLs a page asks for).
 //
-// The policy (issue 2, SPEC §4):
+// The policy (SPEC §2, §4):
 //   - An address that an origin points us to, through DNS or a redirect, is refused when
 //     Forbidden says so (loopback, private, link-local, CGNAT, metadata, ...): the fetch
 //     fails with destination_forbidden.

@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-// TestListenPolicy is issue 7 item 3: without both tokens the service listens on loopback
+// TestListenPolicy is the access rule: without both tokens the service listens on loopback
 // only, unless the operator passes --allow-unauthenticated.
 func TestListenPolicy(t *testing.T) {
 	tests := []struct {
@@ -144,7 +144,7 @@ func startConfigured(t *testing.T, edit func(c *config), args ...string) *servic
 	return svc
 }
 
-// TestSlowCallers is issue 7 item 5 for callers that send slowly: headers or a body that
+// TestSlowCallers is the hostile-caller check for callers that send slowly: headers or a body that
 // trickle are cut off by the server's read timeouts, and other callers are served
 // meanwhile.
 func TestSlowCallers(t *testing.T) {

@@ -49,7 +49,7 @@ type config struct {
 	RenderMaxSubrequestCount     int
 	RenderMaxHostSubrequestCount int
 
-	// Access (issue 7 item 3): bearer tokens, and the switch that allows serving without
+	// Access: bearer tokens, and the switch that allows serving without
 	// them on a non-loopback address.
 	APIToken             string
 	AdminToken           string
@@ -243,7 +243,7 @@ func (c *config) check() error {
 	return c.checkAccess()
 }
 
-// checkAccess is issue 7's access rule: without both tokens the service serves loopback
+// checkAccess is the access rule: without both tokens the service serves loopback
 // only, unless the operator says --allow-unauthenticated. Both are needed because each
 // token alone leaves the other side open (the API token does not guard settings; without
 // it entries B and C, which make requests to any host on our behalf, are open).

@@ -24,7 +24,7 @@ var updateDocs = flag.Bool("update-docs", false, "write the console screenshots 
 
 const chromiumPath = "/usr/lib/chromium/chromium-headless-shell"
 
-// TestConsoleInChromium is issue 6's end-to-end test: the real service on port 0 with a
+// TestConsoleInChromium is the console's end-to-end test (SPEC §6): the real service on port 0 with a
 // temp data dir, B and C traffic against a local origin, then each console page in
 // headless Chromium: the numbers it shows equal the JSON APIs, max_concurrent_count
 // changed through the form takes effect at once, and a probe action runs entry C without

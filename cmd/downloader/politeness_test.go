@@ -15,7 +15,7 @@ import (
 	"downloader/origintest"
 )
 
-// TestPolitenessAtTheOrigin is issue 2's integration test: concurrent B and C traffic over
+// TestPolitenessAtTheOrigin is the limiter's integration test (SPEC §2): concurrent B and C traffic over
 // 200 domains with mixed intervals, some of them redirecting to other hosts, through the
 // real server and the real fetcher, checked where it matters: at the origin.
 func TestPolitenessAtTheOrigin(t *testing.T) {

@@ -280,7 +280,7 @@ func (o *clusterOrigin) state() (holding, concurrent, maxParallel int) {
 	return o.holding, o.concurrent, o.maxParallel
 }
 
-// TestClusterThreeInstances is issue 5's test: three instances on one mock TiKV cluster,
+// TestClusterThreeInstances is the cluster test: three instances on one mock TiKV cluster,
 // mixed A/B/C traffic on 100 domains (some redirecting), zero violations measured at the
 // origin; an instance stopped mid-run, whose in-flight requests expire while the others
 // continue; and the cap changed through one instance, obeyed by the others.
@@ -453,7 +453,7 @@ func TestClusterThreeInstances(t *testing.T) {
 		}
 	}
 	t.Logf("held requests whose wire moment was written back before node 2 was cut off: %d of %d", wired, len(held))
-	// Node 2 without TiKV fails closed through every entry (SPEC §2 / issue 5 item 4): B
+	// Node 2 without TiKV fails closed through every entry (SPEC §2): B
 	// answers 503, C runtime_store_unavailable, A waits and hands its task back when the
 	// lease allows no more.
 	var closed sync.WaitGroup
