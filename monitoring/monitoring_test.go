@@ -12,30 +12,15 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"downloader/internal/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// Promtool returns the path of Debian's promtool (package prometheus, installed by
-// scripts/setup.sh). Without it the test is skipped on a developer's machine and fails in
-// CI (CI=true), where setup.sh must have installed it.
-func promtool(t *testing.T) string {
-	t.Helper()
-	for _, p := range []string{"promtool", "/usr/bin/promtool"} {
-		if path, err := exec.LookPath(p); err == nil {
-			return path
-		}
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("promtool not found: scripts/setup.sh installs Debian's prometheus package, which ships it")
-	}
-	t.Skip("promtool not found (scripts/setup.sh installs it; in CI this is a failure)")
-	return ""
-}
-
 func runPromtool(t *testing.T, args ...string) string {
 	t.Helper()
-	out, err := exec.Command(promtool(t), args...).CombinedOutput()
+	out, err := exec.Command(testkit.Promtool(t), args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
 	}

@@ -3,31 +3,15 @@ package main
 import (
 	"bytes"
 	"net/http"
-	"os"
 	"os/exec"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
+	"downloader/internal/testkit"
 	"downloader/monitoring"
 )
-
-// promtoolPath finds Debian's promtool (scripts/setup.sh installs the prometheus
-// package). Without it the test is skipped on a developer's machine and fails in CI.
-func promtoolPath(t *testing.T) string {
-	t.Helper()
-	for _, p := range []string{"promtool", "/usr/bin/promtool"} {
-		if path, err := exec.LookPath(p); err == nil {
-			return path
-		}
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("promtool not found: scripts/setup.sh installs Debian's prometheus package, which ships it")
-	}
-	t.Skip("promtool not found (scripts/setup.sh installs it; in CI this is a failure)")
-	return ""
-}
 
 // seriesNames returns the sample names of a text exposition and the type of each family.
 func seriesNames(exposition string) (names map[string]bool, types map[string]string) {
@@ -70,7 +54,7 @@ func TestMonitoringMetricsExist(t *testing.T) {
 		}
 	}
 
-	cmd := exec.Command(promtoolPath(t), "check", "metrics")
+	cmd := exec.Command(testkit.Promtool(t), "check", "metrics")
 	cmd.Stdin = strings.NewReader(body)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
