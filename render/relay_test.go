@@ -1,14 +1,11 @@
 package render
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -496,42 +493,6 @@ func matchesAny(patterns []string, url string) bool {
 // proxy for every context that names none, as Obscura's `serve --proxy` gives its own to
 // every context, and returns its websocket URL.
 func startProxiedBrowser(t testing.TB, proxy string) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "relay-browser-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(DefaultBinaryPath,
-		"--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-		"--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--remote-allow-origins=*",
-		"--proxy-server="+proxy, "--proxy-bypass-list=<-loopback>",
-		"--user-data-dir="+dir, "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
-		"about:blank")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		cmd.Wait()
-		close(exited)
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-exited
-		os.RemoveAll(dir)
-	})
-	sc := bufio.NewScanner(stderr)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "DevTools listening on "); ok {
-			go io.Copy(io.Discard, stderr)
-			return strings.TrimSpace(rest)
-		}
-	}
-	t.Fatal("the browser did not print its websocket URL")
-	return ""
+	return startDebugBrowser(t, "relay-browser-",
+		"--remote-allow-origins=*", "--proxy-server="+proxy, "--proxy-bypass-list=<-loopback>")
 }

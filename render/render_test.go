@@ -463,16 +463,25 @@ func TestRenderUnavailable(t *testing.T) {
 // startRemoteBrowser starts chromium-headless-shell with a debugging port, as an
 // operator would start a remote renderer, and returns its websocket URL.
 func startRemoteBrowser(t *testing.T) string {
+	return startDebugBrowser(t, "remote-browser-")
+}
+
+// startDebugBrowser starts chromium-headless-shell with a debugging port on 127.0.0.1 and
+// the given extra flags, in a temporary profile dir removed when the test ends, and returns
+// its websocket URL.
+func startDebugBrowser(t testing.TB, dirPrefix string, extraFlags ...string) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "remote-browser-")
+	dir, err := os.MkdirTemp("", dirPrefix)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(DefaultBinaryPath,
+	args := append([]string{
 		"--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-		"--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--user-data-dir="+dir, "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync"},
+		extraFlags...)
+	args = append(args, "--user-data-dir="+dir, "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
 		"about:blank")
+	cmd := exec.Command(DefaultBinaryPath, args...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
