@@ -29,12 +29,21 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), $(go version | cut -d' ' -f3)" >&2
 
-if [ "${1:-}" = "render" ]; then
-	shift
+# render_bench BENCHMARK N [args...] runs one of render's benchmarks, N renders per row
+# unless RENDER_BENCH_N says otherwise, showing its output on stderr and keeping it in $out
+# for the table.
+render_bench() {
+	local bench=$1 n=$2
+	shift 2
 	cd "$root"
 	out="$(mktemp)"
 	trap 'rm -f "$out"' EXIT
-	go test -run '^$' -bench '^BenchmarkRenderCrawl$' -benchtime "${RENDER_BENCH_N:-16}x" -timeout 90m "$@" ./render/ | tee "$out" >&2
+	go test -run '^$' -bench "^$bench\$" -benchtime "${RENDER_BENCH_N:-$n}x" -timeout 90m "$@" ./render/ | tee "$out" >&2
+}
+
+if [ "${1:-}" = "render" ]; then
+	shift
+	render_bench BenchmarkRenderCrawl 16 "$@"
 	awk '
 	/^BenchmarkRenderCrawl\// {
 		name = $1
@@ -74,10 +83,7 @@ fi
 
 if [ "${1:-}" = "render-overload" ]; then
 	shift
-	cd "$root"
-	out="$(mktemp)"
-	trap 'rm -f "$out"' EXIT
-	go test -run '^$' -bench '^BenchmarkRenderOverload$' -benchtime "${RENDER_BENCH_N:-64}x" -timeout 90m "$@" ./render/ | tee "$out" >&2
+	render_bench BenchmarkRenderOverload 64 "$@"
 	awk '
 	/^BenchmarkRenderOverload\// {
 		name = $1
