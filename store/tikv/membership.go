@@ -14,6 +14,7 @@ import (
 	"github.com/tikv/client-go/v2/txnkv/txnsnapshot"
 
 	"downloader"
+	"downloader/clock"
 	"downloader/store/keys"
 )
 
@@ -305,17 +306,7 @@ func (r *Runtime) Start(ctx context.Context) error {
 }
 
 func (r *Runtime) sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := r.clk.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C():
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return clock.Sleep(ctx, r.clk, d)
 }
 
 // Run sends heartbeats every HeartbeatInterval, sweeps (see SweepInterval) on a goroutine
