@@ -313,20 +313,17 @@ func (r *relay) serve() {
 func (r *relay) attach(x *proxy) {
 	l := &connListener{ch: make(chan net.Conn), done: make(chan struct{}), addr: r.ln.Addr()}
 	x.wg.Go(func() { x.srv.Serve(l) }) // ends when x closes (Close closes its listeners)
-	r.mu.Lock()
-	old := r.cur
-	r.cur = l
-	r.mu.Unlock()
-	if old != nil {
-		old.Close()
-	}
+	r.swap(l)
 }
 
 // detach refuses new connections; those handed over are the proxy's to close.
-func (r *relay) detach() {
+func (r *relay) detach() { r.swap(nil) }
+
+// swap makes l (nil: none) the listener new connections go to and closes the one before.
+func (r *relay) swap(l *connListener) {
 	r.mu.Lock()
 	old := r.cur
-	r.cur = nil
+	r.cur = l
 	r.mu.Unlock()
 	if old != nil {
 		old.Close()
