@@ -94,8 +94,8 @@ type TaskStatus struct {
 	LeaseExpiresAt   *time.Time  `json:"lease_expires_at"` // while leased
 }
 
-// TaskOutcome is what entry A does with a leased task: report it, or hand it back.
-type TaskOutcome struct {
+// LeaseReply is what entry A does with a leased task: report it, or hand it back.
+type LeaseReply struct {
 	// Report is set when the task ran (or was invalid): send it to the scheduler.
 	Report *Report
 	// Release is set when the task was handed back unrun, with RetryAfter.
@@ -104,6 +104,6 @@ type TaskOutcome struct {
 }
 
 // RetryAfterSeconds is RetryAfter rounded up to whole seconds, at least 1.
-func (o TaskOutcome) RetryAfterSeconds() int64 {
+func (o LeaseReply) RetryAfterSeconds() int64 {
 	return max(1, int64(math.Ceil(o.RetryAfter.Seconds())))
 }

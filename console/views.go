@@ -118,8 +118,9 @@ type Stats struct {
 	SpanSeconds          int64    `json:"span_seconds"` // of the achieved rate and mean service time
 	FinishedCount        uint64   `json:"finished_count"`
 	MeanServiceMs        *float64 `json:"mean_service_ms"`
-	IsMeanServiceFrom24h bool     `json:"is_mean_service_from_24h"`
-	MaxConcurrentCount   int      `json:"max_concurrent_count"`
+	// MeanServiceSpanSeconds: the window of MeanServiceMs (observe.Recent).
+	MeanServiceSpanSeconds int64 `json:"mean_service_span_seconds"`
+	MaxConcurrentCount     int   `json:"max_concurrent_count"`
 	// GlobalInFlightCount counts the requests holding one of the max_concurrent_count
 	// slots; QueuedCount those waiting for one (at most LocalQueueLength for B and C).
 	GlobalInFlightCount int `json:"global_in_flight_count"`
@@ -141,7 +142,7 @@ func (c *Console) Stats() Stats {
 		DomainCount: d.DomainCount, ActiveDomainCount: d.ActiveDomainCount, UnboundedDomainCount: d.UnboundedDomainCount,
 		ActiveSpanSeconds: int64(observe.ActiveSpan / time.Second),
 		SpanSeconds:       r.SpanSeconds, FinishedCount: r.FinishedCount, MeanServiceMs: r.MeanServiceMs,
-		IsMeanServiceFrom24h: r.IsMeanServiceFrom24h, MaxConcurrentCount: cap,
+		MeanServiceSpanSeconds: r.MeanServiceSpanSeconds, MaxConcurrentCount: cap,
 		GlobalInFlightCount: gate.InFlight(), QueuedCount: gate.Waiting(), LocalQueueLength: gate.QueueLength(),
 	}
 	if c.cfg.Renderer != nil {

@@ -142,8 +142,8 @@ func (e *OverLimitError) RetryAfterSeconds() int64 {
 // the real wait is unknown, and a second is about one mean service time.
 const queueFullRetryAfter = time.Second
 
-// Result is a finished B or C request: the outcome and, when stored, the page's key.
-type Result struct {
+// Answer is a finished B or C request (entry B's answer; entry C answers its Summary): the outcome and, when stored, the page's key.
+type Answer struct {
 	Outcome *downloader.Outcome
 	Summary downloader.Summary
 	PageKey string
@@ -172,13 +172,13 @@ func (e *Engine) Probe(ctx context.Context, req downloader.Request, u *url.URL) 
 
 // Render runs entry B. Over the domain interval, or with the global cap and local queue
 // full, it returns an *OverLimitError (HTTP 429).
-func (e *Engine) Render(ctx context.Context, req downloader.Request, u *url.URL) (*Result, error) {
+func (e *Engine) Render(ctx context.Context, req downloader.Request, u *url.URL) (*Answer, error) {
 	req.Entry = downloader.EntryRender
 	return e.do(ctx, req, u)
 }
 
 // do admits and runs a B or C request.
-func (e *Engine) do(ctx context.Context, req downloader.Request, u *url.URL) (*Result, error) {
+func (e *Engine) do(ctx context.Context, req downloader.Request, u *url.URL) (*Answer, error) {
 	if e.isStopping() {
 		return e.finish(ctx, req, u, downloader.Failed(downloader.FailShuttingDown), 0, e.cfg.Clock.Now()), nil
 	}
@@ -319,8 +319,8 @@ func (e *Engine) run(ctx context.Context, req downloader.Request, u *url.URL, ad
 }
 
 // finish stores what should be stored and tells observers.
-func (e *Engine) finish(ctx context.Context, req downloader.Request, u *url.URL, out *downloader.Outcome, took time.Duration, at time.Time) *Result {
-	res := &Result{Outcome: out, Summary: out.Summary(req.Domain)}
+func (e *Engine) finish(ctx context.Context, req downloader.Request, u *url.URL, out *downloader.Outcome, took time.Duration, at time.Time) *Answer {
+	res := &Answer{Outcome: out, Summary: out.Summary(req.Domain)}
 	if req.Entry == downloader.EntryRender && len(out.Body) > 0 {
 		// Entry B answers the page's content: the renderer gives the DOM and its text, both
 		// UTF-8 already; a plain fetch gives the bytes as served, decoded here once by the

@@ -114,7 +114,7 @@ func TestRunTaskDelaysToItsSlot(t *testing.T) {
 	if out := e.RunTask(context.Background(), task("1")); out.Report == nil {
 		t.Fatalf("first task: %+v", out)
 	}
-	done := make(chan downloader.TaskOutcome)
+	done := make(chan downloader.LeaseReply)
 	go func() { done <- e.RunTask(context.Background(), task("2")) }()
 	clk.WaitTimers(1)
 	clk.Advance(499 * time.Millisecond)

@@ -58,7 +58,7 @@ func TestQueuedRendersHoldNoGlobalSlot(t *testing.T) {
 		DefaultMinInterval: time.Second, DefaultTimeout: 10 * time.Second})
 
 	type result struct {
-		res *Result
+		res *Answer
 		err error
 	}
 	done := make(chan result, 4)

@@ -46,7 +46,7 @@ func (e *Engine) timeoutOf(req downloader.Request) time.Duration {
 // sharedUnavailable records that req was not sent because the shared runtime failed, and
 // answers: entry C a summary with runtime_store_unavailable (not reached), entry B the
 // EUNAVAILABLE error.
-func (e *Engine) sharedUnavailable(req downloader.Request, now time.Time, err error) (*Result, error) {
+func (e *Engine) sharedUnavailable(req downloader.Request, now time.Time, err error) (*Answer, error) {
 	e.log.Warn("shared limiter state unavailable: request not sent", "entry", string(req.Entry),
 		"domain", req.Domain, "url", req.URL, "error", err)
 	out := downloader.Failed(downloader.FailRuntimeStoreUnavailable)
@@ -57,7 +57,7 @@ func (e *Engine) sharedUnavailable(req downloader.Request, now time.Time, err er
 	if req.Entry == downloader.EntryRender {
 		return nil, errSharedUnavailable
 	}
-	return &Result{Outcome: out, Summary: s}, nil
+	return &Answer{Outcome: out, Summary: s}, nil
 }
 
 // admitTaskShared takes entry A's shared admission: it reserves the next slot and waits
@@ -65,7 +65,7 @@ func (e *Engine) sharedUnavailable(req downloader.Request, now time.Time, err er
 // again, until the slot would pass deadline (the task is then handed back). ok is false
 // when the task must be handed back, with outcome. slotAt is no later than the slot the
 // shared runtime gave.
-func (e *Engine) admitTaskShared(ctx context.Context, t *downloader.Task, req downloader.Request, deadline time.Time) (ticket downloader.SharedTicket, slotAt time.Time, outcome downloader.TaskOutcome, ok bool) {
+func (e *Engine) admitTaskShared(ctx context.Context, t *downloader.Task, req downloader.Request, deadline time.Time) (ticket downloader.SharedTicket, slotAt time.Time, outcome downloader.LeaseReply, ok bool) {
 	pause := sharedRetryMin
 	observed := false
 	for {
@@ -85,18 +85,18 @@ func (e *Engine) admitTaskShared(ctx context.Context, t *downloader.Task, req do
 		if tk != nil {
 			if err := e.sleep(ctx, wait); err != nil {
 				tk.Done(context.WithoutCancel(ctx), e.cfg.Clock.Now())
-				return nil, time.Time{}, downloader.TaskOutcome{Release: true, RetryAfter: time.Second}, false
+				return nil, time.Time{}, downloader.LeaseReply{Release: true, RetryAfter: time.Second}, false
 			}
-			return tk, now.Add(wait), downloader.TaskOutcome{}, true
+			return tk, now.Add(wait), downloader.LeaseReply{}, true
 		}
 		if ctx.Err() != nil || e.isStopping() {
-			return nil, time.Time{}, downloader.TaskOutcome{Release: true, RetryAfter: time.Second}, false
+			return nil, time.Time{}, downloader.LeaseReply{Release: true, RetryAfter: time.Second}, false
 		}
 		if !deadline.IsZero() && now.Add(wait).After(deadline) {
-			return nil, time.Time{}, downloader.TaskOutcome{Release: true, RetryAfter: wait}, false
+			return nil, time.Time{}, downloader.LeaseReply{Release: true, RetryAfter: wait}, false
 		}
 		if err := e.sleep(ctx, wait); err != nil {
-			return nil, time.Time{}, downloader.TaskOutcome{Release: true, RetryAfter: time.Second}, false
+			return nil, time.Time{}, downloader.LeaseReply{Release: true, RetryAfter: time.Second}, false
 		}
 	}
 }

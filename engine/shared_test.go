@@ -108,7 +108,7 @@ func TestSharedAdmissionPerEntry(t *testing.T) {
 			if tt.entry == downloader.EntryProbe {
 				s = e.Probe(context.Background(), req, u)
 			} else {
-				var res *Result
+				var res *Answer
 				res, err = e.Render(context.Background(), req, u)
 				if res != nil {
 					s = res.Summary
@@ -198,7 +198,7 @@ func TestSharedTaskWaitsForTheStoreAndTheSlot(t *testing.T) {
 	}
 	e.cfg.Shared = sh
 	lease := clk.Now().Add(time.Hour)
-	done := make(chan downloader.TaskOutcome)
+	done := make(chan downloader.LeaseReply)
 	go func() {
 		done <- e.RunTask(context.Background(), &downloader.Task{TaskID: "1", URL: "http://a.test/", MinIntervalMs: ms(100), LeaseExpiresAt: lease})
 	}()

@@ -21,14 +21,14 @@ func ValidateTask(t *downloader.Task) (*url.URL, downloader.Request, error) {
 // that slot (plus the time the request may take) would outlive the lease, hands the task
 // back at once; else it waits for the slot, then for a global slot, fetches or renders,
 // stores the fetch_result (and the page when should_store) and returns the report.
-func (e *Engine) RunTask(ctx context.Context, t *downloader.Task) downloader.TaskOutcome {
+func (e *Engine) RunTask(ctx context.Context, t *downloader.Task) downloader.LeaseReply {
 	now := e.cfg.Clock.Now()
 	u, req, err := ValidateTask(t)
 	if err != nil {
 		return e.invalidTask(ctx, t, now, err)
 	}
 	if e.isStopping() {
-		return downloader.TaskOutcome{Release: true, RetryAfter: time.Second}
+		return downloader.LeaseReply{Release: true, RetryAfter: time.Second}
 	}
 	req.Timeout = e.cfg.DefaultTimeout
 	var deadline time.Time
@@ -41,23 +41,23 @@ func (e *Engine) RunTask(ctx context.Context, t *downloader.Task) downloader.Tas
 			MinInterval: req.MinInterval, IntervalSource: req.IntervalSource, OverLimit: true, Delay: delay, TaskID: t.TaskID})
 	}
 	if !ok {
-		return downloader.TaskOutcome{Release: true, RetryAfter: delay}
+		return downloader.LeaseReply{Release: true, RetryAfter: delay}
 	}
 	defer adm.Cancel()
 	if err := e.sleep(ctx, delay); err != nil {
-		return downloader.TaskOutcome{Release: true, RetryAfter: time.Second}
+		return downloader.LeaseReply{Release: true, RetryAfter: time.Second}
 	}
 	releaseSlot := func() {}
 	if req.ShouldRender && e.cfg.Renderer != nil {
 		var failed *downloader.Outcome
 		if releaseSlot, failed = e.renderSlot(ctx, req); failed != nil {
 			// Nothing was fetched: the task goes back rather than failing for our reasons.
-			return downloader.TaskOutcome{Release: true, RetryAfter: time.Second}
+			return downloader.LeaseReply{Release: true, RetryAfter: time.Second}
 		}
 	}
 	if err := e.cfg.Gate.Acquire(ctx, limiter.QueueAlways); err != nil {
 		releaseSlot()
-		return downloader.TaskOutcome{Release: true, RetryAfter: time.Second}
+		return downloader.LeaseReply{Release: true, RetryAfter: time.Second}
 	}
 	var ticket downloader.SharedTicket
 	var end time.Time
@@ -86,12 +86,12 @@ func (e *Engine) RunTask(ctx context.Context, t *downloader.Task) downloader.Tas
 	}()
 	if out.FailReason == downloader.FailLocalQueueFull || out.FailReason == downloader.FailShuttingDown {
 		// Nothing was fetched: the task goes back rather than failing for our reasons.
-		return downloader.TaskOutcome{Release: true, RetryAfter: time.Second}
+		return downloader.LeaseReply{Release: true, RetryAfter: time.Second}
 	}
 	return e.report(ctx, t, req, out, start)
 }
 
-func (e *Engine) invalidTask(ctx context.Context, t *downloader.Task, now time.Time, err error) downloader.TaskOutcome {
+func (e *Engine) invalidTask(ctx context.Context, t *downloader.Task, now time.Time, err error) downloader.LeaseReply {
 	domain := t.Domain
 	if _, d, perr := downloader.ParseTargetURL("url", t.URL); perr == nil {
 		domain = d
@@ -102,7 +102,7 @@ func (e *Engine) invalidTask(ctx context.Context, t *downloader.Task, now time.T
 	return e.report(ctx, t, req, out, now)
 }
 
-func (e *Engine) report(ctx context.Context, t *downloader.Task, req downloader.Request, out *downloader.Outcome, start time.Time) downloader.TaskOutcome {
+func (e *Engine) report(ctx context.Context, t *downloader.Task, req downloader.Request, out *downloader.Outcome, start time.Time) downloader.LeaseReply {
 	key, err := e.store(ctx, req, t.TaskID, out, start)
 	if err != nil {
 		e.log.Error("store task result", "task_id", t.TaskID, "url", t.URL, "error", err)
@@ -111,7 +111,7 @@ func (e *Engine) report(ctx context.Context, t *downloader.Task, req downloader.
 	e.observe(&downloader.Event{At: start, Entry: downloader.EntryLease, URL: t.URL, Domain: req.Domain, ShouldRender: req.ShouldRender,
 		MinInterval: req.MinInterval, IntervalSource: req.IntervalSource, Summary: s,
 		Duration: e.cfg.Clock.Now().Sub(start), TaskID: t.TaskID})
-	return downloader.TaskOutcome{Report: &downloader.Report{TaskID: t.TaskID, Summary: s, FetchedAt: start.UTC(), PageKey: key}}
+	return downloader.LeaseReply{Report: &downloader.Report{TaskID: t.TaskID, Summary: s, FetchedAt: start.UTC(), PageKey: key}}
 }
 
 func (e *Engine) sleep(ctx context.Context, d time.Duration) error {

@@ -96,7 +96,7 @@ func newPool(t *testing.T, guard *netguard.Guard, concurrency, queueLength int) 
 }
 
 // render runs entry B with rendering.
-func (r *rig) render(rawURL string, timeout time.Duration) (*engine.Result, error) {
+func (r *rig) render(rawURL string, timeout time.Duration) (*engine.Answer, error) {
 	u, req := request(rawURL)
 	req.ShouldRender = true
 	req.Timeout = timeout
@@ -216,7 +216,7 @@ func TestQueuedRenderHoldsNoGlobalSlot(t *testing.T) {
 	if res, err := r.render("http://render-warmup.test/", renderTimeout); err != nil || reasonOf(res.Summary) != "" {
 		t.Fatalf("warm-up render: %v %v", err, res)
 	}
-	held := make(chan *engine.Result, 2)
+	held := make(chan *engine.Answer, 2)
 	for i := range 2 {
 		go func() {
 			res, _ := r.render(fmt.Sprintf("http://slowrender%d.test/", i), renderTimeout)

@@ -87,7 +87,7 @@ type TaskOutbox interface {
 // Runner runs one leased task (*engine.Engine). Stopping it is its owner's business (see
 // the package comment): a stopped runner hands every task back as a release.
 type Runner interface {
-	RunTask(ctx context.Context, t *downloader.Task) downloader.TaskOutcome
+	RunTask(ctx context.Context, t *downloader.Task) downloader.LeaseReply
 }
 
 // Outbox keeps reports durably until the source acknowledged them (embedded.Outbox).

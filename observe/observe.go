@@ -310,8 +310,10 @@ type Recent struct {
 	// MeanServiceMs is the mean Duration of the requests that finished in the span, or of
 	// the last 24 h when none did; null when none did in 24 h either.
 	MeanServiceMs *float64 `json:"mean_service_ms"`
-	// IsMeanServiceFrom24h tells that MeanServiceMs fell back to the 24 h window.
-	IsMeanServiceFrom24h bool `json:"is_mean_service_from_24h"`
+	// MeanServiceSpanSeconds is the window MeanServiceMs was measured over: SpanSeconds,
+	// or 86400 when nothing finished in the span and the mean is the last 24 h's; 0 when
+	// MeanServiceMs is null.
+	MeanServiceSpanSeconds int64 `json:"mean_service_span_seconds"`
 }
 
 // Recent returns the throughput of the last RecentSpan at now.
@@ -336,10 +338,11 @@ func (o *Observer) Recent(now time.Time) Recent {
 	case n > 0:
 		m := float64(ns) / float64(n) / float64(time.Millisecond)
 		r.MeanServiceMs = &m
+		r.MeanServiceSpanSeconds = r.SpanSeconds
 	case dayN > 0:
 		m := float64(dayNs) / float64(dayN) / float64(time.Millisecond)
 		r.MeanServiceMs = &m
-		r.IsMeanServiceFrom24h = true
+		r.MeanServiceSpanSeconds = int64(24 * time.Hour / time.Second)
 	}
 	return r
 }

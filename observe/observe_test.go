@@ -202,22 +202,22 @@ func TestRecent(t *testing.T) {
 	if r.FinishedCount != 60 || r.AchievedRatePerSecond != 60.0/300 || r.SpanSeconds != 300 {
 		t.Errorf("rate: %+v", r)
 	}
-	if r.MeanServiceMs == nil || *r.MeanServiceMs != 200 || r.IsMeanServiceFrom24h {
-		t.Errorf("mean service %v (from 24h %v), want 200 ms", r.MeanServiceMs, r.IsMeanServiceFrom24h)
+	if r.MeanServiceMs == nil || *r.MeanServiceMs != 200 || r.MeanServiceSpanSeconds != r.SpanSeconds {
+		t.Errorf("mean service %v (over %d s), want 200 ms", r.MeanServiceMs, r.MeanServiceSpanSeconds)
 	}
 	// Six minutes later the recent window is empty; the mean falls back to the day's.
 	r = o.Recent(t0.Add(7 * time.Minute))
 	if r.FinishedCount != 0 || r.AchievedRatePerSecond != 0 {
 		t.Errorf("after the span: %+v", r)
 	}
-	if r.MeanServiceMs == nil || *r.MeanServiceMs != 200 || !r.IsMeanServiceFrom24h {
-		t.Errorf("fallback mean %v (from 24h %v), want 200 ms from 24 h", r.MeanServiceMs, r.IsMeanServiceFrom24h)
+	if r.MeanServiceMs == nil || *r.MeanServiceMs != 200 || r.MeanServiceSpanSeconds != 86400 {
+		t.Errorf("fallback mean %v (over %d s), want 200 ms from 24 h", r.MeanServiceMs, r.MeanServiceSpanSeconds)
 	}
 	// A request without a duration (an invalid task) counts as achieved, not in the mean.
 	clk.Set(t0.Add(8 * time.Minute))
 	o.Observe(finished(entryA, 0, downloader.FailInvalidTask))
 	r = o.Recent(clk.Now())
-	if r.FinishedCount != 1 || !r.IsMeanServiceFrom24h {
+	if r.FinishedCount != 1 || r.MeanServiceSpanSeconds != 86400 {
 		t.Errorf("zero duration: %+v", r)
 	}
 }

@@ -57,7 +57,7 @@ const (
 
 // TaskRunner is entry A's runner (*engine.Engine), which Runner wraps.
 type TaskRunner interface {
-	RunTask(ctx context.Context, t *downloader.Task) downloader.TaskOutcome
+	RunTask(ctx context.Context, t *downloader.Task) downloader.LeaseReply
 	Stop()
 }
 
@@ -172,7 +172,7 @@ type verdict struct {
 }
 
 // RunTask runs t through robots.txt, then through the wrapped runner if allowed.
-func (r *Runner) RunTask(ctx context.Context, t *downloader.Task) downloader.TaskOutcome {
+func (r *Runner) RunTask(ctx context.Context, t *downloader.Task) downloader.LeaseReply {
 	u, domain, err := downloader.ParseTargetURL("url", t.URL)
 	if err != nil || t.MinIntervalMs == nil {
 		return r.cfg.Next.RunTask(ctx, t) // the engine reports it as invalid_task
@@ -181,7 +181,7 @@ func (r *Runner) RunTask(ctx context.Context, t *downloader.Task) downloader.Tas
 	v := r.check(ctx, t, u, domain, interval)
 	switch {
 	case v.wait > 0:
-		return downloader.TaskOutcome{Release: true, RetryAfter: v.wait}
+		return downloader.LeaseReply{Release: true, RetryAfter: v.wait}
 	case v.skip != "":
 		rep := &downloader.Report{TaskID: t.TaskID, FetchedAt: r.cfg.Clock.Now().UTC(), SkipReason: v.skip,
 			Summary: downloader.Summary{Domain: domain}}
@@ -189,7 +189,7 @@ func (r *Runner) RunTask(ctx context.Context, t *downloader.Task) downloader.Tas
 			rep.Summary = v.failed.Summary(domain)
 		}
 		r.log.Info("task skipped by robots.txt", "task_id", t.TaskID, "url", t.URL, "skip_reason", v.skip)
-		return downloader.TaskOutcome{Report: rep}
+		return downloader.LeaseReply{Report: rep}
 	}
 	if v.crawlDelay > interval {
 		// The sampler's rule (SPEC §1): min_interval_ms = max(crawl_delay, the interval).

@@ -32,12 +32,12 @@ type recorder struct {
 	tasks []downloader.Task
 }
 
-func (r *recorder) RunTask(_ context.Context, t *downloader.Task) downloader.TaskOutcome {
+func (r *recorder) RunTask(_ context.Context, t *downloader.Task) downloader.LeaseReply {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.tasks = append(r.tasks, *t)
 	st := 200
-	return downloader.TaskOutcome{Report: &downloader.Report{TaskID: t.TaskID, Summary: downloader.Summary{HTTPStatus: &st, HasReachedOrigin: true}}}
+	return downloader.LeaseReply{Report: &downloader.Report{TaskID: t.TaskID, Summary: downloader.Summary{HTTPStatus: &st, HasReachedOrigin: true}}}
 }
 
 func (r *recorder) Stop() {}

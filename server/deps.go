@@ -23,7 +23,7 @@ type Prober interface {
 // Renderer runs entry B (engine.Engine): the result, an *engine.OverLimitError when the
 // request is over the limit (a 429), or an error to answer.
 type Renderer interface {
-	Render(ctx context.Context, req downloader.Request, u *url.URL) (*engine.Result, error)
+	Render(ctx context.Context, req downloader.Request, u *url.URL) (*engine.Answer, error)
 }
 
 // SettingsService reads and changes the runtime settings (engine.Engine). SetSettings
