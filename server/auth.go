@@ -43,7 +43,9 @@ func (s *Server) authorize(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		need := accessNeeded(r.Method, r.URL.Path)
 		if need == accessMetrics {
-			if s.cfg.MetricsToken != "" && !tokenIs(bearer(r), s.cfg.MetricsToken) {
+			// The console's signed-in operator reads it too (its layout links here): a
+			// session cookie is SameSite=Strict, so no other site can make a browser send it.
+			if _, signedIn := s.sessionOf(r); s.cfg.MetricsToken != "" && !tokenIs(bearer(r), s.cfg.MetricsToken) && !signedIn {
 				unauthorized(w)
 				return
 			}

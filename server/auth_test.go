@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 )
 
 // consoleRoutes stand in for the console (package console registers the real ones).
@@ -99,6 +100,30 @@ func TestMetricsToken(t *testing.T) {
 		if rec.Code != tt.want {
 			t.Errorf("/metrics with %q: %d, want %d", tt.token, rec.Code, tt.want)
 		}
+	}
+	// The console links to /metrics: a signed-in operator reads it with the session alone;
+	// a forged or expired cookie does not.
+	cookie := signIn(t, srv, "api-secret", "/").Result().Cookies()[0]
+	for _, tt := range []struct {
+		name  string
+		value string
+		want  int
+	}{{"session", cookie.Value, 200}, {"forged", "api.99999999999.AAAA", 401}} {
+		req := httptest.NewRequest("GET", "/metrics", nil)
+		req.AddCookie(&http.Cookie{Name: SessionCookie, Value: tt.value})
+		rec := httptest.NewRecorder()
+		srv.ServeHTTP(rec, req)
+		if rec.Code != tt.want {
+			t.Errorf("/metrics with a %s cookie: %d, want %d", tt.name, rec.Code, tt.want)
+		}
+	}
+	h.clk.Advance(SessionTTL + time.Minute)
+	req := httptest.NewRequest("GET", "/metrics", nil)
+	req.AddCookie(cookie)
+	rec := httptest.NewRecorder()
+	srv.ServeHTTP(rec, req)
+	if rec.Code != 401 {
+		t.Errorf("/metrics with an expired session: %d, want 401", rec.Code)
 	}
 }
 
