@@ -296,7 +296,14 @@ func (j *renderJob) renderTab(ctx context.Context, t *tab) *downloader.Outcome {
 			return downloader.Failed(j.stopped(runCtx, t, err))
 		}
 	}
-	nav, err := chromedp.Call(runCtx, navigateWaitUntil, navigateParams{URL: j.u.String(), WaitUntil: t.b.prof.waitUntil})
+	navURL := j.u.String()
+	if t.b.prof.resolveRedirects {
+		var out *downloader.Outcome
+		if navURL, out = j.resolveChain(runCtx, t); out != nil {
+			return out
+		}
+	}
+	nav, err := chromedp.Call(runCtx, navigateWaitUntil, navigateParams{URL: navURL, WaitUntil: t.b.prof.waitUntil})
 	if err != nil {
 		if msg, ok := navigationCDPError(err); ok && t.b.prof.navigationErrorIsOrigin && runCtx.Err() == nil {
 			return j.navigationRefused(t, msg)
@@ -494,7 +501,7 @@ func (j *renderJob) base(md mainDocument, t *tab) *downloader.Outcome {
 	if hs.ContentType == "" {
 		hs.ContentType = md.mime
 	}
-	hs.RedirectCount = md.redirects
+	hs.RedirectCount = md.redirects + j.st.chainRedirectCount()
 	if md.status == http.StatusTooManyRequests || md.status == http.StatusServiceUnavailable {
 		hs.RetryAfterSeconds = retryafter.Seconds(header(md.headers, "Retry-After"), j.p.clk.Now())
 	}

@@ -3,6 +3,7 @@ package render
 import (
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 
@@ -29,14 +30,44 @@ type proxyHops struct {
 
 	mu        sync.Mutex
 	firstSeen bool
+	expected  *url.URL // the chain's final URL, whose next document request its hop covers
 }
 
 // admit decides on a top-level document request of the render; false: refuse it.
 func (h *proxyHops) admit(r *http.Request) bool {
+	if h.takeExpected(r.URL) {
+		return true
+	}
 	domain, err := downloader.NormalizeDomain(r.URL.Host)
 	if err != nil {
 		return false
 	}
+	return h.admitDomain(domain)
+}
+
+// expect makes the next document request for u (the final URL of the chain resolveChain
+// followed, Obscura's navigation) go under the admission of the chain's last hop, as a
+// browser's request that followed the redirect itself would.
+func (h *proxyHops) expect(u *url.URL) {
+	h.mu.Lock()
+	h.expected = u
+	h.mu.Unlock()
+}
+
+func (h *proxyHops) takeExpected(u *url.URL) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.expected
+	if e == nil || !strings.EqualFold(e.Host, u.Host) || e.RequestURI() != u.RequestURI() {
+		return false
+	}
+	h.expected = nil
+	return true
+}
+
+// admitDomain admits one main document request to domain: the render's first under the
+// caller's admission, each later one with an admission of its own; false: refuse it.
+func (h *proxyHops) admitDomain(domain string) bool {
 	h.mu.Lock()
 	first := !h.firstSeen
 	h.firstSeen = true

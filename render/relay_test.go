@@ -50,6 +50,7 @@ type obscuraRelay struct {
 
 	mu       sync.Mutex
 	closed   bool
+	navURLs  []string // every Page.navigate's URL, in order
 	conns    map[*relayConn]struct{}
 	handlers sync.WaitGroup // serve calls
 
@@ -102,6 +103,19 @@ func (r *obscuraRelay) close() {
 	r.mu.Unlock()
 	r.handlers.Wait()
 	r.wg.Wait()
+}
+
+// navigated returns the URLs navigated to that do not end with the canary's suffix.
+func (r *obscuraRelay) navigated() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, u := range r.navURLs {
+		if !strings.Contains(u, canarySuffix) {
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 // version answers Obscura's /json/version, a fixed document (obscura-cdp server.rs).
@@ -360,6 +374,9 @@ func (c *relayConn) command(m cdpMessage, timeouts chan navTimedOut) {
 		})
 		c.nav = nav
 		c.r.navCount.Add(1)
+		c.r.mu.Lock()
+		c.r.navURLs = append(c.r.navURLs, p.URL)
+		c.r.mu.Unlock()
 	}
 	c.send(c.upstream, m)
 }
