@@ -38,6 +38,7 @@ type exampleOrigin struct {
 
 type exampleHit struct {
 	host, path, cookie string
+	remote             string // the connection it came on
 	isTLS              bool
 	admittedCount      int // the host's hop admissions granted before the request arrived
 }
@@ -71,7 +72,7 @@ func (o *exampleOrigin) serve(w http.ResponseWriter, r *http.Request) {
 		host = r.Host
 	}
 	o.mu.Lock()
-	o.hits = append(o.hits, exampleHit{host: host, path: r.URL.Path, cookie: r.Header.Get("Cookie"), isTLS: r.TLS != nil, admittedCount: o.admitted[host]})
+	o.hits = append(o.hits, exampleHit{host: host, path: r.URL.Path, remote: r.RemoteAddr, cookie: r.Header.Get("Cookie"), isTLS: r.TLS != nil, admittedCount: o.admitted[host]})
 	o.mu.Unlock()
 	o.pages(w, r)
 }
@@ -90,7 +91,9 @@ func (o *exampleOrigin) requests(host string) []exampleHit {
 }
 
 // AdmitHop is the limiter's, recording each admission granted.
-func (o *exampleOrigin) hopAdmitter() HopAdmitter { return &recordingHops{o: o, hops: limiterHops{l: limiter.New(clock.Real{})}} }
+func (o *exampleOrigin) hopAdmitter() HopAdmitter {
+	return &recordingHops{o: o, hops: limiterHops{l: limiter.New(clock.Real{})}}
+}
 
 type recordingHops struct {
 	o    *exampleOrigin

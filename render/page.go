@@ -260,6 +260,7 @@ func (j *renderJob) renderTab(ctx context.Context, t *tab) *downloader.Outcome {
 		t.pause.arm(hr)
 	} else if t.b.prof.interception == interceptProxy {
 		j.st.countTunnels()
+		j.st.skipAtProxy(j.skip)
 		if j.p.cfg.Hops != nil {
 			j.st.setProxyHops(&proxyHops{r: hr, hops: j.p.cfg.Hops, log: j.p.log})
 		}
@@ -510,6 +511,7 @@ func (j *renderJob) base(md mainDocument, t *tab) *downloader.Outcome {
 	hs.XHRCount, hs.XHRFailedCount = &c.xhr, &c.xhrFailed
 	hs.SubrequestCount, hs.SubrequestFailedCount = &c.sub, &c.subFailed
 	hs.BlockedRequestCount = &blocked
+	c.skipped += j.st.proxySkippedCount()
 	hs.SkippedRequestCount = &c.skipped
 	j.st.guardCounts().fill(hs)
 	switch {

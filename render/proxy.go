@@ -204,6 +204,12 @@ func (x *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		x.rp.ServeHTTP(w, r) // a main document: not one of the page's sub-requests
 		return
 	}
+	if st.skipsRequest(r) {
+		// A type the render skips (no pauser to fail it in the browser): never sent.
+		w.Header().Set(proxyErrorHeader, x.token+" "+string(downloader.FailDestinationForbidden))
+		w.WriteHeader(http.StatusForbidden)
+		return
+	}
 	if st.proxyCounts() && !isMainDocument(r, st.domain) {
 		if d, err := downloader.NormalizeDomain(r.URL.Host); err == nil && !st.admitSubrequest(d) {
 			x.log.Debug("render sub-request over the render's cap, refused", "domain", d)
@@ -357,6 +363,8 @@ type renderState struct {
 	subByHost      map[string]int // of them, per host other than the page's
 	capped         int            // sub-requests refused at a cap
 	chainRedirects int            // redirects resolveChain followed (interceptProxy)
+	proxySkip      skipSet        // the types refused at the proxy (interceptProxy)
+	proxySkipped   int            // of them, requests refused
 	popups         int            // windows the page tried to open
 	skippedFrames  int            // cross-host iframe documents not admitted now
 }
