@@ -66,8 +66,8 @@ type obscuraRelay struct {
 	navErrorCount      atomic.Int64 // navigations answered with a CDP error
 	unsentEventCount   atomic.Int64 // Network.loadingFailed and Inspector.targetCrashed kept from the client
 	// unsent is told of each event kept from the client (tests wait on it).
-	unsent chan string
-	navCount           atomic.Int64
+	unsent   chan string
+	navCount atomic.Int64
 }
 
 func newObscuraRelay(t testing.TB, upstream string) *obscuraRelay {
