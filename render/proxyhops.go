@@ -21,8 +21,10 @@ import (
 //
 // Chromium sends no Sec-Fetch headers to a plain http:// origin; there a navigation is
 // told by its Accept (isDocumentRequest), which makes a frame's document a hop too, as
-// SPEC §3 allows ("admitted like a hop"). A CONNECT carries no header at all: an HTTPS hop to another host goes under the render's
-// sub-request caps instead (docs/renderers.md). Safe for concurrent use.
+// SPEC §3 allows ("admitted like a hop"). A CONNECT carries no header at all, so the main document's redirects are resolved
+// before the browser navigates (resolveChain), each hop admitted there; a page's own
+// HTTPS navigation to another host still goes under the render's sub-request caps
+// (docs/renderers.md). Safe for concurrent use.
 type proxyHops struct {
 	r    *hopRender
 	hops HopAdmitter
