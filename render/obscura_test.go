@@ -130,8 +130,11 @@ func TestObscuraRenders(t *testing.T) {
 			t.Errorf("%s: fail_reason=%s, want %s", tt.url, failReason(out), tt.want)
 		}
 	}
-	if n := s.relay.navErrorCount.Load(); n < 1 {
-		t.Errorf("nav_error_count %d: the HTTPS failure did not come as a CDP error", n)
+	// The failures are found by our own request of the chain (resolveChain), before the
+	// server is asked to navigate; a CDP navigation error is classified as
+	// TestClassifyNavigationError shows.
+	if n := s.relay.navErrorCount.Load(); n != 0 {
+		t.Errorf("nav_error_count %d, want 0: the failed pages were navigated to", n)
 	}
 	if n, u := s.relay.fetchEnableCount.Load(), s.relay.userAgentNoopCount.Load(); n != 0 || u != 0 {
 		t.Errorf("fetch_enable_count=%d user_agent_noop_count=%d, want 0 and 0 on Obscura's profile", n, u)
@@ -171,5 +174,42 @@ func TestObscuraConcurrentRendersDoNotFreeze(t *testing.T) {
 	<-hanging
 	if n := s.relay.connCount.Load(); n < 3 {
 		t.Errorf("connection_count %d, want one per render besides the pool's own", n)
+	}
+}
+
+// TestObscuraConnectionDropped: Obscura sends no Inspector.targetCrashed: a server that
+// dies mid-render is only its websocket lost. The render answers renderer_crashed (or
+// renderer_unavailable, SPEC §4) at once, not at its timeout, and the next render gets a
+// connection of its own and the page.
+func TestObscuraConnectionDropped(t *testing.T) {
+	f := getFixture(t)
+	s := newObscuraSetup(t, true, 1)
+	if out := render(t, s.p, "js.test/", 20*time.Second); out.FailReason != "" { // connected, canary passed
+		t.Fatalf("first render: fail_reason=%s", failReason(out))
+	}
+	for len(f.slowHit) > 0 {
+		<-f.slowHit
+	}
+	done := make(chan *downloader.Outcome, 1)
+	go func() { done <- s.p.Render(context.Background(), f.url("slowxhr.test/"), nil, 120*time.Second) }()
+	select {
+	case <-f.slowHit: // the page loaded and waits for its XHR
+	case <-time.After(20 * time.Second):
+		t.Fatal("the render never reached its slow XHR")
+	}
+	if n := s.relay.dropConnections(); n < 1 {
+		t.Fatalf("dropped %d connections", n)
+	}
+	var out *downloader.Outcome
+	select {
+	case out = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the render did not end when its connection was lost")
+	}
+	if out.FailReason != downloader.FailRendererCrashed && out.FailReason != downloader.FailRendererUnavailable {
+		t.Errorf("fail_reason=%s, want renderer_crashed or renderer_unavailable", failReason(out))
+	}
+	if out := render(t, s.p, "js.test/", 30*time.Second); out.FailReason != "" {
+		t.Errorf("the render after the drop: fail_reason=%s", failReason(out))
 	}
 }

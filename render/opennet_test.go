@@ -163,6 +163,11 @@ func serveRelayPage(w http.ResponseWriter, r *http.Request, released <-chan stru
 		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		fmt.Fprint(w, `<!doctype html><html><body><p>Waited for.</p></body></html>`)
+	case "/relay/failing":
+		// A fetch Chromium refuses to send (an unsafe port): a failed request.
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprint(w, `<!doctype html><html><body><p>Failing.</p>
+<script>window.xhrDone = fetch("http://js.test:1/").then(() => false, () => true);</script></body></html>`)
 	case "/relay/ua":
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		fmt.Fprintf(w, `<!doctype html><html><body><p id="ua">%s</p></body></html>`, r.Header.Get("User-Agent"))

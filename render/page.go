@@ -260,6 +260,7 @@ func (j *renderJob) renderTab(ctx context.Context, t *tab) *downloader.Outcome {
 		t.pause.arm(hr)
 	} else if t.b.prof.interception == interceptProxy {
 		j.st.countTunnels()
+		j.st.skipAtProxy(j.skip)
 		if j.p.cfg.Hops != nil {
 			j.st.setProxyHops(&proxyHops{r: hr, hops: j.p.cfg.Hops, log: j.p.log})
 		}
@@ -296,7 +297,14 @@ func (j *renderJob) renderTab(ctx context.Context, t *tab) *downloader.Outcome {
 			return downloader.Failed(j.stopped(runCtx, t, err))
 		}
 	}
-	nav, err := chromedp.Call(runCtx, navigateWaitUntil, navigateParams{URL: j.u.String(), WaitUntil: t.b.prof.waitUntil})
+	navURL := j.u.String()
+	if t.b.prof.resolveRedirects {
+		var out *downloader.Outcome
+		if navURL, out = j.resolveChain(runCtx, t); out != nil {
+			return out
+		}
+	}
+	nav, err := chromedp.Call(runCtx, navigateWaitUntil, navigateParams{URL: navURL, WaitUntil: t.b.prof.waitUntil})
 	if err != nil {
 		if msg, ok := navigationCDPError(err); ok && t.b.prof.navigationErrorIsOrigin && runCtx.Err() == nil {
 			return j.navigationRefused(t, msg)
@@ -494,7 +502,7 @@ func (j *renderJob) base(md mainDocument, t *tab) *downloader.Outcome {
 	if hs.ContentType == "" {
 		hs.ContentType = md.mime
 	}
-	hs.RedirectCount = md.redirects
+	hs.RedirectCount = md.redirects + j.st.chainRedirectCount()
 	if md.status == http.StatusTooManyRequests || md.status == http.StatusServiceUnavailable {
 		hs.RetryAfterSeconds = retryafter.Seconds(header(md.headers, "Retry-After"), j.p.clk.Now())
 	}
@@ -503,6 +511,7 @@ func (j *renderJob) base(md mainDocument, t *tab) *downloader.Outcome {
 	hs.XHRCount, hs.XHRFailedCount = &c.xhr, &c.xhrFailed
 	hs.SubrequestCount, hs.SubrequestFailedCount = &c.sub, &c.subFailed
 	hs.BlockedRequestCount = &blocked
+	c.skipped += j.st.proxySkippedCount()
 	hs.SkippedRequestCount = &c.skipped
 	j.st.guardCounts().fill(hs)
 	switch {

@@ -95,6 +95,11 @@ type profile struct {
 	// because the server cannot wipe one (Storage.clearDataForOrigin is a no-op,
 	// DOMStorage and Browser.resetPermissions are errors on Obscura).
 	contextPerRender bool
+	// resolveRedirects: the main document's redirect chain is followed by our own admitted
+	// requests first (resolveChain) and the server navigates to the final URL only: its
+	// redirects go on inside its HTTP client, and an HTTPS hop reaches our proxy as a
+	// CONNECT that cannot be told from a sub-request's.
+	resolveRedirects bool
 }
 
 // profileFor returns the profile of kind; RendererAuto is Chromium's, the one that asks
@@ -110,6 +115,7 @@ func profileFor(kind RendererKind) profile {
 			waitUntil:               "networkidle0",
 			navigationErrorIsOrigin: true,
 			contextPerRender:        true,
+			resolveRedirects:        true,
 		}
 	}
 	return profile{kind: RendererChromium}

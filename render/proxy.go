@@ -189,6 +189,10 @@ func (x *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "render proxy: only absolute http:// requests and CONNECT", http.StatusBadRequest)
 		return
 	}
+	if x.isChainRequest(r) {
+		x.rp.ServeHTTP(w, r) // resolveChain's, admitted by it: a main document
+		return
+	}
 	if h := st.proxyHops(); h != nil && isDocumentRequest(r) {
 		if !h.admit(r) {
 			// Our own limiter's refusal, as the tracker reads it from the mark.
@@ -198,6 +202,12 @@ func (x *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		x.rp.ServeHTTP(w, r) // a main document: not one of the page's sub-requests
+		return
+	}
+	if st.skipsRequest(r) {
+		// A type the render skips (no pauser to fail it in the browser): never sent.
+		w.Header().Set(proxyErrorHeader, x.token+" "+string(downloader.FailDestinationForbidden))
+		w.WriteHeader(http.StatusForbidden)
 		return
 	}
 	if st.proxyCounts() && !isMainDocument(r, st.domain) {
@@ -345,15 +355,18 @@ type renderState struct {
 	refused        bool            // a hop was not admitted in time
 	unwiredHops    atomic.Int32    // hops admitted and not yet on the wire
 
-	caps          subrequestCaps
-	pausedCount   bool           // the tab's pauser counts sub-requests (the proxy does not)
-	atProxy       *proxyHops     // the proxy admits the main document hops (interceptProxy)
-	tunnelCounts  bool           // each CONNECT to another host is a sub-request (interceptProxy)
-	subCount      int            // sub-requests let through
-	subByHost     map[string]int // of them, per host other than the page's
-	capped        int            // sub-requests refused at a cap
-	popups        int            // windows the page tried to open
-	skippedFrames int            // cross-host iframe documents not admitted now
+	caps           subrequestCaps
+	pausedCount    bool           // the tab's pauser counts sub-requests (the proxy does not)
+	atProxy        *proxyHops     // the proxy admits the main document hops (interceptProxy)
+	tunnelCounts   bool           // each CONNECT to another host is a sub-request (interceptProxy)
+	subCount       int            // sub-requests let through
+	subByHost      map[string]int // of them, per host other than the page's
+	capped         int            // sub-requests refused at a cap
+	chainRedirects int            // redirects resolveChain followed (interceptProxy)
+	proxySkip      skipSet        // the types refused at the proxy (interceptProxy)
+	proxySkipped   int            // of them, requests refused
+	popups         int            // windows the page tried to open
+	skippedFrames  int            // cross-host iframe documents not admitted now
 }
 
 // subrequestCaps bound the sub-requests of one render (SPEC §3): they go out under the

@@ -3,6 +3,7 @@ package render
 import (
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 
@@ -20,8 +21,10 @@ import (
 //
 // Chromium sends no Sec-Fetch headers to a plain http:// origin; there a navigation is
 // told by its Accept (isDocumentRequest), which makes a frame's document a hop too, as
-// SPEC §3 allows ("admitted like a hop"). A CONNECT carries no header at all: an HTTPS hop to another host goes under the render's
-// sub-request caps instead (docs/renderers.md). Safe for concurrent use.
+// SPEC §3 allows ("admitted like a hop"). A CONNECT carries no header at all, so the main document's redirects are resolved
+// before the browser navigates (resolveChain), each hop admitted there; a page's own
+// HTTPS navigation to another host still goes under the render's sub-request caps
+// (docs/renderers.md). Safe for concurrent use.
 type proxyHops struct {
 	r    *hopRender
 	hops HopAdmitter
@@ -29,14 +32,44 @@ type proxyHops struct {
 
 	mu        sync.Mutex
 	firstSeen bool
+	expected  *url.URL // the chain's final URL, whose next document request its hop covers
 }
 
 // admit decides on a top-level document request of the render; false: refuse it.
 func (h *proxyHops) admit(r *http.Request) bool {
+	if h.takeExpected(r.URL) {
+		return true
+	}
 	domain, err := downloader.NormalizeDomain(r.URL.Host)
 	if err != nil {
 		return false
 	}
+	return h.admitDomain(domain)
+}
+
+// expect makes the next document request for u (the final URL of the chain resolveChain
+// followed, Obscura's navigation) go under the admission of the chain's last hop, as a
+// browser's request that followed the redirect itself would.
+func (h *proxyHops) expect(u *url.URL) {
+	h.mu.Lock()
+	h.expected = u
+	h.mu.Unlock()
+}
+
+func (h *proxyHops) takeExpected(u *url.URL) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.expected
+	if e == nil || !strings.EqualFold(e.Host, u.Host) || e.RequestURI() != u.RequestURI() {
+		return false
+	}
+	h.expected = nil
+	return true
+}
+
+// admitDomain admits one main document request to domain: the render's first under the
+// caller's admission, each later one with an admission of its own; false: refuse it.
+func (h *proxyHops) admitDomain(domain string) bool {
 	h.mu.Lock()
 	first := !h.firstSeen
 	h.firstSeen = true

@@ -31,6 +31,7 @@ import (
 //     as far as waitUntil asks (DOMContentLoaded by default);
 //   - Emulation.setUserAgentOverride is a no-op that answers {};
 //   - a navigation failure is a CDP error, not errorText;
+//   - Network.loadingFailed and Inspector.targetCrashed are never sent;
 //   - /json/version answers Obscura's fixed document.
 type obscuraRelay struct {
 	upstream string // the Chromium's browser websocket URL
@@ -50,6 +51,7 @@ type obscuraRelay struct {
 
 	mu       sync.Mutex
 	closed   bool
+	navURLs  []string // every Page.navigate's URL, in order
 	conns    map[*relayConn]struct{}
 	handlers sync.WaitGroup // serve calls
 
@@ -62,7 +64,10 @@ type obscuraRelay struct {
 	heldCount          atomic.Int64 // commands held back behind a navigation
 	busyCount          atomic.Int64 // commands answered "Server busy"
 	navErrorCount      atomic.Int64 // navigations answered with a CDP error
-	navCount           atomic.Int64
+	unsentEventCount   atomic.Int64 // Network.loadingFailed and Inspector.targetCrashed kept from the client
+	// unsent is told of each event kept from the client (tests wait on it).
+	unsent   chan string
+	navCount atomic.Int64
 }
 
 func newObscuraRelay(t testing.TB, upstream string) *obscuraRelay {
@@ -72,7 +77,7 @@ func newObscuraRelay(t testing.TB, upstream string) *obscuraRelay {
 		t.Fatal(err)
 	}
 	r := &obscuraRelay{upstream: upstream, ln: ln, conns: map[*relayConn]struct{}{},
-		navTimeout: 30 * time.Second, maxDeferred: 256, held: make(chan string, 1024)}
+		navTimeout: 30 * time.Second, maxDeferred: 256, held: make(chan string, 1024), unsent: make(chan string, 64)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/json/version", r.version)
 	mux.Handle("/devtools/browser", websocket.Server{
@@ -102,6 +107,19 @@ func (r *obscuraRelay) close() {
 	r.mu.Unlock()
 	r.handlers.Wait()
 	r.wg.Wait()
+}
+
+// navigated returns the URLs navigated to that do not end with the canary's suffix.
+func (r *obscuraRelay) navigated() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, u := range r.navURLs {
+		if !strings.Contains(u, canarySuffix) {
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 // version answers Obscura's /json/version, a fixed document (obscura-cdp server.rs).
@@ -211,6 +229,17 @@ func (r *obscuraRelay) serve(client *websocket.Conn) {
 	c.run()
 	c.closeBoth()
 	readers.Wait()
+}
+
+// dropConnections closes every client connection as a server that died would: no event,
+// no answer to what is pending.
+func (r *obscuraRelay) dropConnections() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for c := range r.conns {
+		c.closeBoth()
+	}
+	return len(r.conns)
 }
 
 func (c *relayConn) closeBoth() {
@@ -360,6 +389,9 @@ func (c *relayConn) command(m cdpMessage, timeouts chan navTimedOut) {
 		})
 		c.nav = nav
 		c.r.navCount.Add(1)
+		c.r.mu.Lock()
+		c.r.navURLs = append(c.r.navURLs, p.URL)
+		c.r.mu.Unlock()
 	}
 	c.send(c.upstream, m)
 }
@@ -392,6 +424,15 @@ func (c *relayConn) fromUpstreamMsg(m cdpMessage, timeouts chan navTimedOut) {
 		return
 	}
 	switch m.Method {
+	case "Network.loadingFailed", "Inspector.targetCrashed":
+		// Obscura never sends them: a failed request is not reported, and a crash of the
+		// server is only the connection lost.
+		c.r.unsentEventCount.Add(1)
+		select {
+		case c.r.unsent <- m.Method:
+		default:
+		}
+		return
 	case "Fetch.requestPaused":
 		if c.paused(m) {
 			return

@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto"
+	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/cdproto/inspector"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
@@ -236,5 +238,49 @@ func TestRelayNavigationErrors(t *testing.T) {
 	// The connection goes on.
 	if err := chromedp.Do(ctx, chromedp.Navigate("http://js.test/relay/ua")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRelayNeverSendsFailureEvents: a request that fails and a tab that crashes reach the
+// client as Obscura sends them: no Network.loadingFailed, no Inspector.targetCrashed.
+func TestRelayNeverSendsFailureEvents(t *testing.T) {
+	s := newRelaySetup(t)
+	var failed, crashed atomic.Int64
+	ctx := s.tab(t, "", chromedp.WithListener(func(ev any) {
+		switch ev.(type) {
+		case *network.EventLoadingFailed:
+			failed.Add(1)
+		case *inspector.EventTargetCrashed:
+			crashed.Add(1)
+		}
+	}))
+	if _, err := chromedp.Call(ctx, network.Enable, network.EnableParams{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate("http://js.test/relay/failing")); err != nil {
+		t.Fatal(err)
+	}
+	waitUnsent(t, s.relay, "Network.loadingFailed")
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go chromedp.Call(cctx, page.Crash, cdp.Empty{}) // answered by no one: the renderer is gone
+	waitUnsent(t, s.relay, "Inspector.targetCrashed")
+	if n, c := failed.Load(), crashed.Load(); n != 0 || c != 0 {
+		t.Errorf("the client saw %d loadingFailed and %d targetCrashed events, want none", n, c)
+	}
+}
+
+// waitUnsent waits until the relay kept an event of method from the client.
+func waitUnsent(t *testing.T, r *obscuraRelay, method string) {
+	t.Helper()
+	for {
+		select {
+		case m := <-r.unsent:
+			if m == method {
+				return
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("Chromium never sent %s", method)
+		}
 	}
 }

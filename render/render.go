@@ -61,6 +61,7 @@ package render
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -200,6 +201,9 @@ type Config struct {
 	// guardProxyLn, when set, is the guard proxy's listener (tests, which must know the
 	// address before they start the server).
 	guardProxyLn net.Listener
+	// chainTLS, when set, is the TLS configuration of resolveChain's requests (tests,
+	// whose origins have a test CA); nil: the system's roots.
+	chainTLS *tls.Config
 }
 
 // Stats is a snapshot of the pool for health pages and metrics.

@@ -1,0 +1,187 @@
+package render
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"strings"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
+
+	"downloader"
+)
+
+// chainHeader marks our own requests of a main document's redirect chain (resolveChain)
+// to the render's proxy, with the proxy's token so a page cannot forge it: the proxy
+// does not admit them again (resolveChain did) and strips the header.
+const chainHeader = "X-Downloader-Chain"
+
+// maxChainHops is how many redirects a navigation follows, as Obscura's own navigation
+// does (REDIRECT_LIMIT); past it the render fails as a redirect loop.
+const maxChainHops = 10
+
+// resolveChain follows the main document's redirects with our own requests, through the
+// render's proxy (the Guard, --connect-to and the wire gate as for the browser's), each
+// hop after the first admitted through Config.Hops before it is sent, then returns the
+// final URL: the one Obscura is made to navigate to (profile.resolveRedirects).
+//
+// Obscura follows redirects inside its HTTP client, and an HTTPS one reaches our proxy as
+// a CONNECT, which says nothing of being a main document: its hop to another host could
+// not be admitted there. Resolved first, the chain's every host is admitted before a byte
+// goes to it, and Obscura only asks for the final document (a second request to that
+// host, under the same admission as the page's sub-requests: docs/renderers.md). Cookies
+// the chain set are handed to the context first, as a browser would carry them.
+//
+// A nil outcome: navigate to the URL returned. Otherwise the render ends with it.
+func (j *renderJob) resolveChain(ctx context.Context, t *tab) (string, *downloader.Outcome) {
+	tr := &http.Transport{
+		Proxy:              http.ProxyURL(&url.URL{Scheme: "http", Host: t.proxy.addr()}),
+		ProxyConnectHeader: http.Header{chainHeader: {t.proxy.token}},
+		TLSClientConfig:    j.p.cfg.chainTLS.Clone(),
+		DisableCompression: true,
+	}
+	defer tr.CloseIdleConnections()
+	jar, _ := cookiejar.New(nil) // the chain's own cookies, as a browser carries them along it
+	client := &http.Client{Transport: tr, Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	h := j.st.proxyHops()
+	var cookies []*network.CookieParam
+	cur := j.u
+	for hop := 0; ; hop++ {
+		if hop > maxChainHops {
+			return "", downloader.Failed(classifyNetError("ERR_TOO_MANY_REDIRECTS"))
+		}
+		domain, err := downloader.NormalizeDomain(cur.Hostname())
+		if err != nil {
+			return "", downloader.Failed(downloader.FailInvalidTask)
+		}
+		if h != nil && !h.admitDomain(domain) {
+			return "", downloader.Failed(downloader.FailSelfRateLimited)
+		}
+		resp, err := j.chainRequest(ctx, client, t, cur)
+		if err != nil {
+			return "", downloader.Failed(j.chainFailure(ctx, t, cur, err))
+		}
+		if reason := proxyMark(resp.Header, t.proxy.token); reason != "" {
+			resp.Body.Close()
+			return "", downloader.Failed(reason)
+		}
+		for _, c := range resp.Cookies() {
+			cookies = append(cookies, cookieParam(cur, c))
+		}
+		loc := resp.Header.Get("Location")
+		// The final document is Obscura's to fetch: ours is not read.
+		resp.Body.Close()
+		next, err := cur.Parse(loc)
+		if !isRedirect(resp.StatusCode) || loc == "" || err != nil || (next.Scheme != "http" && next.Scheme != "https") {
+			break
+		}
+		next.Fragment, next.RawFragment = cur.Fragment, cur.RawFragment
+		cur = next
+		j.st.countChainRedirect()
+	}
+	if len(cookies) > 0 {
+		if _, err := chromedp.Call(ctx, network.SetCookies, network.SetCookiesParams{Cookies: cookies}); err != nil {
+			return "", downloader.Failed(j.stopped(ctx, t, fmt.Errorf("the redirect chain's cookies: %w", err)))
+		}
+	}
+	if h != nil {
+		h.expect(cur)
+	}
+	return cur.String(), nil
+}
+
+// chainRequest sends one GET of the chain as a browser's navigation would look: our user
+// agent, a document's Accept and fetch metadata.
+func (j *renderJob) chainRequest(ctx context.Context, client *http.Client, t *tab, u *url.URL) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("User-Agent", j.p.cfg.UserAgent)
+	req.Header.Set("Accept", "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8")
+	req.Header.Set("Sec-Fetch-Dest", "document")
+	req.Header.Set("Sec-Fetch-Mode", "navigate")
+	if u.Scheme == "http" {
+		req.Header.Set(chainHeader, t.proxy.token)
+	}
+	return client.Do(req)
+}
+
+// chainFailure is the fail reason of a chain request that got no answer: what our proxy
+// recorded for the host (a CONNECT it could not make), else the error itself.
+func (j *renderJob) chainFailure(ctx context.Context, t *tab, u *url.URL, err error) downloader.FailReason {
+	if ctx.Err() != nil {
+		return j.stopped(ctx, t, err)
+	}
+	if r := j.st.tunnelFailure(hostPort(u.String())); r != "" {
+		return r
+	}
+	var certErr *tls.CertificateVerificationError
+	var unknownAuthority x509.UnknownAuthorityError
+	var hostErr x509.HostnameError
+	var alert tls.AlertError
+	var recordErr tls.RecordHeaderError
+	switch {
+	case errors.As(err, &certErr), errors.As(err, &unknownAuthority), errors.As(err, &hostErr),
+		errors.As(err, &alert), errors.As(err, &recordErr), strings.Contains(err.Error(), "tls: "):
+		return downloader.FailTLSFailed
+	}
+	return classifyError(err)
+}
+
+// proxyMark is the fail reason our proxy marked an answer with, empty for the origin's.
+func proxyMark(h http.Header, token string) downloader.FailReason {
+	tok, reason, ok := strings.Cut(h.Get(proxyErrorHeader), " ")
+	if !ok || tok != token {
+		return ""
+	}
+	if r := downloader.FailReason(reason); r.IsValid() && r != "" {
+		return r
+	}
+	return downloader.FailConnectionReset
+}
+
+func isRedirect(status int) bool {
+	switch status {
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		return true
+	}
+	return false
+}
+
+// cookieParam is a cookie set by a response to u, for Network.setCookies.
+func cookieParam(u *url.URL, c *http.Cookie) *network.CookieParam {
+	p := &network.CookieParam{Name: c.Name, Value: c.Value, URL: u.String(), Domain: c.Domain, Path: c.Path,
+		Secure: c.Secure, HTTPOnly: c.HttpOnly}
+	if !c.Expires.IsZero() {
+		p.Expires = cdp.TimeSinceEpoch(float64(c.Expires.UnixNano()) / 1e9)
+	}
+	return p
+}
+
+// countChainRedirect counts one redirect resolveChain followed (redirect_count).
+func (st *renderState) countChainRedirect() {
+	st.mu.Lock()
+	st.chainRedirects++
+	st.mu.Unlock()
+}
+
+func (st *renderState) chainRedirectCount() int {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.chainRedirects
+}
+
+// isChainRequest reports whether r is one of resolveChain's, and strips the mark.
+func (x *proxy) isChainRequest(r *http.Request) bool {
+	v := r.Header.Get(chainHeader)
+	r.Header.Del(chainHeader)
+	return v != "" && v == x.token
+}
