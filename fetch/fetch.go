@@ -13,11 +13,14 @@
 //     fails (ctx ends first), nothing is sent and the fetch fails with self_rate_limited.
 //   - Every write of a request is a request of its own: the transport never sends a
 //     request twice by itself. Requests go through Transport.RoundTrip (no http.Client:
-//     redirects are ours) with a body that is empty but not replayable, so net/http's
-//     silent retry of a GET on a new connection after a reused one failed does not
-//     happen; such a failure is reported (connection_reset: the origin did receive the
-//     request) and logged, and retrying is the caller's decision. A second connection
-//     attempt or write of one admission is refused anyway (wireTicket).
+//     redirects are ours) without a body. net/http then finds a GET replayable and, when
+//     a reused connection fails before any answer, tries it again on another connection:
+//     the wire ticket refuses that second connection attempt or first write before a
+//     byte goes out (it lets out one of each per admission), so the origin sees the
+//     request once; the failure is reported (connection_reset: the origin did receive
+//     the request) and logged, and retrying is the caller's decision. (A body that is
+//     empty but not replayable would stop the retry earlier, but net/http probes such a
+//     body on every request with a goroutine and a 200 ms timer.)
 //   - Every redirect hop, to the same host too, gets its own admission from
 //     Config.Hops (politeness is per request) and its own wire ticket. A hop whose URL names
 //     a forbidden address, or whose host resolves to one, fails with
@@ -42,7 +45,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -294,14 +296,6 @@ var (
 	errBodyStalls = errors.New("fetch: the response body stalled")
 )
 
-// emptyBody is a request body with nothing in it. A GET that has one (without GetBody) is
-// not replayable for net/http, which then never sends it a second time by itself; the
-// transport finds it empty and sends no body.
-type emptyBody struct{}
-
-func (emptyBody) Read([]byte) (int, error) { return 0, io.EOF }
-func (emptyBody) Close() error             { return nil }
-
 // hop sends one request for u and fills out from its answer. It returns the next URL
 // when the answer is a redirect to follow. once closes the connection after the answer
 // (FetchOnce).
@@ -341,7 +335,6 @@ func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Adm
 		out.FailReason = downloader.FailInvalidTask
 		return nil, fmt.Errorf("fetch %s: %w", u.Redacted(), err)
 	}
-	req.Body = emptyBody{} // not replayable: see the package doc
 	req.Close = once
 	req.Header.Set("User-Agent", f.cfg.UserAgent)
 	req.Header.Set("Accept", "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8")
@@ -351,16 +344,17 @@ func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Adm
 	// The request's attempt and write have happened or never will: the admission is the
 	// caller's again.
 	st.wireErr, st.refused = ticket.finish()
-	if st.refused > 0 {
+	switch {
+	case err != nil && st.reused.Load() && !st.answered.Load() && st.wireErr == nil:
+		// Where net/http sends the request again on another connection: the ticket
+		// refused that (refused_count), or it failed before (refused_count 0).
+		f.log.Info("fetch: a reused connection failed before any answer; not sent again",
+			"url", u.Redacted(), "error", err.Error(), "refused_count", st.refused)
+	case st.refused > 0:
 		f.log.Warn("fetch: a second send of one request was refused: it needs an admission of its own",
 			"url", u.Redacted(), "refused_count", st.refused)
 	}
 	if err != nil {
-		if st.reused.Load() && !st.answered.Load() && st.wireErr == nil {
-			// Where net/http would have sent the request again on a new connection.
-			f.log.Info("fetch: a reused connection failed before any answer; not sent again",
-				"url", u.Redacted(), "error", err.Error())
-		}
 		out.FailReason = f.classifyHop(ctx, hopCtx, st, err)
 		return nil, fmt.Errorf("fetch %s: %w", u.Redacted(), err)
 	}
