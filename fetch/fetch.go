@@ -96,6 +96,9 @@ const (
 	DefaultMaxRedirects    = 5
 )
 
+// acceptHTML is the Accept header of every request.
+const acceptHTML = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+
 // redirectDrainBytes bounds what is read of a redirect's body so its connection can be
 // reused.
 const redirectDrainBytes = 64 << 10
@@ -119,6 +122,8 @@ func maxIdleConns() int {
 type Fetcher struct {
 	cfg       Config
 	log       *slog.Logger
+	// The values of the headers every request sends, shared by all (never modified).
+	userAgent, accept, acceptEncoding []string
 	transport *http.Transport
 	closed    context.Context // done after Close: aborts dials still in progress
 	close     context.CancelFunc
@@ -170,7 +175,8 @@ func New(cfg Config) *Fetcher {
 	if tlsCfg.MinVersion == 0 {
 		tlsCfg.MinVersion = tls.VersionTLS12
 	}
-	f := &Fetcher{cfg: cfg, log: log}
+	f := &Fetcher{cfg: cfg, log: log,
+		userAgent: []string{cfg.UserAgent}, accept: []string{acceptHTML}, acceptEncoding: []string{acceptEncoding}}
 	f.closed, f.close = context.WithCancel(context.Background())
 	guard, connectTimeout, closed := cfg.Guard, cfg.ConnectTimeout, f.closed
 	f.transport = &http.Transport{
@@ -336,9 +342,8 @@ func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Adm
 		return nil, fmt.Errorf("fetch %s: %w", u.Redacted(), err)
 	}
 	req.Close = once
-	req.Header.Set("User-Agent", f.cfg.UserAgent)
-	req.Header.Set("Accept", "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8")
-	req.Header.Set("Accept-Encoding", acceptEncoding)
+	// The same values for every request, shared: the transport only reads them.
+	req.Header = http.Header{"User-Agent": f.userAgent, "Accept": f.accept, "Accept-Encoding": f.acceptEncoding}
 
 	resp, err := f.transport.RoundTrip(req)
 	// The request's attempt and write have happened or never will: the admission is the
