@@ -120,13 +120,13 @@ func maxIdleConns() int {
 // Fetcher does plain GETs. It owns one *http.Transport whose connections pass through the
 // guard. Safe for concurrent use; call Close when done.
 type Fetcher struct {
-	cfg       Config
-	log       *slog.Logger
+	cfg Config
+	log *slog.Logger
 	// The values of the headers every request sends, shared by all (never modified).
 	userAgent, accept, acceptEncoding []string
-	transport *http.Transport
-	closed    context.Context // done after Close: aborts dials still in progress
-	close     context.CancelFunc
+	transport                         *http.Transport
+	closed                            context.Context // done after Close: aborts dials still in progress
+	close                             context.CancelFunc
 
 	// wireHook, when set (by tests of this package), runs right after the wire wait let
 	// the request's first write out.
