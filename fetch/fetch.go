@@ -13,11 +13,14 @@
 //     fails (ctx ends first), nothing is sent and the fetch fails with self_rate_limited.
 //   - Every write of a request is a request of its own: the transport never sends a
 //     request twice by itself. Requests go through Transport.RoundTrip (no http.Client:
-//     redirects are ours) with a body that is empty but not replayable, so net/http's
-//     silent retry of a GET on a new connection after a reused one failed does not
-//     happen; such a failure is reported (connection_reset: the origin did receive the
-//     request) and logged, and retrying is the caller's decision. A second connection
-//     attempt or write of one admission is refused anyway (wireTicket).
+//     redirects are ours) without a body. net/http then finds a GET replayable and, when
+//     a reused connection fails before any answer, tries it again on another connection:
+//     the wire ticket refuses that second connection attempt or first write before a
+//     byte goes out (it lets out one of each per admission), so the origin sees the
+//     request once; the failure is reported (connection_reset: the origin did receive
+//     the request) and logged, and retrying is the caller's decision. (A body that is
+//     empty but not replayable would stop the retry earlier, but net/http probes such a
+//     body on every request with a goroutine and a 200 ms timer.)
 //   - Every redirect hop, to the same host too, gets its own admission from
 //     Config.Hops (politeness is per request) and its own wire ticket. A hop whose URL names
 //     a forbidden address, or whose host resolves to one, fails with
@@ -42,7 +45,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -94,6 +96,9 @@ const (
 	DefaultMaxRedirects    = 5
 )
 
+// acceptHTML is the Accept header of every request.
+const acceptHTML = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+
 // redirectDrainBytes bounds what is read of a redirect's body so its connection can be
 // reused.
 const redirectDrainBytes = 64 << 10
@@ -115,11 +120,13 @@ func maxIdleConns() int {
 // Fetcher does plain GETs. It owns one *http.Transport whose connections pass through the
 // guard. Safe for concurrent use; call Close when done.
 type Fetcher struct {
-	cfg       Config
-	log       *slog.Logger
-	transport *http.Transport
-	closed    context.Context // done after Close: aborts dials still in progress
-	close     context.CancelFunc
+	cfg Config
+	log *slog.Logger
+	// The values of the headers every request sends, shared by all (never modified).
+	userAgent, accept, acceptEncoding []string
+	transport                         *http.Transport
+	closed                            context.Context // done after Close: aborts dials still in progress
+	close                             context.CancelFunc
 
 	// wireHook, when set (by tests of this package), runs right after the wire wait let
 	// the request's first write out.
@@ -168,7 +175,8 @@ func New(cfg Config) *Fetcher {
 	if tlsCfg.MinVersion == 0 {
 		tlsCfg.MinVersion = tls.VersionTLS12
 	}
-	f := &Fetcher{cfg: cfg, log: log}
+	f := &Fetcher{cfg: cfg, log: log,
+		userAgent: []string{cfg.UserAgent}, accept: []string{acceptHTML}, acceptEncoding: []string{acceptEncoding}}
 	f.closed, f.close = context.WithCancel(context.Background())
 	guard, connectTimeout, closed := cfg.Guard, cfg.ConnectTimeout, f.closed
 	f.transport = &http.Transport{
@@ -294,14 +302,6 @@ var (
 	errBodyStalls = errors.New("fetch: the response body stalled")
 )
 
-// emptyBody is a request body with nothing in it. A GET that has one (without GetBody) is
-// not replayable for net/http, which then never sends it a second time by itself; the
-// transport finds it empty and sends no body.
-type emptyBody struct{}
-
-func (emptyBody) Read([]byte) (int, error) { return 0, io.EOF }
-func (emptyBody) Close() error             { return nil }
-
 // hop sends one request for u and fills out from its answer. It returns the next URL
 // when the answer is a redirect to follow. once closes the connection after the answer
 // (FetchOnce).
@@ -341,26 +341,25 @@ func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Adm
 		out.FailReason = downloader.FailInvalidTask
 		return nil, fmt.Errorf("fetch %s: %w", u.Redacted(), err)
 	}
-	req.Body = emptyBody{} // not replayable: see the package doc
 	req.Close = once
-	req.Header.Set("User-Agent", f.cfg.UserAgent)
-	req.Header.Set("Accept", "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8")
-	req.Header.Set("Accept-Encoding", acceptEncoding)
+	// The same values for every request, shared: the transport only reads them.
+	req.Header = http.Header{"User-Agent": f.userAgent, "Accept": f.accept, "Accept-Encoding": f.acceptEncoding}
 
 	resp, err := f.transport.RoundTrip(req)
 	// The request's attempt and write have happened or never will: the admission is the
 	// caller's again.
 	st.wireErr, st.refused = ticket.finish()
-	if st.refused > 0 {
+	switch {
+	case err != nil && st.reused.Load() && !st.answered.Load() && st.wireErr == nil:
+		// Where net/http sends the request again on another connection: the ticket
+		// refused that (refused_count), or it failed before (refused_count 0).
+		f.log.Info("fetch: a reused connection failed before any answer; not sent again",
+			"url", u.Redacted(), "error", err.Error(), "refused_count", st.refused)
+	case st.refused > 0:
 		f.log.Warn("fetch: a second send of one request was refused: it needs an admission of its own",
 			"url", u.Redacted(), "refused_count", st.refused)
 	}
 	if err != nil {
-		if st.reused.Load() && !st.answered.Load() && st.wireErr == nil {
-			// Where net/http would have sent the request again on a new connection.
-			f.log.Info("fetch: a reused connection failed before any answer; not sent again",
-				"url", u.Redacted(), "error", err.Error())
-		}
 		out.FailReason = f.classifyHop(ctx, hopCtx, st, err)
 		return nil, fmt.Errorf("fetch %s: %w", u.Redacted(), err)
 	}

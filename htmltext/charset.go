@@ -104,14 +104,18 @@ func lenientContentType(contentType string) string {
 }
 
 // MediaType returns the lower-case media type of a Content-Type ("text/html" of
-// "Text/HTML; charset=GBK"), also when its parameters do not parse.
+// "Text/HTML; charset=GBK"), also when its parameters do not parse. It is what
+// mime.ParseMediaType returns as the media type (the part before the first ';',
+// lower-cased and trimmed) without parsing the parameters: it runs several times per
+// page, and the parse allocated a map each time. Already lower-case ASCII costs no copy.
 func MediaType(contentType string) string {
-	mt, _, err := mime.ParseMediaType(contentType)
-	if err != nil {
-		mt, _, _ = strings.Cut(strings.ToLower(contentType), ";")
-		mt = strings.TrimSpace(mt)
+	mt, _, _ := strings.Cut(contentType, ";")
+	for i := 0; i < len(mt); i++ {
+		if c := mt[i]; c >= utf8.RuneSelf || ('A' <= c && c <= 'Z') {
+			return strings.TrimSpace(strings.ToLower(mt))
+		}
 	}
-	return mt
+	return strings.TrimSpace(mt)
 }
 
 // IsHTML reports whether contentType is an HTML document.

@@ -16,6 +16,11 @@
 // Reports are never lost: a finished task's report is durable in the outbox before anything
 // is acknowledged, the sender retries with exponential backoff while the source is down,
 // and the outbox is drained first when the loop starts again after a stop or a crash. A
+// report just made durable is also handed to the sender in memory (at most
+// maxFreshCount at a time), which sends it without reading it back from the outbox; the
+// outbox is read again at the start, at shutdown, after a failed send and when more
+// reports came than the hand-off holds, so a report the hand-off missed is sent from the
+// store. A
 // report may be sent more than once (at least once, always with the same task_id), never
 // zero times. A report the source refuses for good (an unknown task, an invalid report) is
 // logged and dropped: sending it again cannot help.
@@ -150,6 +155,10 @@ const panicRetryAfter = time.Minute
 // reportPage is how many outbox reports the sender reads at a time.
 const reportPage = 256
 
+// maxFreshCount bounds the reports handed to the sender in memory and not yet taken; past
+// it the sender reads the outbox instead (every report is there).
+const maxFreshCount = 4 * reportPage
+
 // Stats counts what the loop did since it was created.
 type Stats struct {
 	HeldCount          int   `json:"held_count"`
@@ -170,6 +179,13 @@ type Loop struct {
 	held  atomic.Int64
 	freed chan struct{} // a held task finished (capacity freed)
 	sendc chan struct{} // a report was put in the outbox
+
+	// fresh are reports made durable and not yet taken by the sender, which sends them
+	// without reading them back; isStale says the sender must read the outbox instead
+	// (a report did not fit, or a send failed and the outbox is the one full list).
+	freshMu sync.Mutex
+	fresh   []downloader.Report
+	isStale bool
 
 	batch    BatchSource      // cfg.Source when it has the batched form, else nil
 	releasec chan releaseCall // releases waiting to be sent in one batch (batch != nil)
@@ -385,10 +401,48 @@ func (l *Loop) finish(ctx context.Context, r *downloader.Report) {
 		}
 		delay *= 2
 	}
+	l.freshMu.Lock()
+	if len(l.fresh) < maxFreshCount {
+		l.fresh = append(l.fresh, *r)
+	} else {
+		l.isStale = true
+	}
+	l.freshMu.Unlock()
 	select {
 	case l.sendc <- struct{}{}:
 	default:
 	}
+}
+
+// takeFresh returns up to reportPage reports handed over in memory, or fromStore when the
+// sender must read the outbox instead (which holds them all: they are dropped).
+func (l *Loop) takeFresh() (page []downloader.Report, fromStore bool) {
+	l.freshMu.Lock()
+	defer l.freshMu.Unlock()
+	if l.isStale {
+		l.isStale, l.fresh = false, l.fresh[:0]
+		return nil, true
+	}
+	n := min(len(l.fresh), reportPage)
+	page = append([]downloader.Report(nil), l.fresh[:n]...)
+	l.fresh = append(l.fresh[:0], l.fresh[n:]...)
+	return page, false
+}
+
+// hasFresh reports whether reports wait in memory, or in the outbox after a hand-off
+// overflowed.
+func (l *Loop) hasFresh() bool {
+	l.freshMu.Lock()
+	defer l.freshMu.Unlock()
+	return len(l.fresh) > 0 || l.isStale
+}
+
+// markStale makes the sender read the outbox next: a send failed, and the reports of the
+// failed page are there.
+func (l *Loop) markStale() {
+	l.freshMu.Lock()
+	l.isStale = true
+	l.freshMu.Unlock()
 }
 
 // release hands a task back, trying for up to FlushTimeout. A release that does not get
@@ -478,15 +532,26 @@ func (l *Loop) releaseLoop(ctx context.Context, stop <-chan struct{}) {
 	}
 }
 
-// sendLoop drains the outbox whenever a report is put, backing off while sends fail.
+// sendLoop sends the reports handed over in memory whenever a report is put, or drains
+// the outbox when the hand-off missed some or a send failed, backing off while sends
+// fail.
 func (l *Loop) sendLoop(ctx context.Context) {
 	delay := time.Duration(0)
 	for {
-		failed, err := l.drain(ctx)
+		var (
+			failed bool
+			err    error
+		)
+		if page, fromStore := l.takeFresh(); fromStore {
+			failed, err = l.drain(ctx)
+		} else if len(page) > 0 {
+			failed, err = l.sendPage(ctx, page)
+		}
 		if ctx.Err() != nil {
 			return
 		}
 		if failed || err != nil {
+			l.markStale()
 			delay = min(max(2*delay, l.cfg.RetryMin), l.cfg.RetryMax)
 			if err != nil {
 				l.log.Warn("sending reports failed: retrying", "error", err, "retry_in_ms", delay.Milliseconds())
@@ -497,6 +562,9 @@ func (l *Loop) sendLoop(ctx context.Context) {
 			continue
 		}
 		delay = 0
+		if l.hasFresh() {
+			continue
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -521,51 +589,60 @@ func (l *Loop) drain(ctx context.Context) (failed bool, err error) {
 			return false, nil
 		}
 		after = page[len(page)-1].TaskID
-		size := 1
-		if l.batch != nil {
-			size = l.cfg.MaxBatchCount
-		}
-		var (
-			wg      sync.WaitGroup
-			sem     = make(chan struct{}, l.cfg.ReportConcurrency)
-			mu      sync.Mutex
-			lastErr error
-			done    = make([]bool, len(page)) // acknowledged or refused for good: delete
-		)
-		for lo := 0; lo < len(page); lo += size {
-			chunk := page[lo:min(lo+size, len(page))]
-			sem <- struct{}{}
-			wg.Add(1)
-			go func() {
-				defer func() { <-sem; wg.Done() }()
-				var errs []error
-				if l.batch != nil {
-					errs = l.batch.ReportBatch(ctx, chunk)
-				} else {
-					errs = []error{l.cfg.Source.Report(ctx, &chunk[0])}
-				}
-				for k := range chunk {
-					err := fmt.Errorf("report %s: no outcome from the source", chunk[k].TaskID)
-					if k < len(errs) {
-						err = errs[k]
-					}
-					if l.sent(&chunk[k], err) {
-						done[lo+k] = true
-					} else {
-						mu.Lock()
-						lastErr = fmt.Errorf("report %s: %w", chunk[k].TaskID, err)
-						mu.Unlock()
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		l.deleteSent(ctx, page, done)
-		if lastErr != nil {
-			return true, lastErr
+		if failed, err := l.sendPage(ctx, page); failed {
+			return true, err
 		}
 	}
 	return true, ctx.Err()
+}
+
+// sendPage sends page as drain does and deletes from the outbox the reports the source
+// acknowledged or refused for good. failed says a send failed (err is the last such).
+func (l *Loop) sendPage(ctx context.Context, page []downloader.Report) (failed bool, err error) {
+	size := 1
+	if l.batch != nil {
+		size = l.cfg.MaxBatchCount
+	}
+	var (
+		wg      sync.WaitGroup
+		sem     = make(chan struct{}, l.cfg.ReportConcurrency)
+		mu      sync.Mutex
+		lastErr error
+		done    = make([]bool, len(page)) // acknowledged or refused for good: delete
+	)
+	for lo := 0; lo < len(page); lo += size {
+		chunk := page[lo:min(lo+size, len(page))]
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			var errs []error
+			if l.batch != nil {
+				errs = l.batch.ReportBatch(ctx, chunk)
+			} else {
+				errs = []error{l.cfg.Source.Report(ctx, &chunk[0])}
+			}
+			for k := range chunk {
+				err := fmt.Errorf("report %s: no outcome from the source", chunk[k].TaskID)
+				if k < len(errs) {
+					err = errs[k]
+				}
+				if l.sent(&chunk[k], err) {
+					done[lo+k] = true
+				} else {
+					mu.Lock()
+					lastErr = fmt.Errorf("report %s: %w", chunk[k].TaskID, err)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	l.deleteSent(ctx, page, done)
+	if lastErr != nil {
+		return true, lastErr
+	}
+	return false, nil
 }
 
 // sent counts the outcome err of sending r and reports whether r is to be deleted from
