@@ -142,10 +142,31 @@ func (g *Guard) CheckURLHost(host string) error {
 	// A browser, net/http and the resolver all read a host after IDNA mapping (UTS #46:
 	// "①" is "1", "。" a dot, full-width letters are ASCII), so the mapped form is the
 	// address that would be dialled: it is checked the same way.
+	// A host of ASCII letters, digits, hyphens and dots, not ending in a dot, maps to
+	// itself lowercased (UTS #46 maps no such character to anything else; the mapping drops
+	// a trailing dot), so only other hosts pay for the mapping.
+	if isPlainASCIIHost(host) {
+		return nil
+	}
 	if mapped, err := downloader.NormalizeDomain(host); err == nil && mapped != strings.ToLower(host) {
 		return g.checkHostName(mapped)
 	}
 	return nil
+}
+
+// isPlainASCIIHost reports whether host has only ASCII letters, digits, '-' and '.', and
+// does not end in a dot.
+func isPlainASCIIHost(host string) bool {
+	if strings.HasSuffix(host, ".") {
+		return false
+	}
+	for i := 0; i < len(host); i++ {
+		c := host[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.') {
+			return false
+		}
+	}
+	return true
 }
 
 // checkHostName is CheckURLHost's test of one form of the host.
