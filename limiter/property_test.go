@@ -58,13 +58,15 @@ type simReservation struct {
 // wire moments are closer than the interval, that no Allow admission ever comes before a
 // reserved slot (plus its own interval), that in_flight_count matches the live requests,
 // and that nobody waits for the wire for ever.
-func TestWireSpacingProperty(t *testing.T) {
-	seeds := 400
+func TestWireSpacingProperty(t *testing.T) { runSeeds(t, 400, 50, simulate) }
+
+// runSeeds runs sim once per seed as a subtest: seeds of them, or short under -short.
+func runSeeds(t *testing.T, seeds, short int, sim func(t *testing.T, seed uint64)) {
 	if testing.Short() {
-		seeds = 50
+		seeds = short
 	}
 	for seed := range seeds {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { simulate(t, uint64(seed)) })
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { sim(t, uint64(seed)) })
 	}
 }
 

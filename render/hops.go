@@ -364,7 +364,7 @@ func (c deadlineCtx) Deadline() (time.Time, bool) { return c.at, true }
 type hopAdmission struct {
 	domain string
 	adm    limiter.Admission // guarded by renderState.mu (an Admission is not safe for concurrent use)
-	wired  bool
+	gate   *limiter.WireGate // adm's passage to the wire (wire.go)
 }
 
 // addHop records a hop's admission, to be wired by the next write to its domain and given
@@ -376,7 +376,9 @@ func (st *renderState) addHop(domain string, adm limiter.Admission) bool {
 		adm.Cancel()
 		return false
 	}
-	st.hops = append(st.hops, &hopAdmission{domain: domain, adm: adm})
+	h := &hopAdmission{domain: domain, adm: adm}
+	h.gate = limiter.NewWireGate(context.Background(), &h.adm)
+	st.hops = append(st.hops, h)
 	st.unwiredHops.Add(1)
 	return true
 }
@@ -386,7 +388,7 @@ func (st *renderState) addHop(domain string, adm limiter.Admission) bool {
 func (st *renderState) coveredByFirst(domain string) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return domain == st.domain && !st.wired && !st.released
+	return domain == st.domain && st.first.AwaitsAttempt() && !st.released
 }
 
 func (st *renderState) refuseHop() {

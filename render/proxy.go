@@ -346,8 +346,7 @@ type renderState struct {
 	mu             sync.Mutex
 	adm            *limiter.Admission // nil: no limiter (or released)
 	released       bool               // Render returned: adm is the caller's again
-	wired          bool               // the first request to domain went on the wire (attempt or write)
-	attempts       wireAttempts       // connection attempts and first writes (wire.go)
+	first          *limiter.WireGate  // adm's passage to the wire: the first request to domain (wire.go)
 	seen           bool               // the proxy saw at least one request
 	blocked        int
 	tunnelFailures map[string]downloader.FailReason
@@ -378,7 +377,7 @@ type subrequestCaps struct {
 }
 
 func newRenderState(clk clock.Clock, domain string, adm *limiter.Admission) *renderState {
-	return &renderState{clk: clk, domain: domain, adm: adm, over: make(chan struct{})}
+	return &renderState{clk: clk, domain: domain, adm: adm, first: limiter.NewWireGate(context.Background(), adm), over: make(chan struct{})}
 }
 
 // admitSubrequest counts one sub-request to domain (the page's own requests after its

@@ -16,6 +16,12 @@ import (
 // so that a slow handshake cannot let the next request to the host reach the origin less
 // than the interval after this one. An admission whose request reuses a connection goes
 // on the wire at the write alone.
+//
+// Each admission of a render (the caller's, renderState.first, and each hop's) has a
+// limiter.WireGate, the fetcher's too, which keeps that order: one attempt and one first
+// write per admission. What is the proxy's own is choosing which admission a connection
+// or its first bytes belong to (a browser's connections are not tied to its requests),
+// and waiting on the pool's clock: the gates' AttemptAt and WriteAt, under st.mu.
 
 // originConn is a connection of a tab's proxy to an origin. It holds the first request
 // bytes to the page's own host (the caller's admission) and those of each admitted hop to
@@ -153,24 +159,19 @@ func (st *renderState) wireFirst(stop <-chan struct{}) (bool, error) {
 		case st.released:
 			st.mu.Unlock()
 			return false, errReleased
-		case st.attempts.firstWritten:
+		case !st.first.AwaitsWrite():
 			st.mu.Unlock()
 			return false, nil
 		case st.adm == nil:
-			st.wired, st.attempts.firstWritten = true, true
+			_, _ = st.first.WriteAt(st.clk.Now()) // no limiter: only marks the first written
 			st.mu.Unlock()
 			return false, nil
 		}
-		var d time.Duration
-		if st.wired { // on the wire since its connection attempt: move forward to the write
-			d = st.adm.WriteAndHold(st.clk.Now())
-		} else {
-			d = st.adm.WireAndHold(st.clk.Now())
-		}
-		if d == 0 {
-			st.wired, st.attempts.firstWritten = true, true
-		}
+		d, err := st.first.WriteAt(st.clk.Now())
 		st.mu.Unlock()
+		if err != nil {
+			return false, nil // cannot happen: it awaited the write, under st.mu
+		}
 		if d == 0 {
 			return true, nil
 		}
@@ -191,7 +192,7 @@ func (st *renderState) wireHop(stop <-chan struct{}, domain string) (*hopAdmissi
 		}
 		var h *hopAdmission
 		for _, c := range st.hops {
-			if !c.wired && c.domain == domain {
+			if c.domain == domain && c.gate.AwaitsWrite() {
 				h = c
 				break
 			}
@@ -200,17 +201,14 @@ func (st *renderState) wireHop(stop <-chan struct{}, domain string) (*hopAdmissi
 			st.mu.Unlock()
 			return nil, nil
 		}
-		var d time.Duration
-		if st.attempts.hops[h] {
-			d = h.adm.WriteAndHold(st.clk.Now())
-		} else {
-			d = h.adm.WireAndHold(st.clk.Now())
-		}
-		if d == 0 {
-			h.wired = true
+		d, err := h.gate.WriteAt(st.clk.Now())
+		if err == nil && d == 0 {
 			st.unwiredHops.Add(-1)
 		}
 		st.mu.Unlock()
+		if err != nil {
+			return nil, nil // cannot happen: it awaited the write, under st.mu
+		}
 		if d == 0 {
 			return h, nil
 		}
@@ -233,19 +231,11 @@ func (st *renderState) wrote(first bool, h *hopAdmission) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if first && st.adm != nil && !st.released {
-		st.adm.Wrote()
+		st.first.Wrote()
 	}
 	if h != nil {
-		h.adm.Wrote()
+		h.gate.Wrote()
 	}
-}
-
-// wireAttempts is what renderState knows of connection attempts (guarded by its mu):
-// st.wired is set by the first attempt toward the page's host, firstWritten by the first
-// request bytes; a hop's wired by its request bytes, hops[h] by an attempt before them.
-type wireAttempts struct {
-	firstWritten bool
-	hops         map[*hopAdmission]bool
 }
 
 // attemptHook is netguard's ConnectHook for one dial of the proxy toward domain.
@@ -262,7 +252,8 @@ type attemptHook struct {
 // to, once it agrees: the caller's, for the first attempt toward the page's host, else the
 // oldest admitted hop to the domain not yet on the wire, if any. Like the first write (see
 // wireFor), an attempt holds the domain (WireAndHold) until that admission's write or the
-// attempt's failure.
+// attempt's failure. The gates' AttemptAt cannot refuse here: each awaits its attempt,
+// under st.mu.
 func (a *attemptHook) Connecting(ctx context.Context) error {
 	st := a.st
 	for {
@@ -273,14 +264,14 @@ func (a *attemptHook) Connecting(ctx context.Context) error {
 		}
 		var d time.Duration
 		switch {
-		case a.domain == st.domain && !st.wired && st.adm != nil:
-			if d = st.adm.WireAndHold(st.clk.Now()); d == 0 {
-				st.wired, a.first = true, true
+		case a.domain == st.domain && st.adm != nil && st.first.AwaitsAttempt():
+			if d, _ = st.first.AttemptAt(st.clk.Now()); d == 0 {
+				a.first = true
 			}
 		case st.unwiredHops.Load() > 0:
 			var h *hopAdmission
 			for _, c := range st.hops {
-				if !c.wired && c.domain == a.domain && !st.attempts.hops[c] {
+				if c.domain == a.domain && c.gate.AwaitsAttempt() {
 					h = c
 					break
 				}
@@ -288,11 +279,8 @@ func (a *attemptHook) Connecting(ctx context.Context) error {
 			if h == nil {
 				break
 			}
-			if d = h.adm.WireAndHold(st.clk.Now()); d == 0 {
-				if st.attempts.hops == nil {
-					st.attempts.hops = make(map[*hopAdmission]bool)
-				}
-				st.attempts.hops[h], a.hop = true, h
+			if d, _ = h.gate.AttemptAt(st.clk.Now()); d == 0 {
+				a.hop = h
 			}
 		}
 		st.mu.Unlock()
@@ -331,10 +319,10 @@ func (a *attemptHook) Connected(err error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	switch {
-	case a.first && !st.attempts.firstWritten && !st.released && st.adm != nil:
-		st.adm.EndHold()
-	case a.hop != nil && !a.hop.wired && !st.released:
-		a.hop.adm.EndHold()
+	case a.first && !st.released:
+		st.first.Connected(err)
+	case a.hop != nil && !st.released:
+		a.hop.gate.Connected(err)
 	}
 }
 

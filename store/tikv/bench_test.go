@@ -77,7 +77,7 @@ func mix(x uint64) uint64 {
 	return x ^ (x >> 31)
 }
 
-// BenchmarkAdmissionStripes compares the number of per-domain stripes (Runtime.stripes)
+// BenchmarkAdmissionStripes compares the number of per-domain stripes (admissionState.stripes)
 // side by side: spread, admit+done, 1 and 3 instances.
 //
 //	go test -run '^$' -bench BenchmarkAdmissionStripes -benchtime 3s ./store/tikv/

@@ -363,7 +363,7 @@ func TestClusterFaultRestartFixedInstanceID(t *testing.T) {
 	nc.waitSent("traffic on every node", 5, 0, 1, 2)
 	old := nc.nodes[1]
 	// Its write-backs fail from now on; admissions work. Both read with BatchGet: an
-	// admission's reads the loss marker too (admitbatch.go), a write-back's does not.
+	// admission's reads the loss marker too (admission.go), a write-back's does not.
 	old.client.Cut(func(req *tikvrpc.Request) bool {
 		if req.Type != tikvrpc.CmdBatchGet {
 			return false

@@ -110,7 +110,7 @@ func TestAdmissionRequests(t *testing.T) {
 			if !p.twoPC {
 				tso = 3
 			}
-			// One BatchGet reads the record with the loss marker (admitbatch.go).
+			// One BatchGet reads the record with the loss marker (admission.go).
 			want := tikvtest.Counts{BatchGet: admissions, Prewrite: admissions, Commit: admissions, TSO: tso * admissions}
 			// client-go refreshes its timestamp every 2 s in the background: at most one more.
 			if got.TSO == want.TSO+1 {

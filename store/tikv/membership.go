@@ -9,12 +9,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tikv/client-go/v2/oracle"
 	"github.com/tikv/client-go/v2/txnkv/transaction"
 	"github.com/tikv/client-go/v2/txnkv/txnsnapshot"
 
 	"downloader"
-	"downloader/clock"
 	"downloader/store/keys"
 )
 
@@ -305,62 +303,6 @@ func (r *Runtime) Start(ctx context.Context) error {
 	return r.Heartbeat(ctx)
 }
 
-func (r *Runtime) sleep(ctx context.Context, d time.Duration) error {
-	return clock.Sleep(ctx, r.clk, d)
-}
-
-// Run sends heartbeats every HeartbeatInterval, sweeps (see SweepInterval) on a goroutine
-// of its own so that a long sweep never delays a heartbeat, and writes back finished
-// requests until ctx ends, then writes back what is queued and removes this instance's
-// record so that the others take its share at once. It returns nil after ctx ended.
-func (r *Runtime) Run(ctx context.Context) error {
-	stopWriter := r.startWriter()
-	var sweeper sync.WaitGroup
-	sweeper.Go(func() { r.sweepLoop(ctx) })
-	for {
-		t := r.clk.NewTimer(r.cfg.HeartbeatInterval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			sweeper.Wait()
-			stopWriter()
-			r.leave()
-			return nil
-		case <-t.C():
-		}
-		if err := r.Heartbeat(ctx); err != nil {
-			if ctx.Err() != nil {
-				continue
-			}
-			r.log.Warn("heartbeat failed", "error", err)
-		}
-	}
-}
-
-// sweepLoop runs the sweep and TiKV's GC every SweepInterval on the oldest live instance.
-func (r *Runtime) sweepLoop(ctx context.Context) {
-	for {
-		if err := r.sleep(ctx, r.cfg.SweepInterval); err != nil {
-			return
-		}
-		if !r.isOldest() {
-			continue
-		}
-		now := r.clk.Now()
-		if n, err := r.Sweep(ctx, now); err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			r.log.Warn("sweep of downloader:domain_runtime failed", "error", err)
-		} else if n > 0 {
-			r.log.Info("swept downloader:domain_runtime", "deleted_count", n)
-		}
-		if err := r.collectGarbage(ctx, now); err != nil && ctx.Err() == nil {
-			r.log.Warn("TiKV garbage collection failed", "error", err)
-		}
-	}
-}
-
 // leave deletes this instance's heartbeat record (best effort), unless another process
 // holds it.
 func (r *Runtime) leave() {
@@ -389,24 +331,6 @@ func (r *Runtime) leave() {
 	if err != nil {
 		r.log.Warn("remove the instance record: it expires instead", "error", err)
 	}
-}
-
-// collectGarbage advances TiKV's GC safe point to now - GCLifeTime (see RuntimeConfig);
-// every transaction of the downloader is far shorter than that.
-func (r *Runtime) collectGarbage(ctx context.Context, now time.Time) error {
-	if r.cfg.GCLifeTime <= 0 {
-		return nil
-	}
-	// The whole cluster's locks are resolved: this one gets more than an operation's time.
-	ctx, release, err := r.s.acquireFor(ctx, "gc", time.Minute)
-	if err != nil {
-		return err
-	}
-	defer release()
-	if _, err := r.s.kv.GC(ctx, oracle.GoTimeToTS(now.Add(-r.cfg.GCLifeTime))); err != nil {
-		return unavailable("gc", err)
-	}
-	return nil
 }
 
 func (r *Runtime) isOldest() bool {

@@ -4,63 +4,34 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"hash/maphash"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/tikv/client-go/v2/txnkv/transaction"
-
 	"downloader"
 	"downloader/clock"
-	"downloader/store/keys"
 )
+
+// The runtime is four parts over one Store, each in its own file, sharing the state the
+// Runtime struct names:
+//
+//   - table.go: the keys of downloader:domain_runtime, its records, and the per-domain view;
+//   - admission.go: the admission rule, Admit and its group transactions, and the ticket;
+//   - writeback.go: the tickets' write-backs (Wired, Done), batched off the request path;
+//   - membership.go (with skew.go): heartbeats, the cap's shares, incarnations, self-fencing;
+//   - sweep.go: deleting records that can refuse nothing, and TiKV's GC.
+//
+// Run (below) is the one loop that drives the heartbeat, the sweep and the writer.
 
 // Runtime is downloader:domain_runtime shared by every downloader instance on one TiKV
 // cluster (downloader.SharedRuntime), with the instances' heartbeats and the cluster-wide
 // max_concurrent_count. Create it with NewRuntime, call Start, then Run until the service
 // stops. Safe for concurrent use.
 //
-// # Keys
-//
-//	downloader:domain_runtime:{domain}
-//	    One domain's shared state, JSON (domainRecord): last_request_at and the instance
-//	    that set it, the latest min_interval_ms and its source, and the requests admitted
-//	    and not yet finished (in_flight), each with its instance and the moment it expires.
-//	downloader:domain_runtime::loss
-//	    The table's loss marker {loss_at}. A domain with no record is treated as requested
-//	    at loss_at (SPEC §2, conservative rebuild). The marker is written when it is found
-//	    missing: at the cluster's first start, or after the table was lost (its keys
-//	    deleted), so every domain then waits one interval from that moment.
-//	downloader:domain_runtime::instance:{instance_id}
-//	    One instance's heartbeat (instanceRecord): expires_at, in_flight_count, its share
-//	    of the cap. An empty domain segment cannot be a domain, so these never collide.
-//
-// # Admission
-//
-// Each admission is one optimistic transaction on its domain's key: read the record,
-// decide, write it back (contention is per domain; the instance serialises its own
-// admissions of one domain, so transactions conflict only across instances). A request
-// for domain d with interval I is admitted at t when
-//
-//   - t >= last_request_at + I, plus MaxClockSkew when another instance set
-//     last_request_at (their clock, not ours: see below); and
-//   - no request admitted by another instance is in flight and not yet on the wire. Such
-//     a request may go on the wire at any moment until its instance writes back when it
-//     did (SharedTicket.Wired, queued the moment its first bytes were written: then
-//     wire_at is set in its entry and last_request_at moves to it), or until it expires
-//     (slot + timeout: by then it went out or never will). Requests of this instance do
-//     not count: its local limiter already spaces their wire moments.
-//
-// Entry A (Reserve) takes a future slot when the domain is only waiting for its interval,
-// and asks again later while another instance has a request in flight. When the request
-// ends, its ticket writes back last_request_at = max(last_request_at, wire moment) and
-// removes it from in_flight, so the next request, from any instance, waits one interval
-// from the moment this one reached the origin.
+// The keys are in table.go, the admission rule in admission.go, the cap and self-fencing
+// in membership.go.
 //
 // # Time across machines
 //
@@ -80,40 +51,32 @@ import (
 // the heartbeat is a lease past which the instance admits nothing; every process is an
 // incarnation of its instance id. membership.go has the rules and the timing argument.
 type Runtime struct {
+	// Set at construction, read by every part.
 	s   *Store
 	cfg RuntimeConfig
 	clk clock.Clock
 	log *slog.Logger
 	id  string
 
-	seq  atomic.Uint64 // admission ids
-	seed maphash.Seed
-	// stripes serialise this instance's admissions and write-backs of one domain (by hash),
-	// so that its own transactions do not conflict: a channel of one token each, so that
-	// waiting for one honours the admission's deadline. A write-back batch holds the
-	// stripes of its domains while it commits: there are many, so that an admission rarely
-	// waits for a batch it has no domain in (docs/benchmarks-tikv.md).
-	stripes []chan struct{}
-
-	// admits holds the admissions waiting for a batch (admitbatch.go).
-	admits admitQueue
-
-	// The write-back queue (writeback.go): wbOn while Run's writer takes from wbQueue.
-	wbMu    sync.Mutex
-	wbOn    bool
-	wbQueue chan writeBack
-
+	// Shared between the parts: written by membership (the heartbeat), read by admission,
+	// the write-backs and the sweep without a lock.
+	//
 	// inc is this process's incarnation (membership.go): a PD timestamp taken at its first
 	// heartbeat, unique in the cluster; 0 before. Entries are this process's only when
-	// both the instance id and the incarnation match.
+	// both the instance id and the incarnation match (isMine).
 	inc atomic.Uint64
 	// skewNs is the clock skew allowance in force: the largest of the live instances'.
 	skewNs atomic.Int64
+
+	admissionState // admission.go: admission ids, per-domain stripes, the batch queue
+	writeBackState // writeback.go: the write-back queue
 
 	// refNow reads the reference clock the local one is checked against (PD's TSO; tests
 	// put a fake clock here).
 	refNow func(context.Context) (time.Time, error)
 
+	// mu guards membership (membership.go): the heartbeat's view of the cluster, written
+	// by the heartbeat, read by the cap and the sweep.
 	mu sync.Mutex
 	membership
 }
@@ -173,11 +136,6 @@ type Gate interface {
 	InFlight() int
 }
 
-// defaultStripeCount is the number of per-domain stripes (Runtime.stripes). With 256, a
-// write-back batch of 64 domains held a quarter of them while it committed, and admissions
-// spent most of their waiting there (block profile of BenchmarkAdmission).
-const defaultStripeCount = 4096
-
 // Defaults of RuntimeConfig.
 const (
 	DefaultHeartbeatInterval = time.Second
@@ -188,19 +146,6 @@ const (
 	DefaultExpirySlack       = 2 * time.Second
 	DefaultSweepInterval     = 10 * time.Minute
 )
-
-// Key prefixes of the runtime table.
-const (
-	domainRuntimePrefix = "downloader:domain_runtime:"
-	lossKey             = domainRuntimePrefix + ":loss"
-	instancePrefix      = domainRuntimePrefix + ":instance:"
-)
-
-// foreignWaitHint bounds the wait announced while another instance has a request of the
-// domain in flight: its real end is unknown, and most requests take under a second.
-const foreignWaitHint = time.Second
-
-func domainKey(domain string) []byte { return []byte(domainRuntimePrefix + keys.EscapeDomain(domain)) }
 
 var (
 	_ downloader.SharedRuntime = (*Runtime)(nil)
@@ -243,18 +188,15 @@ func NewRuntime(s *Store, cfg RuntimeConfig) (*Runtime, error) {
 	if cfg.MaxConcurrentCount < 1 {
 		cfg.MaxConcurrentCount = cfg.Gate.Capacity()
 	}
-	r := &Runtime{s: s, cfg: cfg, clk: cfg.Clock, id: cfg.InstanceID, seed: maphash.MakeSeed(),
-		log:        cfg.Logger.With("component", "tikv_runtime", "instance_id", cfg.InstanceID),
-		membership: membership{clusterCap: cfg.MaxConcurrentCount, address: cfg.Address}}
-	r.skewNs.Store(int64(cfg.MaxClockSkew))
-	r.refNow = r.tsoNow
 	if cfg.stripeCount <= 0 {
 		cfg.stripeCount = defaultStripeCount
 	}
-	r.stripes = make([]chan struct{}, cfg.stripeCount)
-	for i := range r.stripes {
-		r.stripes[i] = make(chan struct{}, 1)
-	}
+	r := &Runtime{s: s, cfg: cfg, clk: cfg.Clock, id: cfg.InstanceID,
+		log:        cfg.Logger.With("component", "tikv_runtime", "instance_id", cfg.InstanceID),
+		membership: membership{clusterCap: cfg.MaxConcurrentCount, address: cfg.Address}}
+	r.admissionState.init(cfg.stripeCount)
+	r.skewNs.Store(int64(cfg.MaxClockSkew))
+	r.refNow = r.tsoNow
 	return r, nil
 }
 
@@ -269,56 +211,6 @@ func (r *Runtime) SetAddress(addr string) {
 // InstanceID returns this instance's id.
 func (r *Runtime) InstanceID() string { return r.id }
 
-// domainRecord is the value of downloader:domain_runtime:{domain}.
-type domainRecord struct {
-	LastRequestAt time.Time `json:"last_request_at"`
-	// LastInstanceID set LastRequestAt, in its incarnation LastIncarnationID; "" when it is
-	// the loss marker's (records written before incarnations have none: they count as
-	// another process's).
-	LastInstanceID    string     `json:"last_instance_id,omitempty"`
-	LastIncarnationID uint64     `json:"last_incarnation_id,omitempty"`
-	MinIntervalMs     int64      `json:"min_interval_ms"`
-	IntervalSource    string     `json:"interval_source,omitempty"`
-	InFlightRequests  []inFlight `json:"in_flight_requests,omitempty"`
-}
-
-// inFlight is one admitted request not yet written back.
-type inFlight struct {
-	InstanceID string `json:"instance_id"`
-	// IncarnationID is the admitting process's (membership.go): an admission id is unique
-	// within it, so (instance_id, incarnation, admission_id) names one request for ever.
-	IncarnationID uint64    `json:"incarnation_id,omitempty"`
-	AdmissionID   uint64    `json:"admission_id"`
-	SlotAt        time.Time `json:"slot_at"`
-	// WireAt is when the request went on the wire, once its instance wrote it back
-	// (SharedTicket.Wired); zero until then. A wired entry no longer blocks the domain:
-	// its moment is in last_request_at.
-	WireAt time.Time `json:"wire_at,omitzero"`
-	// ExpiresAt is when the request has gone on the wire or never will (its slot plus its
-	// timeout plus slack, on its instance's clock).
-	ExpiresAt time.Time `json:"expires_at"`
-}
-
-type lossRecord struct {
-	LossAt time.Time `json:"loss_at"`
-}
-
-func (r *Runtime) stripeOf(domain string) int {
-	return int(maphash.String(r.seed, domain) % uint64(len(r.stripes)))
-}
-
-// lockStripe takes stripe i, or gives up when ctx ends.
-func (r *Runtime) lockStripe(ctx context.Context, i int) error {
-	select {
-	case r.stripes[i] <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (r *Runtime) unlockStripe(i int) { <-r.stripes[i] }
-
 // now is the time of a decision: never before the caller's own decision time.
 func (r *Runtime) now(at time.Time) time.Time {
 	if n := r.clk.Now(); n.After(at) {
@@ -327,358 +219,34 @@ func (r *Runtime) now(at time.Time) time.Time {
 	return at
 }
 
-// loadDomain reads domain's record in txn; a missing record is one requested at the loss
-// marker's moment (the marker is created at now when it is missing too).
-func (r *Runtime) loadDomain(ctx context.Context, txn *transaction.KVTxn, key []byte, now time.Time) (domainRecord, error) {
-	var rec domainRecord
-	v, err := txn.Get(ctx, key)
-	switch {
-	case err == nil:
-		if err := json.Unmarshal(v, &rec); err != nil {
-			return rec, fmt.Errorf("decode %s: %w", key, err)
-		}
-		return rec, nil
-	case !isNotFound(err):
-		return rec, err
-	}
-	lossAt, err := r.lossAt(ctx, txn, now)
-	if err != nil {
-		return rec, err
-	}
-	return domainRecord{LastRequestAt: lossAt}, nil
+func (r *Runtime) sleep(ctx context.Context, d time.Duration) error {
+	return clock.Sleep(ctx, r.clk, d)
 }
 
-// lossAt reads the loss marker in txn, writing it at now when it is missing.
-func (r *Runtime) lossAt(ctx context.Context, txn *transaction.KVTxn, now time.Time) (time.Time, error) {
-	v, err := txn.Get(ctx, []byte(lossKey))
-	if err == nil {
-		var l lossRecord
-		if err := json.Unmarshal(v, &l); err != nil {
-			return time.Time{}, fmt.Errorf("decode %s: %w", lossKey, err)
-		}
-		return l.LossAt, nil
-	}
-	if !isNotFound(err) {
-		return time.Time{}, err
-	}
-	r.log.Warn("downloader:domain_runtime has no loss marker: the table is new or was lost; every domain waits one interval from now",
-		"loss_at", now.UTC())
-	b, _ := json.Marshal(lossRecord{LossAt: now.UTC()})
-	if err := txn.Set([]byte(lossKey), b); err != nil {
-		return time.Time{}, err
-	}
-	return now, nil
-}
-
-// foldExpired removes from rec.InFlightRequests the entries that expired (at ExpiresAt, plus the
-// skew allowance when another instance wrote it): their requests went on the wire by then
-// or never will, but when is unknown, so last_request_at moves to ExpiresAt, a wire moment
-// no request of theirs can be later than, when that is later.
-func (r *Runtime) foldExpired(rec *domainRecord, now time.Time) {
-	kept := rec.InFlightRequests[:0]
-	for _, f := range rec.InFlightRequests {
-		end := f.ExpiresAt
-		if !r.isMine(f.InstanceID, f.IncarnationID) {
-			end = end.Add(r.skew())
-		}
-		if end.After(now) {
-			kept = append(kept, f)
-			continue
-		}
-		// A wired entry's moment is known (and already in last_request_at).
-		sent := f.ExpiresAt
-		if !f.WireAt.IsZero() {
-			sent = f.WireAt
-		}
-		if sent.After(rec.LastRequestAt) {
-			rec.LastRequestAt, rec.LastInstanceID, rec.LastIncarnationID = sent, f.InstanceID, f.IncarnationID
-		}
-	}
-	rec.InFlightRequests = kept
-}
-
-// decision is what an admission found.
-type decision struct {
-	slot    time.Time     // the admitted slot
-	wait    time.Duration // refused: ask again after wait
-	admit   bool
-	pruned  []inFlight // rec.InFlightRequests without the expired entries
-	timeout time.Duration
-}
-
-// decide applies the admission rule (see Runtime) to rec at now.
-func (r *Runtime) decide(rec *domainRecord, a *downloader.SharedAdmit, now time.Time) decision {
-	skew := r.skew()
-	r.foldExpired(rec, now)
-	base := rec.LastRequestAt
-	if !r.isMine(rec.LastInstanceID, rec.LastIncarnationID) {
-		base = base.Add(skew)
-	}
-	next := base.Add(a.MinInterval)
-	d := decision{slot: now}
-	if next.After(now) {
-		d.slot = next
-	}
-	var foreign time.Time // the latest moment another instance's request may go out
-	for _, f := range rec.InFlightRequests {
-		if exp := f.ExpiresAt.Add(skew); !r.isMine(f.InstanceID, f.IncarnationID) && f.WireAt.IsZero() && exp.After(foreign) {
-			foreign = exp
-		}
-	}
-	d.pruned = rec.InFlightRequests
-	if !foreign.IsZero() {
-		// Another instance has a request of the domain in flight and not yet on the wire
-		// as far as we know: its wire moment is known only as a bound. Ask again when the
-		// interval allows, or within a second (its Wired write-back usually comes sooner).
-		d.wait = max(d.slot.Sub(now), min(foreign.Add(a.MinInterval).Sub(now), max(a.MinInterval, foreignWaitHint)))
-		return d
-	}
-	if d.slot.After(now) && (!a.Reserve || (!a.Deadline.IsZero() && d.slot.After(a.Deadline))) {
-		d.wait = d.slot.Sub(now)
-		return d
-	}
-	d.admit = true
-	d.timeout = a.Timeout
-	if d.timeout <= 0 {
-		d.timeout = r.cfg.DefaultTimeout
-	}
-	return d
-}
-
-// Admit takes domain's cluster-wide admission (downloader.SharedRuntime). It fails closed with
-// an EUNAVAILABLE error when TiKV does not answer within AdmitTimeout.
-func (r *Runtime) Admit(ctx context.Context, a downloader.SharedAdmit) (downloader.SharedTicket, time.Duration, error) {
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.AdmitTimeout)
-	defer cancel()
-	key := domainKey(a.Domain)
-	stripe := r.stripeOf(a.Domain)
-	if err := r.lockStripe(ctx, stripe); err != nil {
-		return nil, 0, unavailable("admit "+a.Domain, err)
-	}
-	defer r.unlockStripe(stripe)
-	ctx, release, err := r.s.acquire(ctx, "admit")
-	if err != nil {
-		return nil, 0, err
-	}
-	defer release()
-
-	// Self-fencing (membership.go): nothing is admitted once this instance's heartbeat is
-	// late, its clock is off, or its id is another process's.
-	if _, err := r.fence(r.now(a.Now)); err != nil {
-		return nil, 0, err
-	}
-	// Decided with the other admissions pending at this moment, in one transaction
-	// (admitbatch.go); this domain's stripe stays held meanwhile.
-	req := &admitReq{a: &a, key: key, id: r.seq.Add(1), done: make(chan struct{}), wake: make(chan struct{}, 1)}
-	r.admitGrouped(ctx, req)
-	d, now, err := req.d, req.now, req.err
-	if req.isFenced {
-		return nil, 0, err
-	}
-	if errors.Is(err, errLeaseEnded) {
-		return nil, 0, r.fenceErr(errLeaseEnded)
-	}
-	if err != nil {
-		return nil, 0, unavailable("admit "+a.Domain, err)
-	}
-	if !d.admit {
-		return nil, d.wait, nil
-	}
-	// The commit may have taken long: the request goes out only if this instance is still
-	// in good standing (else its entry just expires).
-	if _, err := r.fence(r.clk.Now()); err != nil {
-		return nil, 0, err
-	}
-	return &ticket{r: r, domain: a.Domain, id: req.id}, d.slot.Sub(now), nil
-}
-
-func (r *Runtime) put(txn *transaction.KVTxn, key []byte, rec *domainRecord) error {
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return err
-	}
-	return txn.Set(key, b)
-}
-
-// ticket is one admitted request (downloader.SharedTicket).
-type ticket struct {
-	r      *Runtime
-	domain string
-	id     uint64
-	wired  atomic.Bool
-	done   atomic.Bool
-}
-
-// Wired queues the write-back of the request's wire moment (writeback.go): wire_at in its
-// in-flight entry, and last_request_at moves to it, so the other instances space their
-// next request from it instead of waiting for this one to end. It never blocks: when the
-// writer is not running or its queue is full it does nothing, and the others wait for Done
-// or the entry's expiry as before.
-func (t *ticket) Wired(at time.Time) {
-	if t.done.Load() || !t.wired.CompareAndSwap(false, true) {
-		return
-	}
-	t.r.enqueue(writeBack{domain: t.domain, id: t.id, wireAt: at, isWired: true})
-}
-
-// Done writes back the request's end (writeback.go): last_request_at moves to wireAt if
-// that is later, and the request leaves in_flight. While Run runs, the write-back is
-// queued and written with others in one transaction, off the request's path; otherwise
-// (or when the queue is full) it is written before Done returns. If TiKV cannot be reached
-// the entry stays until it expires, which only delays the domain's next request on other
-// instances.
-func (t *ticket) Done(ctx context.Context, wireAt time.Time) {
-	if !t.done.CompareAndSwap(false, true) {
-		return
-	}
-	wb := writeBack{domain: t.domain, id: t.id, wireAt: wireAt}
-	if t.r.enqueue(wb) {
-		return
-	}
-	t.r.flush(ctx, []writeBack{wb})
-}
-
-// DomainRuntime is one domain's cluster-wide state in downloader:domain_runtime.
-type DomainRuntime = downloader.ClusterDomain
-
-// InFlightRequest is one admitted request not yet written back, as the cluster sees it.
-type InFlightRequest = downloader.ClusterInFlight
-
-// Domain returns domain's cluster-wide state.
-func (r *Runtime) Domain(ctx context.Context, domain string) (DomainRuntime, error) {
-	ctx, release, err := r.s.acquire(ctx, "domain runtime")
-	if err != nil {
-		return DomainRuntime{}, err
-	}
-	defer release()
-	insts, err := r.instances(ctx)
-	if err != nil {
-		return DomainRuntime{}, unavailable("domain runtime", err)
-	}
-	now := r.clk.Now()
-	live := map[string]bool{r.id: true}
-	for _, in := range insts {
-		if in.ExpiresAt.Add(r.skew()).After(now) {
-			live[in.InstanceID] = true
-		}
-	}
-	out := DomainRuntime{Domain: domain}
-	v, ok, err := r.s.get(ctx, domainKey(domain))
-	if err != nil {
-		return out, unavailable("domain runtime", err)
-	}
-	if !ok {
-		l, ok, err := r.s.get(ctx, []byte(lossKey))
-		if err != nil {
-			return out, unavailable("domain runtime", err)
-		}
-		if ok {
-			var lr lossRecord
-			if err := json.Unmarshal(l, &lr); err != nil {
-				return out, fmt.Errorf("tikv runtime: decode %s: %w", lossKey, err)
-			}
-			out.LastRequestAt = lr.LossAt
-		}
-		return out, nil
-	}
-	var rec domainRecord
-	if err := json.Unmarshal(v, &rec); err != nil {
-		return out, fmt.Errorf("tikv runtime: decode %s: %w", domain, err)
-	}
-	out.IsStored = true
-	out.MinIntervalMs, out.IntervalSource, out.LastRequestAt = rec.MinIntervalMs, rec.IntervalSource, rec.LastRequestAt
-	out.LastInstanceID = rec.LastInstanceID
-	out.InFlightRequests = []InFlightRequest{}
-	for _, f := range rec.InFlightRequests {
-		if !f.ExpiresAt.Add(r.skew()).After(now) {
-			continue
-		}
-		e := InFlightRequest{InstanceID: f.InstanceID, SlotAt: f.SlotAt, ExpiresAt: f.ExpiresAt, IsInstanceLive: live[f.InstanceID]}
-		if !f.WireAt.IsZero() {
-			w := f.WireAt
-			e.WireAt = &w
-		}
-		out.InFlightRequests = append(out.InFlightRequests, e)
-		if live[f.InstanceID] {
-			out.InFlightCount++
-		}
-	}
-	return out, nil
-}
-
-// sweepBatch is how many records one sweep transaction looks at.
-const sweepBatch = 256
-
-// Sweep deletes the domain records that can no longer refuse any request: nothing in
-// flight (or only expired entries) and last_request_at older than the largest interval the
-// service accepts (plus the clock skew allowance). A missing record reads as requested at
-// the loss marker's moment, which is earlier still, so deleting one changes no decision.
-// It returns how many it deleted.
-func (r *Runtime) Sweep(ctx context.Context, now time.Time) (int, error) {
-	horizon := downloader.MaxMinInterval + r.skew()
-	deleted := 0
-	start := []byte(domainRuntimePrefix)
-	end := keys.PrefixEnd(domainRuntimePrefix)
+// Run sends heartbeats every HeartbeatInterval, sweeps (see SweepInterval) on a goroutine
+// of its own so that a long sweep never delays a heartbeat, and writes back finished
+// requests until ctx ends, then writes back what is queued and removes this instance's
+// record so that the others take its share at once. It returns nil after ctx ended.
+func (r *Runtime) Run(ctx context.Context) error {
+	stopWriter := r.startWriter()
+	var sweeper sync.WaitGroup
+	sweeper.Go(func() { r.sweepLoop(ctx) })
 	for {
-		var last []byte
-		n, err := r.sweepBatch(ctx, start, end, now, horizon, &last)
-		if err != nil {
-			return deleted, err
+		t := r.clk.NewTimer(r.cfg.HeartbeatInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			sweeper.Wait()
+			stopWriter()
+			r.leave()
+			return nil
+		case <-t.C():
 		}
-		deleted += n
-		if last == nil {
-			return deleted, nil
-		}
-		start = append(last, 0)
-	}
-}
-
-// sweepBatch looks at up to sweepBatch records from start, deletes those that can no
-// longer refuse anything, and sets *last to the last key seen (nil at the end).
-func (r *Runtime) sweepBatch(ctx context.Context, start, end []byte, now time.Time, horizon time.Duration, last *[]byte) (int, error) {
-	ctx, release, err := r.s.acquire(ctx, "sweep")
-	if err != nil {
-		return 0, err
-	}
-	defer release()
-	n := 0
-	err = r.s.update(ctx, func(txn *transaction.KVTxn) error {
-		n, *last = 0, nil
-		var doomed [][]byte
-		it, err := txn.Iter(start, end)
-		if err != nil {
-			return err
-		}
-		for seen := 0; it.Valid() && seen < sweepBatch; seen++ {
-			k := append([]byte(nil), it.Key()...)
-			*last = k
-			if len(k) > len(domainRuntimePrefix) && k[len(domainRuntimePrefix)] != ':' {
-				var rec domainRecord
-				if json.Unmarshal(it.Value(), &rec) == nil && r.sweepable(&rec, now, horizon) {
-					doomed = append(doomed, k)
-				}
+		if err := r.Heartbeat(ctx); err != nil {
+			if ctx.Err() != nil {
+				continue
 			}
-			if err := it.Next(); err != nil {
-				it.Close()
-				return err
-			}
+			r.log.Warn("heartbeat failed", "error", err)
 		}
-		it.Close()
-		for _, k := range doomed {
-			if err := txn.Delete(k); err != nil {
-				return err
-			}
-		}
-		n = len(doomed)
-		return nil
-	})
-	if err != nil {
-		return 0, unavailable("sweep", err)
 	}
-	return n, nil
-}
-
-func (r *Runtime) sweepable(rec *domainRecord, now time.Time, horizon time.Duration) bool {
-	r.foldExpired(rec, now)
-	return len(rec.InFlightRequests) == 0 && !rec.LastRequestAt.Add(horizon).After(now)
 }

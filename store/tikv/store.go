@@ -1,8 +1,9 @@
 // Package tikv is the cluster store: several downloader machines share one TiKV cluster
 // (the seeds' engine) for downloader:fetch_result, the page store (网页库), the settings and
 // downloader:domain_runtime, the limiter state that keeps each domain's interval across
-// all of them (Runtime, runtime.go). It speaks to TiKV with client-go's transactional API
-// only (never raw KV on the same keys, which TiKV does not isolate from transactions).
+// all of them (Runtime, runtime.go and the files it names). It speaks to TiKV with
+// client-go's transactional API only (never raw KV on the same keys, which TiKV does not
+// isolate from transactions).
 //
 // # Key layout
 //
@@ -25,7 +26,7 @@
 //	    Chunk n (4 hex digits) of a format-2 page's compressed body. TiKV keeps values
 //	    small (a raft entry is at most 8 MiB by default); pages are up to 10 MiB.
 //
-// The limiter's keys are documented in runtime.go.
+// The limiter's keys are documented in table.go.
 //
 // Every method is safe for concurrent use and checks its context first. A method that cannot
 // reach TiKV returns an error whose code is EUNAVAILABLE (HTTP 503 at the API).

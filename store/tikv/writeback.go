@@ -2,13 +2,20 @@ package tikv
 
 import (
 	"context"
-	"encoding/json"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/tikv/client-go/v2/txnkv/transaction"
 )
+
+// writeBackState is the write-back queue (a part of Runtime): wbOn while Run's writer
+// takes from wbQueue.
+type writeBackState struct {
+	wbMu    sync.Mutex
+	wbOn    bool
+	wbQueue chan writeBack
+}
 
 // writeBack is one finished request to write back to its domain's record.
 type writeBack struct {
@@ -141,18 +148,11 @@ func (r *Runtime) flush(ctx context.Context, batch []writeBack) {
 			return err
 		}
 		for i, d := range domains {
-			var rec domainRecord
-			if v, ok := got[string(keys[i])]; ok {
-				if err := json.Unmarshal(v, &rec); err != nil {
-					return err
-				}
-			} else {
-				// Lost since the admission: rebuilt from the loss marker, then this request.
-				lossAt, err := r.lossAt(ctx, txn, now)
-				if err != nil {
-					return err
-				}
-				rec = domainRecord{LastRequestAt: lossAt}
+			// A record lost since the admission is rebuilt from the loss marker, then this
+			// request.
+			rec, err := r.recordIn(ctx, txn, got, keys[i], now)
+			if err != nil {
+				return err
 			}
 			r.applyWriteBacks(&rec, byDomain[d], now)
 			if err := r.put(txn, keys[i], &rec); err != nil {
