@@ -45,11 +45,12 @@ func TestDelayedTasksRunAtTheirSlot(t *testing.T) {
 		}
 	}
 	// At their slot: the typical gap is the interval, not more (a task dropped and leased
-	// again, or run when a poll came round, would come much later). The median, so that one
-	// scheduling stall of a loaded machine does not fail the test.
+	// again, or run at the slot after its own, would come an interval or more late). The
+	// median, and half an interval of slack, so that scheduling stalls of a loaded machine
+	// (other test binaries run beside this one) do not fail the test.
 	sorted := slices.Clone(gaps)
 	slices.Sort(sorted)
-	if med := sorted[len(sorted)/2]; med > interval+originLatencyAllowance {
+	if med := sorted[len(sorted)/2]; med > interval+interval/2 {
 		t.Errorf("slow.test gaps %v: median %v, want about %v", gaps, med, interval)
 	}
 	if s.reLeasedCount() != 0 {
