@@ -68,15 +68,46 @@ type child struct {
 	err    error // after done
 }
 
+// lockedBuffer is the child's stderr. os/exec copies the pipe into it from a goroutine of
+// its own, so a line the child wrote before it printed "listening" on stdout may not be
+// here yet when that is read: wait for it with waitFor.
 type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu      sync.Mutex
+	b       bytes.Buffer
+	written chan struct{} // closed and renewed at each write
 }
 
 func (b *lockedBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.written != nil {
+		close(b.written)
+		b.written = nil
+	}
 	return b.b.Write(p)
+}
+
+// waitFor reports whether the buffer holds want within d, re-checking at each write.
+func (b *lockedBuffer) waitFor(want string, d time.Duration) bool {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for {
+		b.mu.Lock()
+		if strings.Contains(b.b.String(), want) {
+			b.mu.Unlock()
+			return true
+		}
+		if b.written == nil {
+			b.written = make(chan struct{})
+		}
+		ch := b.written
+		b.mu.Unlock()
+		select {
+		case <-ch:
+		case <-deadline.C:
+			return false
+		}
+	}
 }
 
 func (b *lockedBuffer) String() string {

@@ -10,18 +10,18 @@ import (
 
 	"downloader"
 	"downloader/lease"
-	"downloader/store/embedded"
 )
 
-// listingOutbox is the embedded outbox counting the sender's reads of it.
+// listingOutbox is the rig's outbox (telling the notifier of every write) counting the
+// sender's reads of it.
 type listingOutbox struct {
-	*embedded.Outbox
+	notifyingOutbox
 	listCount atomic.Int64
 }
 
 func (o *listingOutbox) PendingReports(ctx context.Context, after string, limit int) ([]downloader.Report, error) {
 	o.listCount.Add(1)
-	return o.Outbox.PendingReports(ctx, after, limit)
+	return o.notifyingOutbox.PendingReports(ctx, after, limit)
 }
 
 // TestFreshReportsAreNotReadBack: a report just made durable goes to the source from
@@ -30,8 +30,8 @@ func (o *listingOutbox) PendingReports(ctx context.Context, after string, limit 
 // through once it is back.
 func TestFreshReportsAreNotReadBack(t *testing.T) {
 	r := newRig(t, rigOptions{})
-	s := newFakeScheduler(t)
-	ob := &listingOutbox{Outbox: r.outbox}
+	s := newFakeScheduler(t, r.changes)
+	ob := &listingOutbox{notifyingOutbox: notifyingOutbox{r.outbox, r.changes}}
 	l, err := lease.New(lease.Config{Source: s.client(t), Runner: r.eng, Outbox: ob, Logger: slog.New(slog.DiscardHandler),
 		PollMax: 20 * time.Millisecond, RetryMin: 5 * time.Millisecond, RetryMax: 40 * time.Millisecond})
 	if err != nil {
@@ -51,8 +51,8 @@ func TestFreshReportsAreNotReadBack(t *testing.T) {
 	for i := range n {
 		s.add(task(fmt.Sprintf("a-%d", i), hostURL(fmt.Sprintf("a%d.test", i), 0), 0))
 	}
-	waitFor(t, &s.notifier, "the first reports", func() bool { return len(s.reportedIDs()) == n })
-	waitFor(t, &s.notifier, "an empty outbox", func() bool {
+	waitFor(t, r.changes, "the first reports", func() bool { return len(s.reportedIDs()) == n })
+	waitFor(t, r.changes, "an empty outbox", func() bool {
 		c, err := r.outbox.ReportCount(context.Background())
 		return err == nil && c == 0
 	})
@@ -64,13 +64,13 @@ func TestFreshReportsAreNotReadBack(t *testing.T) {
 	for i := range n {
 		s.add(task(fmt.Sprintf("b-%d", i), hostURL(fmt.Sprintf("b%d.test", i), 0), 0))
 	}
-	waitFor(t, &s.notifier, "a refused send and the reports waiting in the outbox", func() bool {
+	waitFor(t, r.changes, "a refused send and the reports waiting in the outbox", func() bool {
 		_, _, calls := s.snapshot()
 		c, err := r.outbox.ReportCount(context.Background())
 		return calls > n && err == nil && c == n
 	})
 	s.setReportsDown(false)
-	waitFor(t, &s.notifier, "every report", func() bool { return len(s.reportedIDs()) == 2*n })
+	waitFor(t, r.changes, "every report", func() bool { return len(s.reportedIDs()) == 2*n })
 	if c := ob.listCount.Load(); c < 2 {
 		_, _, calls := s.snapshot()
 		t.Errorf("the outbox was listed %d times (%d report calls): the sender did not fall back to it after failed sends", c, calls)

@@ -27,13 +27,13 @@ import (
 func TestDelayedTasksRunAtTheirSlot(t *testing.T) {
 	const interval = 400 * time.Millisecond
 	r := newRig(t, rigOptions{})
-	s := newFakeScheduler(t)
+	s := newFakeScheduler(t, r.changes)
 	for i := range 4 {
 		s.add(task(fmt.Sprintf("slow-%d", i), hostURL("slow.test", i), interval.Milliseconds()))
 		s.add(task(fmt.Sprintf("fast-%d", i), hostURL(fmt.Sprintf("fast%d.test", i), 0), interval.Milliseconds()))
 	}
 	r.run(t, s.client(t), lease.Config{})
-	waitFor(t, &s.notifier, "8 reports", func() bool { return len(s.reportedIDs()) == 8 })
+	waitFor(t, r.changes, "8 reports", func() bool { return len(s.reportedIDs()) == 8 })
 
 	gaps := gapsOf(r.origin, "slow.test")
 	if len(gaps) != 3 {
@@ -45,11 +45,12 @@ func TestDelayedTasksRunAtTheirSlot(t *testing.T) {
 		}
 	}
 	// At their slot: the typical gap is the interval, not more (a task dropped and leased
-	// again, or run when a poll came round, would come much later). The median, so that one
-	// scheduling stall of a loaded machine does not fail the test.
+	// again, or run at the slot after its own, would come an interval or more late). The
+	// median, and half an interval of slack, so that scheduling stalls of a loaded machine
+	// (other test binaries run beside this one) do not fail the test.
 	sorted := slices.Clone(gaps)
 	slices.Sort(sorted)
-	if med := sorted[len(sorted)/2]; med > interval+originLatencyAllowance {
+	if med := sorted[len(sorted)/2]; med > interval+interval/2 {
 		t.Errorf("slow.test gaps %v: median %v, want about %v", gaps, med, interval)
 	}
 	if s.reLeasedCount() != 0 {
@@ -83,7 +84,7 @@ func testWaitPastLeaseIsReleased(t *testing.T, batched bool) {
 	clk := clock.NewFake(time.Now())
 	r := newRig(t, rigOptions{clock: clk, timeout: 5 * time.Second})
 	clk.Advance(2 * time.Minute) // past the limiter's rebuild window
-	s := newFakeScheduler(t)
+	s := newFakeScheduler(t, r.changes)
 	s.isBatched = batched
 	expires := clk.Now().Add(40 * time.Second)
 	first := task("first", "http://busy.test/1", 60_000)
@@ -91,7 +92,7 @@ func testWaitPastLeaseIsReleased(t *testing.T, batched bool) {
 	first.LeaseExpiresAt, second.LeaseExpiresAt = expires, expires
 	s.add(first, second)
 	r.run(t, s.client(t), lease.Config{})
-	waitFor(t, &s.notifier, "a report and a release", func() bool {
+	waitFor(t, r.changes, "a report and a release", func() bool {
 		reps, rels, _ := s.snapshot()
 		return len(reps) == 1 && len(rels) == 1
 	})
@@ -125,7 +126,7 @@ func TestReportsSurviveSchedulerOutage(t *testing.T) {
 
 func testReportsSurviveSchedulerOutage(t *testing.T, batched bool) {
 	r := newRig(t, rigOptions{})
-	s := newFakeScheduler(t)
+	s := newFakeScheduler(t, r.changes)
 	s.isBatched = batched
 	s.setReportsDown(true)
 	want := map[string]bool{}
@@ -135,11 +136,11 @@ func testReportsSurviveSchedulerOutage(t *testing.T, batched bool) {
 		s.add(task(id, hostURL(fmt.Sprintf("h%d.test", i%3), i), 0))
 	}
 	stop := r.run(t, s.client(t), lease.Config{})
-	waitFor(t, &s.notifier, "all tasks fetched and reports refused", func() bool {
+	waitFor(t, r.changes, "all tasks fetched and reports refused", func() bool {
 		_, _, calls := s.snapshot()
 		return len(r.origin.Arrivals()) == 6 && calls >= 6
 	})
-	waitFor(t, &s.notifier, "six reports in the outbox", func() bool {
+	waitFor(t, r.changes, "six reports in the outbox", func() bool {
 		n, err := r.outbox.ReportCount(context.Background())
 		return err == nil && n == 6
 	})
@@ -153,10 +154,10 @@ func testReportsSurviveSchedulerOutage(t *testing.T, batched bool) {
 	}
 
 	// A new process on the same data dir, with the scheduler back.
-	r2 := newRig(t, rigOptions{dir: r.dir, origin: r.origin})
+	r2 := newRig(t, rigOptions{dir: r.dir, origin: r.origin, changes: r.changes})
 	s.setReportsDown(false)
 	r2.run(t, s.client(t), lease.Config{})
-	waitFor(t, &s.notifier, "every report delivered", func() bool { return len(s.reportedIDs()) == 6 })
+	waitFor(t, r.changes, "every report delivered", func() bool { return len(s.reportedIDs()) == 6 })
 	for id, n := range s.reportedIDs() {
 		if !want[id] {
 			t.Errorf("report for unknown task %q", id)
@@ -165,7 +166,7 @@ func testReportsSurviveSchedulerOutage(t *testing.T, batched bool) {
 			t.Errorf("task %s reported %d times", id, n)
 		}
 	}
-	waitFor(t, &s.notifier, "empty outbox", func() bool {
+	waitFor(t, r.changes, "empty outbox", func() bool {
 		n, err := r2.outbox.ReportCount(context.Background())
 		return err == nil && n == 0
 	})
@@ -186,7 +187,7 @@ func testReportsSurviveSchedulerOutage(t *testing.T, batched bool) {
 // never retried, and the loop goes on with the good ones.
 func TestMalformedTasksAreReported(t *testing.T) {
 	r := newRig(t, rigOptions{})
-	s := newFakeScheduler(t)
+	s := newFakeScheduler(t, r.changes)
 	s.addRaw(
 		`{"task_id":"bad-url","url":"not a url","domain":"","min_interval_ms":0}`,
 		`{"task_id":"no-interval","url":"http://a.test/","should_render":false}`,
@@ -197,7 +198,7 @@ func TestMalformedTasksAreReported(t *testing.T) {
 	)
 	s.add(task("good", "http://good.test/", 0))
 	r.run(t, s.client(t), lease.Config{})
-	waitFor(t, &s.notifier, "five reports", func() bool { return len(s.reportedIDs()) == 5 })
+	waitFor(t, r.changes, "five reports", func() bool { return len(s.reportedIDs()) == 5 })
 	reps, rels, _ := s.snapshot()
 	for _, rep := range reps {
 		if rep.TaskID == "good" {
@@ -237,7 +238,7 @@ func TestShutdownLetsInFlightFinishAndReleasesTheRest(t *testing.T) {
 		}
 		origintest.Page(w, req)
 	})})
-	s := newFakeScheduler(t)
+	s := newFakeScheduler(t, r.changes)
 	s.add(task("inflight", "http://slowpage.test/", 0))
 	for i := range 3 {
 		s.add(task(fmt.Sprintf("wait-%d", i), hostURL("later.test", i), 30_000))
@@ -251,7 +252,7 @@ func TestShutdownLetsInFlightFinishAndReleasesTheRest(t *testing.T) {
 	stopped := make(chan struct{})
 	go func() { stop(); close(stopped) }()
 	close(proceed)
-	waitFor(t, &s.notifier, "the in-flight task's report, acknowledged", func() bool {
+	waitFor(t, r.changes, "the in-flight task's report, acknowledged", func() bool {
 		reps, _, _ := s.snapshot()
 		pending, err := r.outbox.PendingReports(t.Context(), "", 1)
 		return len(reps) == 1 && err == nil && len(pending) == 0
@@ -296,8 +297,7 @@ func TestKillAndRestartMidCrawl(t *testing.T) {
 	}
 	held := func() int { return maxHeld }
 	stop := r.run(t, q, lease.Config{MaxHeldCount: held, FlushTimeout: time.Millisecond})
-	var n notifier
-	waitFor(t, &n, "20 tasks done", func() bool { return q.Counts().DoneCount >= 20 })
+	waitFor(t, r.changes, "20 tasks done", func() bool { return q.Counts().DoneCount >= 20 })
 	// The kill: the store closes under the running loop.
 	if err := r.store.Close(); err != nil {
 		t.Fatal(err)
@@ -306,14 +306,14 @@ func TestKillAndRestartMidCrawl(t *testing.T) {
 	stop()
 	fetchedBefore := len(r.origin.Arrivals())
 
-	r2 := newRig(t, rigOptions{dir: r.dir, origin: r.origin})
+	r2 := newRig(t, rigOptions{dir: r.dir, origin: r.origin, changes: r.changes})
 	q2, err := embedded.OpenQueue(t.Context(), r2.store, embedded.QueueConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	before := q2.Counts()
 	r2.run(t, q2, lease.Config{MaxHeldCount: held})
-	waitFor(t, &n, "the crawl to finish", func() bool {
+	waitFor(t, r.changes, "the crawl to finish", func() bool {
 		c := q2.Counts()
 		return c.PendingCount == 0 && c.LeasedCount == 0
 	})
@@ -376,7 +376,7 @@ func TestEntriesTogetherNoViolations(t *testing.T) {
 		rounds   = 5
 	)
 	r := newRig(t, rigOptions{})
-	s := newFakeScheduler(t)
+	s := newFakeScheduler(t, r.changes)
 	hosts := []string{"x0.test", "x1.test", "x2.test"}
 	api := httptest.NewServer(server.New(server.Config{Probe: r.eng, Render: r.eng, Settings: r.eng, Domains: r.lim, Slots: r.gate}))
 	t.Cleanup(api.Close)
@@ -414,14 +414,7 @@ func TestEntriesTogetherNoViolations(t *testing.T) {
 	for round := range rounds {
 		// Start the round once every host may be asked again, so that B and C have a
 		// chance against A.
-		waitFor(t, &s.notifier, "the interval to pass", func() bool {
-			for _, a := range r.origin.Arrivals() {
-				if time.Since(a.At) < interval {
-					return false
-				}
-			}
-			return true
-		})
+		r.waitQuiet(t, interval)
 		for i, host := range hosts {
 			s.add(task(fmt.Sprintf("a%d-%d", round, i), fmt.Sprintf("http://%s/a%d", host, round), interval.Milliseconds()))
 			wg.Add(2)
@@ -435,7 +428,7 @@ func TestEntriesTogetherNoViolations(t *testing.T) {
 			}()
 		}
 		want := len(hosts) * (round + 1)
-		waitFor(t, &s.notifier, fmt.Sprintf("%d reports", want), func() bool { return len(s.reportedIDs()) == want })
+		waitFor(t, r.changes, fmt.Sprintf("%d reports", want), func() bool { return len(s.reportedIDs()) == want })
 	}
 	wg.Wait()
 	if v := r.origin.Violations(func(string) (time.Duration, bool) { return interval, true }, originLatencyAllowance); len(v) > 0 {

@@ -58,7 +58,11 @@ const originLatencyAllowance = 100 * time.Millisecond
 // hanging. It is not a sleep: waits return as soon as the condition holds.
 const waitTimeout = 30 * time.Second
 
-// notifier lets a test wait for a condition on state that changes elsewhere.
+// notifier lets a test wait for a condition on state that changes elsewhere. The rig's
+// notifier is told of every change a test waits on: a request at the origin, a report or a
+// release at the scheduler, a write to the outbox, a call into the local queue. So a wait
+// re-checks its condition when something happened, never on a tick: these tests run real
+// servers on loopback, where a synctest bubble cannot tell when everything is blocked.
 type notifier struct {
 	mu sync.Mutex
 	ch chan struct{}
@@ -82,14 +86,12 @@ func (n *notifier) notify() {
 	n.ch = make(chan struct{})
 }
 
-// waitFor returns when cond holds, re-checking it whenever n changes (and every 5 ms, for
-// conditions on state n does not cover).
+// waitFor returns when cond holds, re-checking it whenever n changes. cond must read only
+// state whose changes n is told of.
 func waitFor(t *testing.T, n *notifier, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.NewTimer(waitTimeout)
 	defer deadline.Stop()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
 	for {
 		ch := n.changed()
 		if cond() {
@@ -97,19 +99,110 @@ func waitFor(t *testing.T, n *notifier, what string, cond func() bool) {
 		}
 		select {
 		case <-ch:
-		case <-tick.C:
 		case <-deadline.C:
 			t.Fatalf("timed out waiting for %s", what)
 		}
 	}
 }
 
+// waitQuiet returns once no request has reached the origin for d. The limiter runs on the
+// real clock in these tests, so the end of an interval is an instant on it: this waits on a
+// timer set to that instant (moved on if a request arrives meanwhile), not on a poll.
+func (r *rig) waitQuiet(t *testing.T, d time.Duration) {
+	t.Helper()
+	deadline := time.NewTimer(waitTimeout)
+	defer deadline.Stop()
+	for {
+		ch := r.changes.changed()
+		var last time.Time
+		for _, a := range r.origin.Arrivals() {
+			if a.At.After(last) {
+				last = a.At
+			}
+		}
+		wait := time.Until(last.Add(d))
+		if wait <= 0 {
+			return
+		}
+		quiet := time.NewTimer(wait)
+		select {
+		case <-quiet.C:
+		case <-ch:
+		case <-deadline.C:
+			quiet.Stop()
+			t.Fatalf("no quiet %v at the origin within %v", d, waitTimeout)
+		}
+		quiet.Stop()
+	}
+}
+
+// notifyingOutbox is the rig's outbox as the loop sees it: every write tells the notifier,
+// once it is done.
+type notifyingOutbox struct {
+	o *embedded.Outbox
+	n *notifier
+}
+
+var (
+	_ lease.BatchOutbox = notifyingOutbox{}
+	_ lease.TaskOutbox  = notifyingOutbox{}
+)
+
+func (w notifyingOutbox) PutReport(ctx context.Context, r *downloader.Report) error {
+	defer w.n.notify()
+	return w.o.PutReport(ctx, r)
+}
+
+func (w notifyingOutbox) PendingReports(ctx context.Context, after string, limit int) ([]downloader.Report, error) {
+	return w.o.PendingReports(ctx, after, limit)
+}
+
+func (w notifyingOutbox) DeleteReport(ctx context.Context, r *downloader.Report) (bool, error) {
+	defer w.n.notify()
+	return w.o.DeleteReport(ctx, r)
+}
+
+func (w notifyingOutbox) DeleteReports(ctx context.Context, rs []downloader.Report) error {
+	defer w.n.notify()
+	return w.o.DeleteReports(ctx, rs)
+}
+
+func (w notifyingOutbox) WithTaskWrites(ctx context.Context) (context.Context, func() error) {
+	taskCtx, end := w.o.WithTaskWrites(ctx)
+	return taskCtx, func() error {
+		defer w.n.notify()
+		return end()
+	}
+}
+
+// notifyingSource is a single-form source (the local queue) that tells the notifier after
+// every call.
+type notifyingSource struct {
+	src lease.Source
+	n   *notifier
+}
+
+func (w notifyingSource) Lease(ctx context.Context, workerID string, maxTaskCount int) ([]downloader.Task, error) {
+	defer w.n.notify()
+	return w.src.Lease(ctx, workerID, maxTaskCount)
+}
+
+func (w notifyingSource) Report(ctx context.Context, r *downloader.Report) error {
+	defer w.n.notify()
+	return w.src.Report(ctx, r)
+}
+
+func (w notifyingSource) Release(ctx context.Context, taskID string, retryAfter time.Duration) error {
+	defer w.n.notify()
+	return w.src.Release(ctx, taskID, retryAfter)
+}
+
 // fakeScheduler is a real HTTP server speaking docs/scheduler-contract.md from an in-memory
 // list of tasks, recording every report and release.
 type fakeScheduler struct {
-	t   *testing.T
-	srv *httptest.Server
-	notifier
+	t       *testing.T
+	srv     *httptest.Server
+	changes *notifier // told of every report and release
 
 	mu          sync.Mutex
 	pending     []json.RawMessage
@@ -132,8 +225,8 @@ type releaseCall struct {
 	RetryAfterSeconds int64  `json:"retry_after_seconds"`
 }
 
-func newFakeScheduler(t *testing.T) *fakeScheduler {
-	f := &fakeScheduler{t: t, leaseFor: time.Minute}
+func newFakeScheduler(t *testing.T, changes *notifier) *fakeScheduler {
+	f := &fakeScheduler{t: t, leaseFor: time.Minute, changes: changes}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/lease", f.lease)
 	mux.HandleFunc("POST /v1/report", f.report)
@@ -224,7 +317,7 @@ func (f *fakeScheduler) report(w http.ResponseWriter, r *http.Request) {
 		f.reports = append(f.reports, rep)
 	}
 	f.mu.Unlock()
-	f.notify()
+	f.changes.notify()
 	if down {
 		http.Error(w, "scheduler is down", http.StatusServiceUnavailable)
 		return
@@ -271,7 +364,7 @@ func (f *fakeScheduler) reportBatch(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	f.mu.Unlock()
-	f.notify()
+	f.changes.notify()
 	if down {
 		http.Error(w, "scheduler is down", http.StatusServiceUnavailable)
 		return
@@ -303,7 +396,7 @@ func (f *fakeScheduler) releaseBatch(w http.ResponseWriter, r *http.Request) {
 		results = append(results, itemResult{TaskID: rel.TaskID, HTTPStatus: http.StatusNoContent})
 	}
 	f.mu.Unlock()
-	f.notify()
+	f.changes.notify()
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]any{"results": results})
 }
@@ -320,7 +413,7 @@ func (f *fakeScheduler) release(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	f.releases = append(f.releases, rel)
 	f.mu.Unlock()
-	f.notify()
+	f.changes.notify()
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -371,15 +464,16 @@ func (f *fakeScheduler) client(t *testing.T) *scheduler.Client {
 // rig is the real entry A stack: an origin with many virtual hosts, the guarded fetcher,
 // the limiter and global cap, the engine and the embedded store.
 type rig struct {
-	origin *origintest.Origin
-	clk    clock.Clock
-	lim    *limiter.Limiter
-	gate   *limiter.Gate
-	eng    *engine.Engine
-	fetch  *fetch.Fetcher
-	dir    string
-	store  *embedded.Store
-	outbox *embedded.Outbox
+	changes *notifier
+	origin  *origintest.Origin
+	clk     clock.Clock
+	lim     *limiter.Limiter
+	gate    *limiter.Gate
+	eng     *engine.Engine
+	fetch   *fetch.Fetcher
+	dir     string
+	store   *embedded.Store
+	outbox  *embedded.Outbox
 }
 
 type rigOptions struct {
@@ -388,6 +482,7 @@ type rigOptions struct {
 	timeout time.Duration
 	dir     string // data dir to reuse (a restart)
 	origin  *origintest.Origin
+	changes *notifier // the notifier to share (a restart); default a new one
 }
 
 // loopbackDialer refuses (and fails the test on) any address outside 127.0.0.0/8 and ::1.
@@ -408,9 +503,21 @@ func (d loopbackDialer) DialContext(ctx context.Context, network, address string
 
 func newRig(t *testing.T, o rigOptions) *rig {
 	t.Helper()
+	changes := o.changes
+	if changes == nil {
+		changes = &notifier{}
+	}
 	origin := o.origin
 	if origin == nil {
-		origin = origintest.New(o.handler)
+		h := o.handler
+		if h == nil {
+			h = http.HandlerFunc(origintest.Page)
+		}
+		// The origin records a request before it calls h: tell the notifier then.
+		origin = origintest.New(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			changes.notify()
+			h.ServeHTTP(w, req)
+		}))
 		t.Cleanup(origin.Close)
 	}
 	rule, err := netguard.ParseConnectTo(origin.ConnectTo())
@@ -440,14 +547,17 @@ func newRig(t *testing.T, o rigOptions) *rig {
 	t.Cleanup(f.Close)
 	eng := engine.New(engine.Config{Clock: clk, Limiter: lim, Gate: gate, Fetcher: f, Results: st, Pages: st,
 		DefaultMinInterval: time.Second, DefaultTimeout: o.timeout})
-	return &rig{origin: origin, clk: clk, lim: lim, gate: gate, eng: eng, fetch: f, dir: dir, store: st, outbox: embedded.NewOutbox(st)}
+	return &rig{changes: changes, origin: origin, clk: clk, lim: lim, gate: gate, eng: eng, fetch: f, dir: dir, store: st, outbox: embedded.NewOutbox(st)}
 }
 
 // run starts a loop on src and returns a function that stops it and waits for Run to
 // return.
 func (r *rig) run(t *testing.T, src lease.Source, cfg lease.Config) (stop func()) {
 	t.Helper()
-	cfg.Source, cfg.Runner, cfg.Outbox = src, r.eng, r.outbox
+	if _, ok := src.(lease.BatchSource); !ok {
+		src = notifyingSource{src, r.changes}
+	}
+	cfg.Source, cfg.Runner, cfg.Outbox = src, r.eng, notifyingOutbox{r.outbox, r.changes}
 	if cfg.PollMax == 0 {
 		cfg.PollMax = 20 * time.Millisecond
 	}

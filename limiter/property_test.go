@@ -4,11 +4,11 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"downloader"
@@ -235,80 +235,87 @@ func simulate(t *testing.T, seed uint64) {
 
 // TestWireSpacingConcurrent runs goroutines against one domain through the blocking API
 // (Wait, WaitWire) and through Allow with retries, on a fake clock that moves only when
-// every goroutine waits on it, and checks the wire spacing under the race detector.
+// every goroutine is blocked (a synctest bubble tells when), and checks the wire spacing
+// under the race detector.
 func TestWireSpacingConcurrent(t *testing.T) {
-	const (
-		workers  = 6
-		requests = 15
-		I        = 100 * time.Millisecond
-		d        = "example.com"
-	)
-	l, clk := newFake()
-	clk.Set(at(past))
-	var (
-		mu     sync.Mutex
-		wires  []wireEvent
-		active atomic.Int64
-		errs   = make(chan error, workers)
-	)
-	active.Store(workers)
-	sleep := func(dur time.Duration) {
-		tm := clk.NewTimer(dur)
-		<-tm.C()
-	}
-	for w := range workers {
-		go func() {
-			defer active.Add(-1)
-			rng := rand.New(rand.NewPCG(uint64(w), 7))
-			for i := range requests {
-				var a Admission
-				if w%2 == 0 {
-					var err error
-					if a, err = l.Wait(context.Background(), d, I, srcLease, entryA); err != nil {
+	synctest.Test(t, func(t *testing.T) {
+		const (
+			workers  = 6
+			requests = 15
+			I        = 100 * time.Millisecond
+			d        = "example.com"
+		)
+		l, clk := newFake()
+		clk.Set(at(past))
+		var (
+			mu     sync.Mutex
+			wires  []wireEvent
+			active atomic.Int64
+			errs   = make(chan error, workers)
+		)
+		active.Store(workers)
+		sleep := func(dur time.Duration) {
+			tm := clk.NewTimer(dur)
+			<-tm.C()
+		}
+		for w := range workers {
+			go func() {
+				defer active.Add(-1)
+				rng := rand.New(rand.NewPCG(uint64(w), 7))
+				for i := range requests {
+					var a Admission
+					if w%2 == 0 {
+						var err error
+						if a, err = l.Wait(context.Background(), d, I, srcLease, entryA); err != nil {
+							errs <- err
+							return
+						}
+					} else {
+						for {
+							var wait time.Duration
+							if a, wait = l.Allow(clk.Now(), d, I, srcRequest, entryB); a.Admitted() {
+								break
+							}
+							sleep(wait)
+						}
+					}
+					sleep(time.Duration(rng.Int64N(int64(I)))) // the handshake
+					if err := a.WaitWire(context.Background()); err != nil {
 						errs <- err
 						return
 					}
-				} else {
-					for {
-						var wait time.Duration
-						if a, wait = l.Allow(clk.Now(), d, I, srcRequest, entryB); a.Admitted() {
-							break
-						}
-						sleep(wait)
-					}
+					mu.Lock()
+					wires = append(wires, wireEvent{clk.Now(), I, fmt.Sprintf("w%d/%d", w, i)})
+					mu.Unlock()
+					sleep(time.Duration(rng.Int64N(int64(2 * I)))) // the response
+					a.Done()
 				}
-				sleep(time.Duration(rng.Int64N(int64(I)))) // the handshake
-				if err := a.WaitWire(context.Background()); err != nil {
-					errs <- err
-					return
-				}
-				mu.Lock()
-				wires = append(wires, wireEvent{clk.Now(), I, fmt.Sprintf("w%d/%d", w, i)})
-				mu.Unlock()
-				sleep(time.Duration(rng.Int64N(int64(2 * I)))) // the response
-				a.Done()
-			}
-		}()
-	}
-	// Move the clock only when every live goroutine waits on a timer.
-	for active.Load() > 0 {
-		if n := active.Load(); n > 0 && int64(clk.TimerCount()) >= n {
-			clk.Advance(time.Millisecond)
-			continue
+			}()
 		}
-		runtime.Gosched()
-	}
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	if len(wires) != workers*requests {
-		t.Fatalf("%d wires, want %d", len(wires), workers*requests)
-	}
-	checkSpacing(t, wires)
-	if st := state(t, l, clk.Now(), d); st.InFlightCount != 0 {
-		t.Fatalf("in_flight_count = %d", st.InFlightCount)
-	}
+		// Move the clock only when every live goroutine is blocked (synctest.Wait): each waits
+		// on the fake clock, directly or behind another that does.
+		for {
+			synctest.Wait()
+			if active.Load() == 0 {
+				break
+			}
+			if clk.TimerCount() == 0 {
+				t.Fatalf("%d workers blocked with no timer on the clock", active.Load())
+			}
+			clk.Advance(time.Millisecond)
+		}
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		if len(wires) != workers*requests {
+			t.Fatalf("%d wires, want %d", len(wires), workers*requests)
+		}
+		checkSpacing(t, wires)
+		if st := state(t, l, clk.Now(), d); st.InFlightCount != 0 {
+			t.Fatalf("in_flight_count = %d", st.InFlightCount)
+		}
+	})
 }
 
 // TestConcurrentDomains hammers many domains from many goroutines (run under -race): per

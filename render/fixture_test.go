@@ -90,28 +90,62 @@ func checkNoLeftovers() int {
 	return code
 }
 
-// browserProcesses lists the browser processes of this test run: Chromium's helper
-// processes do not name the user data directory, but they all stay in our process group.
+// browserProcesses lists the browser processes of this test binary: the browsers it
+// started and their helpers (Chromium's helper processes do not name the user data
+// directory). The process group is not enough: every test binary of one `go test` run
+// shares the go command's group, so with packages run side by side another binary's
+// browsers would count as ours. Ours descend from this process, or carry our TMPDIR in
+// their environment (a browser whose parent went away).
 func browserProcesses() []int {
 	self := procStat("self")
 	if self == nil {
 		return nil
 	}
+	selfPid := strconv.Itoa(os.Getpid())
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
 	}
-	var pids []int
+	mark := []byte("\x00TMPDIR=" + tmpRoot + "\x00")
+	parent := map[string]string{}
+	var candidates []string
 	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
 			continue
 		}
+		st := procStat(e.Name())
+		if st == nil {
+			continue
+		}
+		parent[e.Name()] = st[1]
 		exe, err := os.Readlink("/proc/" + e.Name() + "/exe")
 		if err != nil || !strings.Contains(filepath.Base(exe), "chrom") {
 			continue
 		}
-		if st := procStat(e.Name()); st != nil && st[2] == self[2] && st[0] != "Z" && st[0] != "X" { // same process group, not a corpse
+		if st[2] == self[2] && st[0] != "Z" && st[0] != "X" { // same process group, not a corpse
+			candidates = append(candidates, e.Name())
+		}
+	}
+	ours := func(pid string) bool {
+		for range 16 { // browser → zygote → renderer is three deep
+			if pid == selfPid {
+				return true
+			}
+			if env, err := os.ReadFile("/proc/" + pid + "/environ"); err == nil && bytes.Contains(append([]byte{0}, env...), mark) {
+				return true
+			}
+			next, ok := parent[pid]
+			if !ok || next == "0" || next == "1" {
+				return false
+			}
+			pid = next
+		}
+		return false
+	}
+	var pids []int
+	for _, c := range candidates {
+		if ours(c) {
+			pid, _ := strconv.Atoi(c)
 			pids = append(pids, pid)
 		}
 	}

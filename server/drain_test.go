@@ -5,8 +5,8 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
-	"runtime"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"downloader"
@@ -30,65 +30,67 @@ func blockingFetcher(entered chan<- struct{}, release <-chan struct{}) *fakeFetc
 // shutting_down with the 429's body, new C requests get 200 shutting_down not reached,
 // bad input is still a 400, and the request in flight finishes before Drain returns.
 func TestDrain(t *testing.T) {
-	entered, release := make(chan struct{}), make(chan struct{})
-	h := newHarness(t, blockingFetcher(entered, release))
-	h.srv.SetReady(true)
-	type answer struct {
-		code int
-		m    map[string]any
-	}
-	inFlight := make(chan answer, 1)
-	go func() {
-		rec, m := h.do(t, http.MethodPost, "/v1/render", `{"url":"http://busy.test/","should_render":false}`)
-		inFlight <- answer{rec.Code, m}
-	}()
-	<-entered
+	synctest.Test(t, func(t *testing.T) {
+		entered, release := make(chan struct{}), make(chan struct{})
+		h := newHarness(t, blockingFetcher(entered, release))
+		h.srv.SetReady(true)
+		type answer struct {
+			code int
+			m    map[string]any
+		}
+		inFlight := make(chan answer, 1)
+		go func() {
+			rec, m := h.do(t, http.MethodPost, "/v1/render", `{"url":"http://busy.test/","should_render":false}`)
+			inFlight <- answer{rec.Code, m}
+		}()
+		<-entered
 
-	drained := make(chan error, 1)
-	go func() { drained <- h.srv.Drain(context.Background(), h.clk.Now().Add(20*time.Second)) }()
-	for !h.srv.isDraining() {
-		// Drain sets the flag first thing; wait for the goroutine to get there.
+		drained := make(chan error, 1)
+		go func() { drained <- h.srv.Drain(context.Background(), h.clk.Now().Add(20*time.Second)) }()
+		synctest.Wait() // Drain is blocked waiting for the request in flight
 		select {
 		case err := <-drained:
 			t.Fatalf("Drain returned %v with a request in flight", err)
 		default:
-			runtime.Gosched()
 		}
-	}
+		if !h.srv.isDraining() {
+			t.Fatal("Drain is waiting but the server is not draining")
+		}
 
-	rec, m := h.do(t, http.MethodGet, "/readyz", "")
-	if rec.Code != http.StatusServiceUnavailable || m["status"] != "stopping" {
-		t.Errorf("/readyz while draining: %d %v, want 503 stopping", rec.Code, m)
-	}
-	rec, m = h.do(t, http.MethodPost, "/v1/render", `{"url":"http://new.test/","should_render":false}`)
-	if rec.Code != http.StatusServiceUnavailable || m["fail_reason"] != "shutting_down" || m["retry_after_seconds"] != 20.0 ||
-		rec.Header().Get("Retry-After") != "20" {
-		t.Errorf("B while draining: %d %v Retry-After %q, want 503 shutting_down, retry after 20 s", rec.Code, m, rec.Header().Get("Retry-After"))
-	}
-	rec, m = h.do(t, http.MethodPost, "/v1/probe", `{"url":"http://new.test/","should_render":false}`)
-	if rec.Code != http.StatusOK || m["fail_reason"] != "shutting_down" || m["has_reached_origin"] != false ||
-		m["http_status"] != nil || m["domain"] != "new.test" {
-		t.Errorf("C while draining: %d %v, want 200 shutting_down, not reached", rec.Code, m)
-	}
-	if rec, m := h.do(t, http.MethodPost, "/v1/probe", `{"url":"ftp://new.test/"}`); rec.Code != http.StatusBadRequest || m["field"] != "url" {
-		t.Errorf("bad input while draining: %d %v, want 400 naming url", rec.Code, m)
-	}
-	if _, ok := h.lim.Domain(h.clk.Now(), "new.test"); ok {
-		t.Error("a request refused while draining reached the limiter")
-	}
-	select {
-	case err := <-drained:
-		t.Fatalf("Drain returned %v with a request in flight", err)
-	default:
-	}
+		rec, m := h.do(t, http.MethodGet, "/readyz", "")
+		if rec.Code != http.StatusServiceUnavailable || m["status"] != "stopping" {
+			t.Errorf("/readyz while draining: %d %v, want 503 stopping", rec.Code, m)
+		}
+		rec, m = h.do(t, http.MethodPost, "/v1/render", `{"url":"http://new.test/","should_render":false}`)
+		if rec.Code != http.StatusServiceUnavailable || m["fail_reason"] != "shutting_down" || m["retry_after_seconds"] != 20.0 ||
+			rec.Header().Get("Retry-After") != "20" {
+			t.Errorf("B while draining: %d %v Retry-After %q, want 503 shutting_down, retry after 20 s", rec.Code, m, rec.Header().Get("Retry-After"))
+		}
+		rec, m = h.do(t, http.MethodPost, "/v1/probe", `{"url":"http://new.test/","should_render":false}`)
+		if rec.Code != http.StatusOK || m["fail_reason"] != "shutting_down" || m["has_reached_origin"] != false ||
+			m["http_status"] != nil || m["domain"] != "new.test" {
+			t.Errorf("C while draining: %d %v, want 200 shutting_down, not reached", rec.Code, m)
+		}
+		if rec, m := h.do(t, http.MethodPost, "/v1/probe", `{"url":"ftp://new.test/"}`); rec.Code != http.StatusBadRequest || m["field"] != "url" {
+			t.Errorf("bad input while draining: %d %v, want 400 naming url", rec.Code, m)
+		}
+		if _, ok := h.lim.Domain(h.clk.Now(), "new.test"); ok {
+			t.Error("a request refused while draining reached the limiter")
+		}
+		select {
+		case err := <-drained:
+			t.Fatalf("Drain returned %v with a request in flight", err)
+		default:
+		}
 
-	close(release)
-	if a := <-inFlight; a.code != http.StatusOK || a.m["fail_reason"] != nil || a.m["has_reached_origin"] != true {
-		t.Errorf("the request in flight: %d %v, want it finished normally", a.code, a.m)
-	}
-	if err := <-drained; err != nil {
-		t.Errorf("Drain = %v after the last request finished", err)
-	}
+		close(release)
+		if a := <-inFlight; a.code != http.StatusOK || a.m["fail_reason"] != nil || a.m["has_reached_origin"] != true {
+			t.Errorf("the request in flight: %d %v, want it finished normally", a.code, a.m)
+		}
+		if err := <-drained; err != nil {
+			t.Errorf("Drain = %v after the last request finished", err)
+		}
+	})
 }
 
 // TestDrainGraceOver: Drain gives up when its context ends, and returns at once when

@@ -6,10 +6,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"downloader"
@@ -181,42 +181,45 @@ func TestRenderOverLimitIs429(t *testing.T) {
 }
 
 func TestQueueFull(t *testing.T) {
-	release := make(chan struct{})
-	started := make(chan struct{}, 16)
-	f := &fakeFetcher{fn: func(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome {
-		started <- struct{}{}
-		<-release
-		return &downloader.Outcome{HTTPStatus: 200}
-	}}
-	h := newHarness(t, f)
-	h.gate.SetCapacity(1)
-	var wg sync.WaitGroup
-	// one in flight, two queued (queue length 2)
-	for i := range 3 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			h.do(t, "POST", "/v1/probe", `{"url":"http://q`+string(rune('a'+i))+`.test/","min_interval_ms":0}`)
-		}()
-	}
-	<-started
-	for h.gate.Waiting() < 2 {
-		runtime.Gosched() // the two queued requests are on their way into the queue
-	}
-	_, m := h.do(t, "POST", "/v1/probe", `{"url":"http://qz.test/","min_interval_ms":0}`)
-	if m["fail_reason"] != "local_queue_full" || m["has_reached_origin"] != false {
-		t.Errorf("probe with queue full: %v", m)
-	}
-	rec, m := h.do(t, "POST", "/v1/render", `{"url":"http://qy.test/","min_interval_ms":0}`)
-	if rec.Code != 429 || m["fail_reason"] != "local_queue_full" {
-		t.Errorf("render with queue full: %d %v", rec.Code, m)
-	}
-	// The refused render gave its admission back: the domain is free again.
-	if st, ok := h.lim.Domain(h.clk.Now(), "qy.test"); !ok || st.InFlightCount != 0 {
-		t.Errorf("qy.test state after refusal: %+v", st)
-	}
-	close(release)
-	wg.Wait()
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		started := make(chan struct{}, 16)
+		f := &fakeFetcher{fn: func(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome {
+			started <- struct{}{}
+			<-release
+			return &downloader.Outcome{HTTPStatus: 200}
+		}}
+		h := newHarness(t, f)
+		h.gate.SetCapacity(1)
+		var wg sync.WaitGroup
+		// one in flight, two queued (queue length 2)
+		for i := range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				h.do(t, "POST", "/v1/probe", `{"url":"http://q`+string(rune('a'+i))+`.test/","min_interval_ms":0}`)
+			}()
+		}
+		<-started
+		synctest.Wait() // the two other requests are blocked in the queue
+		if n := h.gate.Waiting(); n != 2 {
+			t.Fatalf("%d requests queued, want 2", n)
+		}
+		_, m := h.do(t, "POST", "/v1/probe", `{"url":"http://qz.test/","min_interval_ms":0}`)
+		if m["fail_reason"] != "local_queue_full" || m["has_reached_origin"] != false {
+			t.Errorf("probe with queue full: %v", m)
+		}
+		rec, m := h.do(t, "POST", "/v1/render", `{"url":"http://qy.test/","min_interval_ms":0}`)
+		if rec.Code != 429 || m["fail_reason"] != "local_queue_full" {
+			t.Errorf("render with queue full: %d %v", rec.Code, m)
+		}
+		// The refused render gave its admission back: the domain is free again.
+		if st, ok := h.lim.Domain(h.clk.Now(), "qy.test"); !ok || st.InFlightCount != 0 {
+			t.Errorf("qy.test state after refusal: %+v", st)
+		}
+		close(release)
+		wg.Wait()
+	})
 }
 
 func TestSettingsTakeEffectAndPersist(t *testing.T) {
