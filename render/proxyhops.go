@@ -14,7 +14,7 @@ import (
 // never pauses a document). Our proxy sees every request instead, and a top-level
 // document says so (Sec-Fetch-Dest: document, which Obscura sends on each hop it
 // follows): the first is the page's, under the caller's admission; each later one gets an
-// admission of its own through Config.Hops before a byte goes to its host, as the pauser
+// admission of its own through the render's HopAdmitter before a byte goes to its host, as the pauser
 // gives it (hops.go), bounded by the render's soft deadline. A hop not admitted in time
 // is refused and ends the render with self_rate_limited (SPEC §2, §4).
 //
@@ -23,9 +23,8 @@ import (
 // SPEC §3 allows ("admitted like a hop"). A CONNECT carries no header at all: an HTTPS hop to another host goes under the render's
 // sub-request caps instead (docs/renderers.md). Safe for concurrent use.
 type proxyHops struct {
-	r    *hopRender
-	hops HopAdmitter
-	log  *slog.Logger
+	r   *hopRender
+	log *slog.Logger
 
 	mu        sync.Mutex
 	firstSeen bool
@@ -44,7 +43,7 @@ func (h *proxyHops) admit(r *http.Request) bool {
 	if first || h.r.st.coveredByFirst(domain) {
 		return true
 	}
-	adm, err := h.hops.AdmitHop(withDeadline(h.r.ctx, h.r.soft), domain)
+	adm, err := h.r.hops.AdmitHop(withDeadline(h.r.ctx, h.r.soft), domain)
 	if err != nil {
 		if h.r.ctx.Err() == nil {
 			h.log.Info("render: main document hop not admitted in time", "domain", domain, "error", err)
