@@ -100,6 +100,13 @@ func DecideFailReason(o *Outcome, k FailContext) FailReason {
 	return reason
 }
 
+// FailedBy returns an outcome that carries only a cause (and the reason it means).
+func FailedBy(c Cause) *Outcome {
+	o := &Outcome{}
+	o.Fail(c)
+	return o
+}
+
 // Fail sets o's cause and the reason it means on its own, for the fetcher's and renderer's
 // own callers (tests, robots.txt); the engine decides again with DecideFailReason.
 func (o *Outcome) Fail(c Cause) {

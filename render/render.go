@@ -547,9 +547,9 @@ func (p *Pool) AcquireSlot(ctx context.Context) (release func(), failed *downloa
 	defer stop()
 	if err := p.gate.Acquire(ctx, limiter.QueueBounded); err != nil {
 		if errors.Is(err, limiter.ErrQueueFull) {
-			return nil, downloader.Failed(downloader.FailLocalQueueFull)
+			return nil, downloader.FailedBy(downloader.CauseQueueFull)
 		}
-		return nil, downloader.Failed(stopReason(ctx))
+		return nil, downloader.FailedBy(stopCause(ctx))
 	}
 	var once sync.Once
 	return func() { once.Do(p.gate.Release) }, nil
@@ -604,18 +604,18 @@ func (p *Pool) renderTimed(ctx context.Context, u *url.URL, adm *limiter.Admissi
 // here for the render's duration.
 func (p *Pool) render(ctx context.Context, u *url.URL, adm *limiter.Admission, hops HopAdmitter, skip skipSet, start, deadline time.Time, held bool) (out *downloader.Outcome) {
 	if u == nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
-		return downloader.Failed(downloader.FailInvalidTask)
+		return downloader.FailedBy(downloader.CauseInvalidURL)
 	}
 	domain, err := downloader.NormalizeDomain(u.Host)
 	if err != nil {
-		return downloader.Failed(downloader.FailInvalidTask)
+		return downloader.FailedBy(downloader.CauseInvalidURL)
 	}
 	if !held {
 		if err := p.gate.Acquire(ctx, limiter.QueueBounded); err != nil {
 			if errors.Is(err, limiter.ErrQueueFull) {
-				return downloader.Failed(downloader.FailLocalQueueFull)
+				return downloader.FailedBy(downloader.CauseQueueFull)
 			}
-			return downloader.Failed(stopReason(ctx))
+			return downloader.FailedBy(stopCause(ctx))
 		}
 		// The slot is given back when Render returns; the tab's cleanup goes on behind it.
 		defer p.gate.Release()
@@ -628,7 +628,7 @@ func (p *Pool) render(ctx context.Context, u *url.URL, adm *limiter.Admission, h
 	st.caps = subrequestCaps{total: p.cfg.MaxSubrequestCount, perHost: p.cfg.MaxHostSubrequestCount}
 	job := &renderJob{p: p, u: u, st: st, skip: skip, hops: hops, start: start, deadline: deadline, done: make(chan *downloader.Outcome, 1)}
 	if !p.goTracked(func() { job.run(ctx) }) {
-		return downloader.Failed(downloader.FailShuttingDown)
+		return downloader.FailedBy(downloader.CauseCancelled)
 	}
 	select {
 	case out = <-job.done:
@@ -636,7 +636,7 @@ func (p *Pool) render(ctx context.Context, u *url.URL, adm *limiter.Admission, h
 		if p.ctx.Err() != nil && out.HTTPStatus == 0 && !out.FailReason.HasReachedOrigin() {
 			// Closing the pool kills the browser under the render: that is our stop,
 			// not a crash.
-			out.FailReason = downloader.FailShuttingDown
+			out.Fail(downloader.CauseCancelled)
 		}
 		return out
 	case <-ctx.Done():
@@ -647,7 +647,7 @@ func (p *Pool) render(ctx context.Context, u *url.URL, adm *limiter.Admission, h
 			return out
 		default:
 		}
-		return downloader.Failed(stopReason(ctx))
+		return downloader.FailedBy(stopCause(ctx))
 	}
 }
 
@@ -662,15 +662,18 @@ func (p *Pool) goTracked(f func()) bool {
 	return true
 }
 
-// stopReason is the fail reason of a render whose context ended.
-func stopReason(ctx context.Context) downloader.FailReason {
+// stopReason is the fail reason of a render whose context ended (stopCause's).
+func stopReason(ctx context.Context) downloader.FailReason { return stopCause(ctx).FailReason() }
+
+// stopCause is the cause of a render whose context ended.
+func stopCause(ctx context.Context) downloader.Cause {
 	cause := context.Cause(ctx)
 	switch {
 	case errors.Is(cause, errCrashed):
-		return downloader.FailRendererCrashed
+		return downloader.CauseRendererCrashed
 	case errors.Is(cause, errRenderTimeout), errors.Is(cause, context.DeadlineExceeded):
-		return downloader.FailRenderTimeout
+		return downloader.CauseRenderTimeout
 	default: // the caller cancelled, or the pool is closing
-		return downloader.FailShuttingDown
+		return downloader.CauseCancelled
 	}
 }
