@@ -208,6 +208,10 @@ type Outcome struct {
 	FailReason    FailReason
 	Body          []byte // HTML as served (plain) or as rendered
 	Text          string // visible text, rendered when should_render
+
+	// Cause is what ended the fetch or render as its producer saw it (cause.go); the
+	// engine decides FailReason from it once (DecideFailReason).
+	Cause Cause
 }
 
 // Summary turns an outcome into the lean summary for domain.

@@ -46,7 +46,7 @@ func (r renderedRenderer) AcquireSlot(context.Context) (func(), *downloader.Outc
 	return func() {}, nil
 }
 
-func (r renderedRenderer) RenderInSlot(ctx context.Context, u *url.URL, adm *limiter.Admission, _ downloader.RenderOptions) *downloader.Outcome {
+func (r renderedRenderer) RenderInSlot(ctx context.Context, u *url.URL, adm *limiter.Admission, _ limiter.HopAdmitter, _ downloader.RenderOptions) *downloader.Outcome {
 	n := 1
 	return &downloader.Outcome{HTTPStatus: 200, RawTextLength: &n, TextLength: &n, Body: []byte(r.dom), Text: "rendered",
 		HealthSignal: downloader.HealthSignal{ContentType: r.servedCT}}
@@ -81,7 +81,7 @@ func TestRenderContentIsUTF8(t *testing.T) {
 				e, _, _, _ := newTestEngine(t)
 				store := &pageRecorder{}
 				e.cfg.Pages = store
-				e.cfg.Fetcher = fetcherFunc(func(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome {
+				e.cfg.Fetcher = fetcherFunc(func(ctx context.Context, u *url.URL, adm *limiter.Admission, hops limiter.HopAdmitter) *downloader.Outcome {
 					return &downloader.Outcome{HTTPStatus: 200, HealthSignal: downloader.HealthSignal{ContentType: ct}, Body: served}
 				})
 				u, _ := url.Parse("http://a.test/")

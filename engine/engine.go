@@ -26,15 +26,16 @@ import (
 	"downloader/limiter"
 )
 
-// Fetcher does one plain GET under an admission taken by the caller (package fetch).
+// Fetcher does one plain GET under an admission taken by the caller (package fetch),
+// its redirect hops admitted by hops (nil: not followed).
 type Fetcher interface {
-	Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome
+	Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission, hops limiter.HopAdmitter) *downloader.Outcome
 }
 
 // OnceFetcher is a Fetcher that can fetch without keeping the connection for later
 // (fetch.Fetcher.FetchOnce): entry C probes use it, each one GET of a domain among many.
 type OnceFetcher interface {
-	FetchOnce(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome
+	FetchOnce(ctx context.Context, u *url.URL, adm *limiter.Admission, hops limiter.HopAdmitter) *downloader.Outcome
 }
 
 // Renderer renders pages in a headless browser (package render), under an admission taken
@@ -47,8 +48,9 @@ type Renderer interface {
 	// shutting_down, render_timeout when ctx's deadline passed). The slot is held until
 	// release is called.
 	AcquireSlot(ctx context.Context) (release func(), failed *downloader.Outcome)
-	// RenderInSlot renders one page under a slot taken with AcquireSlot.
-	RenderInSlot(ctx context.Context, u *url.URL, adm *limiter.Admission, opts downloader.RenderOptions) *downloader.Outcome
+	// RenderInSlot renders one page under a slot taken with AcquireSlot, its later main
+	// documents admitted by hops.
+	RenderInSlot(ctx context.Context, u *url.URL, adm *limiter.Admission, hops limiter.HopAdmitter, opts downloader.RenderOptions) *downloader.Outcome
 }
 
 // EgressJudge tells our own network failing from the origins failing (package egress): it
@@ -177,87 +179,16 @@ func (e *Engine) Render(ctx context.Context, req downloader.Request, u *url.URL)
 	return e.do(ctx, req, u)
 }
 
-// do admits and runs a B or C request.
+// do admits and runs a B or C request (pipeline.go) and answers where it ended.
 func (e *Engine) do(ctx context.Context, req downloader.Request, u *url.URL) (*Answer, error) {
-	if e.isStopping() {
-		return e.finish(ctx, req, u, downloader.Failed(downloader.FailShuttingDown), 0, e.cfg.Clock.Now()), nil
+	p := e.pipeline(ctx, req, u, policyOf(req, nil, time.Time{}))
+	switch {
+	case p.refused != nil:
+		return nil, e.overLimit(req, p.at, p.refused.Reason, p.refused.RetryAfter)
+	case p.sharedErr != nil:
+		return e.sharedUnavailable(req, p.at, p.sharedErr)
 	}
-	now := e.cfg.Clock.Now()
-	adm, wait := e.cfg.Limiter.Allow(now, req.Domain, req.MinInterval, req.IntervalSource, req.Entry)
-	if wait > 0 {
-		return nil, e.overLimit(req, now, downloader.FailSelfRateLimited, wait)
-	}
-	defer adm.Cancel()
-	releaseSlot := func() {}
-	if req.ShouldRender && e.cfg.Renderer != nil {
-		var failed *downloader.Outcome
-		releaseSlot, failed = e.renderSlot(ctx, req)
-		if failed != nil {
-			adm.Cancel()
-			if failed.FailReason == downloader.FailLocalQueueFull && req.Entry == downloader.EntryRender {
-				return nil, e.overLimit(req, now, downloader.FailLocalQueueFull, queueFullRetryAfter)
-			}
-			return e.finish(ctx, req, u, failed, 0, now), nil
-		}
-	}
-	if err := e.cfg.Gate.Acquire(ctx, limiter.QueueBounded); err != nil {
-		releaseSlot()
-		if errors.Is(err, limiter.ErrQueueFull) {
-			adm.Cancel()
-			return nil, e.overLimit(req, now, downloader.FailLocalQueueFull, queueFullRetryAfter)
-		}
-		return e.finish(ctx, req, u, downloader.Failed(downloader.FailShuttingDown), 0, now), nil
-	}
-	released := false
-	release := func() { // the slot and the in-flight count end with the request, not the store
-		if !released {
-			released = true
-			adm.Cancel()
-			e.cfg.Gate.Release()
-			releaseSlot()
-		}
-	}
-	defer release()
-	var ticket downloader.SharedTicket
-	var end time.Time
-	if e.cfg.Shared != nil {
-		admitAt := e.cfg.Clock.Now() // no later than the slot the shared runtime gives
-		t, wait, err := e.cfg.Shared.Admit(ctx, downloader.SharedAdmit{Domain: req.Domain, MinInterval: req.MinInterval,
-			IntervalSource: req.IntervalSource, Entry: req.Entry, Now: admitAt, Timeout: e.timeoutOf(req)})
-		if err != nil || wait > 0 {
-			release()
-			if err != nil {
-				return e.sharedUnavailable(req, now, err)
-			}
-			return nil, e.overLimit(req, now, downloader.FailSelfRateLimited, wait)
-		}
-		ticket = t
-		tellWire(&adm, ticket)
-		end = admitAt.Add(e.timeoutOf(req))
-	}
-	start := e.cfg.Clock.Now()
-	out := e.run(ctx, req, u, &adm, end)
-	took := e.cfg.Clock.Now().Sub(start)
-	e.sharedDone(ctx, ticket, &adm, req.Domain)
-	release()
-	if out.FailReason == downloader.FailLocalQueueFull && req.Entry == downloader.EntryRender {
-		return nil, e.overLimit(req, now, downloader.FailLocalQueueFull, queueFullRetryAfter)
-	}
-	return e.finish(ctx, req, u, out, took, start), nil
-}
-
-// renderSlot takes a render slot for req, waiting at most the request's timeout: a render
-// that cannot start in that time would time out anyway.
-func (e *Engine) renderSlot(ctx context.Context, req downloader.Request) (release func(), failed *downloader.Outcome) {
-	ctx, cancel := context.WithTimeout(ctx, e.timeoutOf(req))
-	defer cancel()
-	stop := context.AfterFunc(ctxOf(e.stopping), cancel)
-	defer stop()
-	release, failed = e.cfg.Renderer.AcquireSlot(ctx)
-	if failed != nil && e.isStopping() {
-		failed = downloader.Failed(downloader.FailShuttingDown)
-	}
-	return release, failed
+	return e.finish(ctx, req, u, p.out, p.took, p.start), nil
 }
 
 // overLimit records and builds a refusal.
@@ -267,55 +198,6 @@ func (e *Engine) overLimit(req downloader.Request, now time.Time, reason downloa
 	e.observe(&downloader.Event{At: now, Entry: req.Entry, URL: req.URL, Domain: req.Domain, ShouldRender: req.ShouldRender,
 		MinInterval: req.MinInterval, IntervalSource: req.IntervalSource, OverLimit: true, Delay: wait, Summary: s})
 	return &OverLimitError{Reason: reason, RetryAfter: wait}
-}
-
-// run fetches or renders under adm, with the request's timeout, and turns a stop of the
-// service into shutting_down.
-//
-// end, when not zero, is when the request must be over: in cluster mode the shared
-// admission's slot plus the timeout, so that the request cannot go on the wire after its
-// in-flight entry expires for the other instances (slot + timeout + slack), however long
-// the admission's transaction or this goroutine took to get here.
-func (e *Engine) run(ctx context.Context, req downloader.Request, u *url.URL, adm *limiter.Admission, end time.Time) *downloader.Outcome {
-	timeout := e.timeoutOf(req)
-	if !end.IsZero() {
-		timeout = min(timeout, end.Sub(e.cfg.Clock.Now())) // a duration: the clock may be a fake one
-	}
-	ctx, cancel := context.WithTimeout(withEntry(ctx, req.Entry), timeout)
-	defer cancel()
-	var hops *hopTickets
-	if e.cfg.Shared != nil {
-		hops = &hopTickets{}
-		ctx = withHopTickets(ctx, hops)
-		defer e.endHops(ctx, hops)
-	}
-	stop := context.AfterFunc(ctxOf(e.stopping), cancel)
-	defer stop()
-
-	var out *downloader.Outcome
-	switch {
-	case req.ShouldRender && e.cfg.Renderer == nil:
-		out = downloader.Failed(downloader.FailRendererUnavailable)
-	case req.ShouldRender:
-		out = e.cfg.Renderer.RenderInSlot(ctx, u, adm, downloader.RenderOptions{Timeout: timeout, SkipResourceTypes: req.SkipResourceTypes})
-	case req.Entry == downloader.EntryProbe && e.once != nil:
-		out = e.once.FetchOnce(ctx, u, adm)
-	default:
-		out = e.cfg.Fetcher.Fetch(ctx, u, adm)
-	}
-	// A request cut short by our own stop did not fail on the origin's side.
-	if e.isStopping() && out.HTTPStatus == 0 && out.FailReason != "" {
-		out.FailReason = downloader.FailShuttingDown
-	}
-	// A hop refused because the shared state could not be reached (cluster mode) was not
-	// our limit's refusal: the renderer reports any refused hop as self_rate_limited.
-	if out.FailReason == downloader.FailSelfRateLimited && hops.wasUnavailable() {
-		out.FailReason = downloader.FailRuntimeStoreUnavailable
-	}
-	if e.cfg.Egress != nil {
-		out.FailReason = e.cfg.Egress.Judge(e.cfg.Clock.Now(), req.Domain, req.Entry, out.FailReason, out.HTTPStatus != 0)
-	}
-	return out
 }
 
 // finish stores what should be stored and tells observers.
@@ -398,18 +280,11 @@ func (d doneContext) Err() error {
 }
 func (d doneContext) Value(any) any { return nil }
 
-type entryKey struct{}
-
-func withEntry(ctx context.Context, e downloader.Entry) context.Context {
-	return context.WithValue(ctx, entryKey{}, e)
-}
-
-func entryFrom(ctx context.Context) downloader.Entry {
-	e, _ := ctx.Value(entryKey{}).(downloader.Entry)
-	return e
-}
-
-// Hops admits redirect hops (fetch.HopAdmitter). Its zero value is not usable.
+// Hops admits the redirect hops of one request (limiter.HopAdmitter, which fetch and
+// render take with each call). The engine builds one per request (hopsFor), so that what
+// a hop's admission needs of its request travels with the call: the entry, and in
+// cluster mode the shared tickets, which end with the request. Other callers (the
+// robots.txt fetch) fill the exported fields. Its zero value is not usable.
 type Hops struct {
 	Limiter            *limiter.Limiter
 	DefaultMinInterval time.Duration
@@ -417,17 +292,34 @@ type Hops struct {
 	// limiter; DefaultTimeout bounds a hop whose context has no deadline.
 	Shared         downloader.SharedRuntime
 	DefaultTimeout time.Duration
+	// Entry is the entry of the request the hops belong to: the over-limit event and
+	// the shared admission count for it.
+	Entry downloader.Entry
+
+	// tickets collects the shared tickets of the request's hops (hopsFor sets it in
+	// cluster mode); nil: a hop's ticket is left to expire, which is safe.
+	tickets *hopTickets
+}
+
+// hopsFor returns the hop admitter of one request of e.
+func (e *Engine) hopsFor(req downloader.Request) *Hops {
+	h := &Hops{Limiter: e.cfg.Limiter, DefaultMinInterval: e.cfg.DefaultMinInterval, Shared: e.cfg.Shared,
+		DefaultTimeout: e.cfg.DefaultTimeout, Entry: req.Entry}
+	if e.cfg.Shared != nil {
+		h.tickets = &hopTickets{}
+	}
+	return h
 }
 
 // AdmitHop admits a redirect hop to domain: it waits its turn with the interval last used
 // for that domain, or the default interval when the domain is new. The over-limit event,
 // if any, counts for the entry of the request the hop belongs to.
-func (h Hops) AdmitHop(ctx context.Context, domain string) (limiter.Admission, error) {
+func (h *Hops) AdmitHop(ctx context.Context, domain string) (limiter.Admission, error) {
 	interval, source, ok := h.Limiter.IntervalOf(domain)
 	if !ok {
 		interval, source = h.DefaultMinInterval, downloader.IntervalSourceDefault
 	}
-	a, err := h.Limiter.Wait(ctx, domain, interval, source, entryFrom(ctx))
+	a, err := h.Limiter.Wait(ctx, domain, interval, source, h.Entry)
 	if err != nil || h.Shared == nil {
 		return a, err
 	}

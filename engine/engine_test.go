@@ -20,7 +20,7 @@ type recordingFetcher struct {
 	at  []time.Time
 }
 
-func (f *recordingFetcher) Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome {
+func (f *recordingFetcher) Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission, _ limiter.HopAdmitter) *downloader.Outcome {
 	if err := adm.WaitWire(ctx); err != nil {
 		return downloader.Failed(downloader.FailResponseTimeout)
 	}
@@ -177,7 +177,7 @@ func TestStopAnswersShuttingDown(t *testing.T) {
 
 func TestRenderAnswersTheTextOfAPlainFetch(t *testing.T) {
 	e, _, _, _ := newTestEngine(t)
-	e.cfg.Fetcher = fetcherFunc(func(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome {
+	e.cfg.Fetcher = fetcherFunc(func(ctx context.Context, u *url.URL, adm *limiter.Admission, hops limiter.HopAdmitter) *downloader.Outcome {
 		return &downloader.Outcome{HTTPStatus: 200, HealthSignal: downloader.HealthSignal{ContentType: "text/html"},
 			Body: []byte("<html><head><title>t</title></head><body><p>Hello <b>world</b></p><script>x()</script></body></html>")}
 	})
@@ -191,10 +191,10 @@ func TestRenderAnswersTheTextOfAPlainFetch(t *testing.T) {
 	}
 }
 
-type fetcherFunc func(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome
+type fetcherFunc func(ctx context.Context, u *url.URL, adm *limiter.Admission, hops limiter.HopAdmitter) *downloader.Outcome
 
-func (f fetcherFunc) Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome {
-	return f(ctx, u, adm)
+func (f fetcherFunc) Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission, hops limiter.HopAdmitter) *downloader.Outcome {
+	return f(ctx, u, adm, hops)
 }
 
 // onceFetcher records which of Fetch and FetchOnce each request went through.
@@ -210,11 +210,11 @@ func (f *onceFetcher) record(how string) *downloader.Outcome {
 	return &downloader.Outcome{HTTPStatus: 200, Body: []byte("abc")}
 }
 
-func (f *onceFetcher) Fetch(context.Context, *url.URL, *limiter.Admission) *downloader.Outcome {
+func (f *onceFetcher) Fetch(context.Context, *url.URL, *limiter.Admission, limiter.HopAdmitter) *downloader.Outcome {
 	return f.record("fetch")
 }
 
-func (f *onceFetcher) FetchOnce(context.Context, *url.URL, *limiter.Admission) *downloader.Outcome {
+func (f *onceFetcher) FetchOnce(context.Context, *url.URL, *limiter.Admission, limiter.HopAdmitter) *downloader.Outcome {
 	return f.record("once")
 }
 

@@ -31,7 +31,7 @@ func (r *slotRenderer) AcquireSlot(ctx context.Context) (func(), *downloader.Out
 	return r.slots.Release, nil
 }
 
-func (r *slotRenderer) RenderInSlot(ctx context.Context, u *url.URL, adm *limiter.Admission, _ downloader.RenderOptions) *downloader.Outcome {
+func (r *slotRenderer) RenderInSlot(ctx context.Context, u *url.URL, adm *limiter.Admission, _ limiter.HopAdmitter, _ downloader.RenderOptions) *downloader.Outcome {
 	if err := adm.WaitWire(ctx); err != nil {
 		return downloader.Failed(downloader.FailRenderTimeout)
 	}

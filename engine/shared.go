@@ -63,9 +63,9 @@ func (e *Engine) sharedUnavailable(req downloader.Request, now time.Time, err er
 // admitTaskShared takes entry A's shared admission: it reserves the next slot and waits
 // for it; while the domain is busy elsewhere or the shared state cannot be reached it asks
 // again, until the slot would pass deadline (the task is then handed back). ok is false
-// when the task must be handed back, with outcome. slotAt is no later than the slot the
-// shared runtime gave.
-func (e *Engine) admitTaskShared(ctx context.Context, t *downloader.Task, req downloader.Request, deadline time.Time) (ticket downloader.SharedTicket, slotAt time.Time, outcome downloader.LeaseReply, ok bool) {
+// when the task must be handed back, to come again after retryAfter. slotAt is no later
+// than the slot the shared runtime gave.
+func (e *Engine) admitTaskShared(ctx context.Context, t *downloader.Task, req downloader.Request, deadline time.Time) (ticket downloader.SharedTicket, slotAt time.Time, retryAfter time.Duration, ok bool) {
 	pause := sharedRetryMin
 	observed := false
 	for {
@@ -85,18 +85,18 @@ func (e *Engine) admitTaskShared(ctx context.Context, t *downloader.Task, req do
 		if tk != nil {
 			if err := e.sleep(ctx, wait); err != nil {
 				tk.Done(context.WithoutCancel(ctx), e.cfg.Clock.Now())
-				return nil, time.Time{}, downloader.LeaseReply{Release: true, RetryAfter: time.Second}, false
+				return nil, time.Time{}, handBackAfter, false
 			}
-			return tk, now.Add(wait), downloader.LeaseReply{}, true
+			return tk, now.Add(wait), 0, true
 		}
 		if ctx.Err() != nil || e.isStopping() {
-			return nil, time.Time{}, downloader.LeaseReply{Release: true, RetryAfter: time.Second}, false
+			return nil, time.Time{}, handBackAfter, false
 		}
 		if !deadline.IsZero() && now.Add(wait).After(deadline) {
-			return nil, time.Time{}, downloader.LeaseReply{Release: true, RetryAfter: wait}, false
+			return nil, time.Time{}, wait, false
 		}
 		if err := e.sleep(ctx, wait); err != nil {
-			return nil, time.Time{}, downloader.LeaseReply{Release: true, RetryAfter: time.Second}, false
+			return nil, time.Time{}, handBackAfter, false
 		}
 	}
 }
@@ -136,7 +136,7 @@ func (e *Engine) wireBound(slot time.Time, admitted bool, domain string) time.Ti
 }
 
 // hopTickets collects the shared tickets of a request's redirect hops, so that they end
-// with the request (run ends them).
+// with the request (run ends them). A request's Hops holds it (hopsFor).
 type hopTickets struct {
 	mu    sync.Mutex
 	items []hopTicket
@@ -158,17 +158,6 @@ type hopTicket struct {
 	ticket downloader.SharedTicket
 	slot   time.Time
 	domain string
-}
-
-type hopTicketsKey struct{}
-
-func withHopTickets(ctx context.Context, h *hopTickets) context.Context {
-	return context.WithValue(ctx, hopTicketsKey{}, h)
-}
-
-func hopTicketsFrom(ctx context.Context) *hopTickets {
-	h, _ := ctx.Value(hopTicketsKey{}).(*hopTickets)
-	return h
 }
 
 // endHops ends every hop ticket of h.
@@ -194,14 +183,14 @@ func (e *Engine) endHops(ctx context.Context, h *hopTickets) {
 // for a reserved slot within ctx's deadline. The ticket joins the request's hop tickets;
 // without them (a hop outside run) it is left to expire, which is safe. When the deadline
 // comes while the shared state cannot be reached, the error wraps errSharedUnavailable
-// (EUNAVAILABLE: fetch answers runtime_store_unavailable) and the request's hop tickets
-// remember it (run maps a render's refusal the same way).
-func (h Hops) admitHopShared(ctx context.Context, a *limiter.Admission, domain string, interval time.Duration, source downloader.IntervalSource) error {
+// (EUNAVAILABLE: fetch's cause is the shared state unavailable) and the request's hop
+// tickets remember it (failReason maps a render's refusal the same way).
+func (h *Hops) admitHopShared(ctx context.Context, a *limiter.Admission, domain string, interval time.Duration, source downloader.IntervalSource) error {
 	clk := h.Limiter.Clock()
 	pause := sharedRetryMin
 	var lastErr error // the latest attempt's failure to reach the shared state
 	unavailable := func() error {
-		if ts := hopTicketsFrom(ctx); ts != nil {
+		if ts := h.tickets; ts != nil {
 			ts.mu.Lock()
 			ts.unavailable = true
 			ts.mu.Unlock()
@@ -216,13 +205,13 @@ func (h Hops) admitHopShared(ctx context.Context, a *limiter.Admission, domain s
 			timeout = deadline.Sub(now)
 		}
 		tk, wait, err := h.Shared.Admit(ctx, downloader.SharedAdmit{Domain: domain, MinInterval: interval, IntervalSource: source,
-			Entry: entryFrom(ctx), Now: now, Reserve: true, Deadline: deadline, Timeout: timeout})
+			Entry: h.Entry, Now: now, Reserve: true, Deadline: deadline, Timeout: timeout})
 		lastErr = err
 		if err != nil {
 			wait, pause = pause, min(2*pause, sharedRetryMax)
 		}
 		if tk != nil {
-			if ts := hopTicketsFrom(ctx); ts != nil {
+			if ts := h.tickets; ts != nil {
 				ts.mu.Lock()
 				ts.items = append(ts.items, hopTicket{ticket: tk, slot: a.Slot(), domain: domain})
 				ts.mu.Unlock()

@@ -259,9 +259,8 @@ func TestSharedHopsEndWithTheRequest(t *testing.T) {
 	e, clk, _, _ := newTestEngine(t)
 	sh := &fakeShared{}
 	e.cfg.Shared = sh
-	hops := Hops{Limiter: e.cfg.Limiter, DefaultMinInterval: time.Second, Shared: sh, DefaultTimeout: time.Second}
 	var hopWire time.Time
-	e.cfg.Fetcher = fetcherFunc(func(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome {
+	e.cfg.Fetcher = fetcherFunc(func(ctx context.Context, u *url.URL, adm *limiter.Admission, hops limiter.HopAdmitter) *downloader.Outcome {
 		if err := adm.WaitWire(ctx); err != nil {
 			t.Error(err)
 		}
@@ -315,9 +314,8 @@ func TestSharedHopUnavailable(t *testing.T) {
 		return sh.ticket(), 0, nil
 	}
 	e.cfg.Shared = sh
-	hops := Hops{Limiter: e.cfg.Limiter, DefaultMinInterval: time.Second, Shared: sh, DefaultTimeout: time.Second}
 	var hopErr error
-	e.cfg.Fetcher = fetcherFunc(func(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome {
+	e.cfg.Fetcher = fetcherFunc(func(ctx context.Context, u *url.URL, adm *limiter.Admission, hops limiter.HopAdmitter) *downloader.Outcome {
 		if err := adm.WaitWire(ctx); err != nil {
 			t.Error(err)
 		}
@@ -349,7 +347,7 @@ func TestSharedHopUnavailable(t *testing.T) {
 		return sh.ticket(), 0, nil
 	}
 	clk.Advance(time.Hour)
-	e.cfg.Fetcher = fetcherFunc(func(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome {
+	e.cfg.Fetcher = fetcherFunc(func(ctx context.Context, u *url.URL, adm *limiter.Admission, hops limiter.HopAdmitter) *downloader.Outcome {
 		_ = adm.WaitWire(ctx)
 		_, hopErr = hops.AdmitHop(fakeDeadline{ctx, clk.Now().Add(150 * time.Millisecond)}, "b.test")
 		return downloader.Failed(downloader.FailSelfRateLimited)
@@ -369,7 +367,7 @@ type deadlineFetcher struct {
 	left []time.Duration
 }
 
-func (f *deadlineFetcher) Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome {
+func (f *deadlineFetcher) Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission, _ limiter.HopAdmitter) *downloader.Outcome {
 	if d, ok := ctx.Deadline(); ok {
 		f.mu.Lock()
 		f.left = append(f.left, time.Until(d))

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/limiter"
 )
 
 // ValidateTask checks a leased task; it is downloader.ValidateLeasedTask, the one task
@@ -17,78 +16,28 @@ func ValidateTask(t *downloader.Task) (*url.URL, downloader.Request, error) {
 }
 
 // RunTask runs one leased task through entry A: an invalid task is reported as
-// invalid_task and never fetched; otherwise it reserves the domain's next slot, and if
-// that slot (plus the time the request may take) would outlive the lease, hands the task
-// back at once; else it waits for the slot, then for a global slot, fetches or renders,
-// stores the fetch_result (and the page when should_store) and returns the report.
+// invalid_task and never fetched; otherwise it goes through the admission pipeline
+// (pipeline.go) with entry A's policy: it reserves the domain's next slot, and if that
+// slot (plus the time the request may take) would outlive the lease, hands the task back
+// at once; else it waits for the slot, then for a global slot, fetches or renders,
+// stores the fetch_result (and the page when should_store) and returns the report. A
+// task stopped before anything was fetched, for our own reasons, is handed back.
 func (e *Engine) RunTask(ctx context.Context, t *downloader.Task) downloader.LeaseReply {
 	now := e.cfg.Clock.Now()
 	u, req, err := ValidateTask(t)
 	if err != nil {
 		return e.invalidTask(ctx, t, now, err)
 	}
-	if e.isStopping() {
-		return downloader.LeaseReply{Release: true, RetryAfter: time.Second}
-	}
 	req.Timeout = e.cfg.DefaultTimeout
 	var deadline time.Time
 	if !t.LeaseExpiresAt.IsZero() {
 		deadline = t.LeaseExpiresAt.Add(-req.Timeout)
 	}
-	adm, delay, ok := e.cfg.Limiter.Reserve(now, req.Domain, req.MinInterval, req.IntervalSource, req.Entry, deadline)
-	if delay > 0 {
-		e.observe(&downloader.Event{At: now, Entry: req.Entry, URL: req.URL, Domain: req.Domain, ShouldRender: req.ShouldRender,
-			MinInterval: req.MinInterval, IntervalSource: req.IntervalSource, OverLimit: true, Delay: delay, TaskID: t.TaskID})
+	p := e.pipeline(ctx, req, u, policyOf(req, t, deadline))
+	if p.isHandedBack {
+		return downloader.LeaseReply{Release: true, RetryAfter: p.retryAfter}
 	}
-	if !ok {
-		return downloader.LeaseReply{Release: true, RetryAfter: delay}
-	}
-	defer adm.Cancel()
-	if err := e.sleep(ctx, delay); err != nil {
-		return downloader.LeaseReply{Release: true, RetryAfter: time.Second}
-	}
-	releaseSlot := func() {}
-	if req.ShouldRender && e.cfg.Renderer != nil {
-		var failed *downloader.Outcome
-		if releaseSlot, failed = e.renderSlot(ctx, req); failed != nil {
-			// Nothing was fetched: the task goes back rather than failing for our reasons.
-			return downloader.LeaseReply{Release: true, RetryAfter: time.Second}
-		}
-	}
-	if err := e.cfg.Gate.Acquire(ctx, limiter.QueueAlways); err != nil {
-		releaseSlot()
-		return downloader.LeaseReply{Release: true, RetryAfter: time.Second}
-	}
-	var ticket downloader.SharedTicket
-	var end time.Time
-	if e.cfg.Shared != nil {
-		tk, slotAt, outcome, ok := e.admitTaskShared(ctx, t, req, deadline)
-		if !ok {
-			e.cfg.Gate.Release()
-			releaseSlot()
-			return outcome
-		}
-		ticket = tk
-		tellWire(&adm, ticket)
-		end = slotAt.Add(req.Timeout)
-	}
-	start := e.cfg.Clock.Now()
-	// The request is in flight while it runs, not while its result is stored: the global
-	// slot and the domain's in-flight count are given back first, so that slow synchronous
-	// writes do not hold other tasks at the gate past their slots.
-	out := func() *downloader.Outcome {
-		defer releaseSlot()
-		defer e.cfg.Gate.Release()
-		defer adm.Cancel() // only completes the admission once the request went on the wire
-		out := e.run(ctx, req, u, &adm, end)
-		e.sharedDone(ctx, ticket, &adm, req.Domain)
-		return out
-	}()
-	if out.FailReason == downloader.FailLocalQueueFull || out.FailReason == downloader.FailShuttingDown {
-		// Nothing was fetched: the task goes back rather than failing for our reasons.
-		return downloader.LeaseReply{Release: true, RetryAfter: time.Second}
-	}
-	return e.report(ctx, t, req, out, start)
+	return e.report(ctx, t, req, p.out, p.start)
 }
 
 func (e *Engine) invalidTask(ctx context.Context, t *downloader.Task, now time.Time, err error) downloader.LeaseReply {

@@ -165,7 +165,7 @@ func TestDNSRebinding(t *testing.T) {
 		}
 		// The second lookup answers loopback: refused before any dial.
 		_, err = guard.DialContext(ctx, "tcp", "rebind.test:80")
-		if fetch.Classify(err) != downloader.FailDestinationForbidden {
+		if fetch.Classify(err).FailReason() != downloader.FailDestinationForbidden {
 			t.Errorf("second dial: %v, want destination_forbidden", err)
 		}
 		if d := n.dialed(); len(d) != 1 {
@@ -180,7 +180,7 @@ func TestDNSRebinding(t *testing.T) {
 			// A new fetcher each time: no pooled connection to reuse.
 			f := fetch.New(fetch.Config{Guard: guard, ConnectTimeout: testConnectTimeout, ResponseTimeout: testResponseTimeout})
 			u, _ := url.Parse("http://rebind2.test/")
-			out := f.Fetch(ctx, u, nil)
+			out := f.Fetch(ctx, u, nil, nil)
 			f.Close()
 			if out.FailReason != want {
 				t.Errorf("fetch %d: fail_reason=%q, want %q", i+1, out.FailReason, want)

@@ -446,7 +446,7 @@ func newRig(t *testing.T, cfg rigConfig) *rig {
 	r.lim = limiter.New(realClock)
 	r.gate = limiter.NewGate(cfg.gateCapacity, cfg.queueLength)
 	r.fetcher = fetch.New(fetch.Config{
-		Clock: realClock, Guard: r.guard, Hops: engine.Hops{Limiter: r.lim},
+		Clock: realClock, Guard: r.guard, // the engine passes each request's hop admitter
 		ConnectTimeout: testConnectTimeout, TLSTimeout: testConnectTimeout, ResponseTimeout: testResponseTimeout,
 		MaxBodyBytes: testMaxBodyBytes, MaxRedirects: testMaxRedirects,
 	})

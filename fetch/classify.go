@@ -15,120 +15,121 @@ import (
 )
 
 // Classify maps an error from a fetch (the transport, the guard, the resolver, a body
-// read) to SPEC §4's closed fail_reason set, from the error alone. It is safe for
-// concurrent use. In order:
+// read) to the cause it tells (downloader.Cause; the engine decides SPEC §4's
+// fail_reason from it), from the error alone. It is safe for concurrent use. In order:
 //
-//   - nil → "" (success);
-//   - *netguard.ForbiddenError → destination_forbidden;
-//   - *net.DNSError: IsNotFound (NXDOMAIN, no address) → domain_not_found; anything else
-//     (timeout, SERVFAIL, a resolver that cannot be reached) → resolver_unavailable;
-//   - context.Canceled → shutting_down: the caller gave up, which is our side;
-//   - our own resources (EMFILE, ENFILE, ENOBUFS, ENOMEM) → local_queue_full: the origin
+//   - nil → CauseOK;
+//   - *netguard.ForbiddenError → destination forbidden;
+//   - *net.DNSError: IsNotFound (NXDOMAIN, no address) → domain not found; anything else
+//     (timeout, SERVFAIL, a resolver that cannot be reached) → our resolver failed;
+//   - context.Canceled → cancelled: the caller gave up, which is our side;
+//   - our own resources (EMFILE, ENFILE, ENOBUFS, ENOMEM) → out of resources: the origin
 //     was never reached and must not be blamed;
-//   - a TLS or certificate error, or net/http's TLS handshake timeout → tls_failed;
-//   - ECONNREFUSED → connect_refused;
-//   - a dial that timed out, EHOSTUNREACH, ENETUNREACH → connect_timeout;
-//   - ECONNRESET, ECONNABORTED, EPIPE, EOF, unexpected EOF → connection_reset;
-//   - any other timeout (no headers in time, a stalled body, a deadline) → response_timeout;
-//   - anything else after a connection (a malformed response, say) → connection_reset.
+//   - a TLS or certificate error, or net/http's TLS handshake timeout → TLS failed;
+//   - ECONNREFUSED → connect refused;
+//   - a dial that timed out, EHOSTUNREACH, ENETUNREACH → connect timeout;
+//   - ECONNRESET, ECONNABORTED, EPIPE, EOF, unexpected EOF → connection reset;
+//   - any other timeout (no headers in time, a stalled body, a deadline) → response timeout;
+//   - anything else after a connection (a malformed response, say) → connection reset.
 //
 // Fetch refines this with what it saw of the request's progress: a deadline that ends the
-// request before any connection is connect_timeout, after one is response_timeout; an
-// error during the TLS handshake is tls_failed; a failed wire wait is self_rate_limited.
-func Classify(err error) downloader.FailReason {
+// request before any connection is a connect timeout, after one a response timeout; an
+// error during the TLS handshake is TLS failed; a failed wire wait is CauseWireWaitFailed.
+func Classify(err error) downloader.Cause {
 	if err == nil {
-		return ""
+		return downloader.CauseOK
 	}
 	var forbidden *netguard.ForbiddenError
 	if errors.As(err, &forbidden) {
-		return downloader.FailDestinationForbidden
+		return downloader.CauseDestinationForbidden
 	}
 	var dnsErr *net.DNSError
 	if errors.As(err, &dnsErr) {
 		if dnsErr.IsNotFound {
-			return downloader.FailDomainNotFound
+			return downloader.CauseDomainNotFound
 		}
-		return downloader.FailResolverUnavailable
+		return downloader.CauseResolverFailed
 	}
 	switch {
 	case errors.Is(err, context.Canceled):
-		return downloader.FailShuttingDown
+		return downloader.CauseCancelled
 	case errors.Is(err, syscall.EMFILE), errors.Is(err, syscall.ENFILE),
 		errors.Is(err, syscall.ENOBUFS), errors.Is(err, syscall.ENOMEM):
-		return downloader.FailLocalQueueFull
+		return downloader.CauseOutOfResources
 	case isTLSError(err):
-		return downloader.FailTLSFailed
+		return downloader.CauseTLSFailed
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return downloader.FailConnectRefused
+		return downloader.CauseConnectRefused
 	case isDialTimeout(err), errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
-		return downloader.FailConnectTimeout
+		return downloader.CauseConnectTimeout
 	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNABORTED),
 		errors.Is(err, syscall.EPIPE), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return downloader.FailConnectionReset
+		return downloader.CauseConnectionReset
 	case isTimeout(err):
-		return downloader.FailResponseTimeout
+		return downloader.CauseResponseTimeout
 	}
-	return downloader.FailConnectionReset
+	return downloader.CauseConnectionReset
 }
 
-// hopRefusalReason is the fail reason of a redirect hop that was not admitted (err from
-// HopAdmitter.AdmitHop): shutting_down when the caller gave up; runtime_store_unavailable
-// when the shared limiter state could not be reached (an EUNAVAILABLE *downloader.Error:
-// cluster mode fails closed); otherwise our own limiter's refusal, self_rate_limited.
-// None of them reached the origin with this hop.
-func hopRefusalReason(err error) downloader.FailReason {
+// hopRefusalCause is the cause of a redirect hop that was not admitted (err from
+// HopAdmitter.AdmitHop): cancelled when the caller gave up; the shared state unavailable
+// when it could not be reached (an EUNAVAILABLE *downloader.Error: cluster mode fails
+// closed); otherwise our own limiter's refusal. None of them reached the origin with
+// this hop.
+func hopRefusalCause(err error) downloader.Cause {
 	switch {
 	case errors.Is(err, context.Canceled):
-		return downloader.FailShuttingDown
+		return downloader.CauseCancelled
 	case downloader.ErrorCode(err) == downloader.EUNAVAILABLE:
-		return downloader.FailRuntimeStoreUnavailable
+		return downloader.CauseHopSharedUnavailable
 	}
-	return downloader.FailSelfRateLimited
+	return downloader.CauseHopRefused
 }
 
 // classifyHop is Classify with what the trace saw of this hop.
-func (f *Fetcher) classifyHop(ctx, hopCtx context.Context, st *hopState, err error) downloader.FailReason {
+func (f *Fetcher) classifyHop(ctx, hopCtx context.Context, st *hopState, err error) downloader.Cause {
 	if st.wireErr != nil {
 		if errors.Is(ctx.Err(), context.Canceled) {
-			return downloader.FailShuttingDown
+			return downloader.CauseCancelled
 		}
-		return downloader.FailSelfRateLimited
+		return downloader.CauseWireWaitFailed
 	}
 	if errors.Is(err, errTicketUsed) {
 		// A second send of a request that went out once: the origin has the first.
-		return downloader.FailConnectionReset
+		return downloader.CauseConnectionReset
 	}
 	if errors.Is(context.Cause(hopCtx), errBodyStalls) {
-		return downloader.FailResponseTimeout
+		return downloader.CauseResponseTimeout
 	}
 	switch ctx.Err() {
 	case context.Canceled:
-		return downloader.FailShuttingDown
+		return downloader.CauseCancelled
 	case context.DeadlineExceeded:
 		// The caller's overall deadline: which side was slow depends on how far we got.
-		if reason := Classify(err); reason == downloader.FailDomainNotFound || reason == downloader.FailResolverUnavailable ||
-			reason == downloader.FailDestinationForbidden || reason == downloader.FailConnectRefused {
-			return reason // a definite answer that came before the deadline
+		switch c := Classify(err); c {
+		case downloader.CauseDomainNotFound, downloader.CauseResolverFailed,
+			downloader.CauseDestinationForbidden, downloader.CauseConnectRefused:
+			return c // a definite answer that came before the deadline
 		}
 		if st.tlsStarted.Load() && !st.tlsDone.Load() {
-			return downloader.FailTLSFailed
+			return downloader.CauseTLSFailed
 		}
 		if st.connected.Load() {
-			return downloader.FailResponseTimeout
+			return downloader.CauseResponseTimeout
 		}
-		return downloader.FailConnectTimeout
+		return downloader.CauseConnectTimeout
 	}
-	reason := Classify(err)
+	c := Classify(err)
 	if st.tlsStarted.Load() && !st.tlsDone.Load() && !st.connected.Load() {
-		switch reason {
-		case downloader.FailConnectionReset, downloader.FailResponseTimeout, downloader.FailConnectTimeout:
-			return downloader.FailTLSFailed // the handshake broke off
+		switch c {
+		case downloader.CauseConnectionReset, downloader.CauseResponseTimeout, downloader.CauseConnectTimeout:
+			return downloader.CauseTLSFailed // the handshake broke off
 		}
 	}
-	if reason == downloader.FailResponseTimeout && !st.connected.Load() {
-		return downloader.FailConnectTimeout
+	if c == downloader.CauseResponseTimeout && !st.connected.Load() {
+		return downloader.CauseConnectTimeout
 	}
-	return reason
+	return c
 }
 
 func isTLSError(err error) bool {

@@ -22,7 +22,7 @@
 //     empty but not replayable would stop the retry earlier, but net/http probes such a
 //     body on every request with a goroutine and a 200 ms timer.)
 //   - Every redirect hop, to the same host too, gets its own admission from
-//     Config.Hops (politeness is per request) and its own wire ticket. A hop whose URL names
+//     the caller's HopAdmitter, passed with the request (politeness is per request) and its own wire ticket. A hop whose URL names
 //     a forbidden address, or whose host resolves to one, fails with
 //     destination_forbidden before any connection is made. More than MaxRedirects hops:
 //     the last 3xx is the final answer (http_status_error).
@@ -61,18 +61,14 @@ import (
 	"downloader/retryafter"
 )
 
-// HopAdmitter admits redirect hops into the limiter.
-type HopAdmitter interface {
-	// AdmitHop blocks until a redirect hop to domain is admitted by the limiter
-	// (reserve-and-wait bounded by ctx), and returns the admission.
-	AdmitHop(ctx context.Context, domain string) (limiter.Admission, error)
-}
+// HopAdmitter admits redirect hops into the limiter; the caller passes one per request
+// (Fetch's hops).
+type HopAdmitter = limiter.HopAdmitter
 
 // Config configures a Fetcher. Zero durations and sizes take the defaults below.
 type Config struct {
 	Clock clock.Clock     // default clock.Real{}
 	Guard *netguard.Guard // default: a guard with no rules and the system resolver
-	Hops  HopAdmitter     // nil: redirects are not followed (the 3xx is the answer)
 	// UserAgent is sent on every request; default DefaultUserAgent.
 	UserAgent       string
 	ConnectTimeout  time.Duration // DNS, the limiter's wait at the connection attempt (rare: another request's hold) and TCP connect; default 10s
@@ -217,11 +213,14 @@ func (f *Fetcher) Close() {
 // Fetch does one GET of u, following redirects. adm is the limiter admission of u's
 // domain, already taken by the caller, who also finishes it after Fetch returns (Cancel
 // gives the slot back only if nothing went on the wire); nil means none. Fetch puts adm
-// on the wire at the request's connection attempt or first write. Hop admissions are
-// taken and finished by Fetch. The outcome is never nil; its TextLength and XHR fields
-// are nil (nothing was rendered).
-func (f *Fetcher) Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome {
-	return f.fetch(ctx, u, adm, false)
+// on the wire at the request's connection attempt or first write. hops admits each
+// redirect hop (the caller builds it for this request: engine.Hops); Fetch takes and
+// finishes the hop admissions. nil hops: redirects are not followed (the 3xx is the
+// answer). The outcome is never nil; it carries the typed cause of a failure (Cause, with
+// the reason it means on its own in FailReason); its TextLength and XHR fields are nil
+// (nothing was rendered).
+func (f *Fetcher) Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission, hops HopAdmitter) *downloader.Outcome {
+	return f.fetch(ctx, u, adm, hops, false)
 }
 
 // FetchOnce is Fetch for a request whose connection will not be asked again soon (an
@@ -229,11 +228,11 @@ func (f *Fetcher) Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission)
 // connection (Connection: close) and keeps it out of the idle pool, where 10^4 one-off
 // connections would each be pooled, evicted and closed under the transport's one lock.
 // Measured in docs/benchmarks-lease.md.
-func (f *Fetcher) FetchOnce(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome {
-	return f.fetch(ctx, u, adm, true)
+func (f *Fetcher) FetchOnce(ctx context.Context, u *url.URL, adm *limiter.Admission, hops HopAdmitter) *downloader.Outcome {
+	return f.fetch(ctx, u, adm, hops, true)
 }
 
-func (f *Fetcher) fetch(ctx context.Context, u *url.URL, adm *limiter.Admission, once bool) *downloader.Outcome {
+func (f *Fetcher) fetch(ctx context.Context, u *url.URL, adm *limiter.Admission, hops HopAdmitter, once bool) *downloader.Outcome {
 	start := f.cfg.Clock.Now()
 	out := &downloader.Outcome{}
 	cur := *u
@@ -248,21 +247,21 @@ func (f *Fetcher) fetch(ctx context.Context, u *url.URL, adm *limiter.Admission,
 		out.HealthSignal.RedirectCount = hop
 		if cerr := f.cfg.Guard.CheckURLHost(cur.Host); cerr != nil {
 			err = cerr
-			out.FailReason = downloader.FailDestinationForbidden
+			out.Fail(downloader.CauseDestinationForbidden)
 			return out
 		}
 		hopAdm := adm
 		if hop > 0 {
-			a, aerr := f.admitHop(ctx, &cur)
+			a, aerr := f.admitHop(ctx, hops, &cur)
 			if aerr != nil {
 				err = aerr
-				out.FailReason = hopRefusalReason(aerr)
+				out.Fail(hopRefusalCause(aerr))
 				return out
 			}
 			hopAdm = &a
 		}
 		var next *url.URL
-		next, err = f.hop(ctx, hop, &cur, hopAdm, out, once)
+		next, err = f.hop(ctx, hop, &cur, hopAdm, hops != nil, out, once)
 		if hop > 0 {
 			hopAdm.Cancel() // degrades to Done once the hop went on the wire
 		}
@@ -273,12 +272,12 @@ func (f *Fetcher) fetch(ctx context.Context, u *url.URL, adm *limiter.Admission,
 	}
 }
 
-func (f *Fetcher) admitHop(ctx context.Context, u *url.URL) (limiter.Admission, error) {
+func (f *Fetcher) admitHop(ctx context.Context, hops HopAdmitter, u *url.URL) (limiter.Admission, error) {
 	domain, err := downloader.NormalizeDomain(u.Hostname())
 	if err != nil {
 		return limiter.Admission{}, fmt.Errorf("redirect to %s: %w", u.Redacted(), err)
 	}
-	a, err := f.cfg.Hops.AdmitHop(ctx, domain)
+	a, err := hops.AdmitHop(ctx, domain)
 	if err != nil {
 		return limiter.Admission{}, fmt.Errorf("admit redirect hop to %s: %w", domain, err)
 	}
@@ -303,9 +302,9 @@ var (
 )
 
 // hop sends one request for u and fills out from its answer. It returns the next URL
-// when the answer is a redirect to follow. once closes the connection after the answer
-// (FetchOnce).
-func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Admission, out *downloader.Outcome, once bool) (*url.URL, error) {
+// when the answer is a redirect to follow (only when follow: the caller gave a
+// HopAdmitter). once closes the connection after the answer (FetchOnce).
+func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Admission, follow bool, out *downloader.Outcome, once bool) (*url.URL, error) {
 	hopCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	st := &hopState{}
@@ -338,7 +337,7 @@ func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Adm
 	req, err := http.NewRequestWithContext(reqCtx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		ticket.finish()
-		out.FailReason = downloader.FailInvalidTask
+		out.Fail(downloader.CauseInvalidURL)
 		return nil, fmt.Errorf("fetch %s: %w", u.Redacted(), err)
 	}
 	req.Close = once
@@ -360,12 +359,12 @@ func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Adm
 			"url", u.Redacted(), "refused_count", st.refused)
 	}
 	if err != nil {
-		out.FailReason = f.classifyHop(ctx, hopCtx, st, err)
+		out.Fail(f.classifyHop(ctx, hopCtx, st, err))
 		return nil, fmt.Errorf("fetch %s: %w", u.Redacted(), err)
 	}
 	defer resp.Body.Close()
 
-	if next := f.redirectTarget(hop, u, resp); next != nil {
+	if next := f.redirectTarget(hop, u, resp, follow); next != nil {
 		// Drain a little so the connection can be reused; errors here do not matter.
 		f.readBody(hopCtx, cancel, resp, redirectDrainBytes)
 		return next, nil
@@ -373,7 +372,9 @@ func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Adm
 
 	out.HTTPStatus = resp.StatusCode
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		out.FailReason = downloader.FailHTTPStatusError
+		out.Fail(downloader.CauseHTTPStatus)
+	} else {
+		out.Cause = downloader.CauseOK
 	}
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
 		out.HealthSignal.RetryAfterSeconds = retryafter.Seconds(resp.Header.Get("Retry-After"), f.cfg.Clock.Now())
@@ -395,7 +396,7 @@ func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Adm
 		// The answer arrived but its body broke off. A non-2xx status stays the reason
 		// (it says more); after a 2xx the failure of the body is the reason.
 		if out.FailReason == "" {
-			out.FailReason = f.classifyHop(ctx, hopCtx, st, b.err)
+			out.Fail(f.classifyHop(ctx, hopCtx, st, b.err))
 		}
 		return nil, fmt.Errorf("fetch %s: read body: %w", u.Redacted(), b.err)
 	}
@@ -403,15 +404,16 @@ func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Adm
 }
 
 // redirectTarget returns where a redirect response sends us, or nil when resp is the
-// final answer (not a redirect, no usable Location, too many hops, or no HopAdmitter).
-func (f *Fetcher) redirectTarget(hop int, u *url.URL, resp *http.Response) *url.URL {
+// final answer (not a redirect, no usable Location, too many hops, or not follow: no
+// HopAdmitter).
+func (f *Fetcher) redirectTarget(hop int, u *url.URL, resp *http.Response, follow bool) *url.URL {
 	switch resp.StatusCode {
 	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther,
 		http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
 	default:
 		return nil
 	}
-	if f.cfg.Hops == nil || hop >= f.cfg.MaxRedirects {
+	if !follow || hop >= f.cfg.MaxRedirects {
 		return nil
 	}
 	loc := resp.Header.Get("Location")

@@ -539,7 +539,8 @@ func TestRedirects(t *testing.T) {
 	}
 
 	// Without a HopAdmitter nothing is followed.
-	noHops := newEnv(t, o, withConfig(func(c *Config) { c.Hops = nil }))
+	noHops := newEnv(t, o)
+	noHops.hops = nil
 	if out := noHops.fetch(context.Background(), "http://a.test/r1"); out.HTTPStatus != 302 || out.FailReason != downloader.FailHTTPStatusError {
 		t.Errorf("no HopAdmitter: %q %d, want the 302 as the answer", out.FailReason, out.HTTPStatus)
 	}
@@ -577,8 +578,8 @@ func TestHopRefusalReason(t *testing.T) {
 		{downloader.Errorf(downloader.EINTERNAL, "bug"), downloader.FailSelfRateLimited},
 	}
 	for _, tt := range tests {
-		if got := hopRefusalReason(tt.err); got != tt.want {
-			t.Errorf("hopRefusalReason(%v) = %q, want %q", tt.err, got, tt.want)
+		if got := hopRefusalCause(tt.err).FailReason(); got != tt.want {
+			t.Errorf("hopRefusalCause(%v) = %q, want %q", tt.err, got, tt.want)
 		}
 	}
 }
@@ -678,7 +679,7 @@ func TestWireWait(t *testing.T) {
 		t.Fatal("setup: not admitted")
 	}
 	done := make(chan *downloader.Outcome)
-	go func() { done <- e.f.Fetch(context.Background(), u, &adm) }()
+	go func() { done <- e.f.Fetch(context.Background(), u, &adm, e.admitter()) }()
 	waiting := make(chan struct{})
 	go func() { fake.WaitTimers(1); close(waiting) }()
 	select {
@@ -703,7 +704,7 @@ func TestWireWait(t *testing.T) {
 	adm, _ = l.Allow(fake.Now(), "w.test", interval, downloader.IntervalSourceRequest, downloader.EntryProbe)
 	fake.Advance(interval)
 	other, _ = l.Allow(fake.Now(), "w.test", interval, downloader.IntervalSourceRequest, downloader.EntryProbe)
-	out = e.f.Fetch(deadline(t, 200*time.Millisecond), u, &adm)
+	out = e.f.Fetch(deadline(t, 200*time.Millisecond), u, &adm, e.admitter())
 	adm.Cancel()
 	other.Cancel()
 	if out.FailReason != downloader.FailSelfRateLimited || out.FailReason.HasReachedOrigin() {
@@ -739,7 +740,7 @@ func TestClassify(t *testing.T) {
 		{context.DeadlineExceeded, downloader.FailResponseTimeout},
 	}
 	for _, tt := range tests {
-		if got := Classify(tt.err); got != tt.want {
+		if got := Classify(tt.err).FailReason(); got != tt.want {
 			t.Errorf("Classify(%v) = %q, want %q", tt.err, got, tt.want)
 		}
 	}

@@ -177,7 +177,7 @@ func newEnv(t testing.TB, o *origin, opts ...envOption) *env {
 		},
 		Dialer: &checkDialer{t: t},
 	}
-	cfg := Config{Hops: hops}
+	cfg := Config{}
 	for _, opt := range opts {
 		opt(&cfg, &gcfg)
 	}
@@ -215,8 +215,17 @@ func (e *env) fetch(ctx context.Context, raw string) *downloader.Outcome {
 	return e.fetchWith(ctx, raw, e.f.Fetch)
 }
 
+// admitter is the hop admitter the env's fetches pass: its recorder, or none (nil) once
+// a test dropped it.
+func (e *env) admitter() HopAdmitter {
+	if e.hops == nil {
+		return nil
+	}
+	return e.hops
+}
+
 // fetchWith is fetch through do (Fetch or FetchOnce).
-func (e *env) fetchWith(ctx context.Context, raw string, do func(context.Context, *url.URL, *limiter.Admission) *downloader.Outcome) *downloader.Outcome {
+func (e *env) fetchWith(ctx context.Context, raw string, do func(context.Context, *url.URL, *limiter.Admission, HopAdmitter) *downloader.Outcome) *downloader.Outcome {
 	e.t.Helper()
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -232,7 +241,7 @@ func (e *env) fetchWith(ctx context.Context, raw string, do func(context.Context
 	if err != nil {
 		e.t.Fatalf("no admission for %s: %v", domain, err)
 	}
-	out := do(ctx, u, &adm)
+	out := do(ctx, u, &adm, e.admitter())
 	adm.Cancel()
 	return out
 }

@@ -75,13 +75,13 @@ func TestNoSilentRetryOverIdle(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 2 {
 		wg.Go(func() {
-			if out := e.f.Fetch(context.Background(), u, nil); out.FailReason != "" {
+			if out := e.f.Fetch(context.Background(), u, nil, nil); out.FailReason != "" {
 				t.Errorf("first requests: fail_reason %q", out.FailReason)
 			}
 		})
 	}
 	wg.Wait()
-	out := e.f.Fetch(context.Background(), u, nil)
+	out := e.f.Fetch(context.Background(), u, nil, nil)
 	if out.FailReason != downloader.FailConnectionReset {
 		t.Errorf("dropped request: fail_reason %q, want %q", out.FailReason, downloader.FailConnectionReset)
 	}

@@ -114,7 +114,7 @@ func TestSpentSlot(t *testing.T) {
 			if wait != 0 {
 				t.Fatalf("not admitted: %v", wait)
 			}
-			out := e.f.Fetch(context.Background(), u, &adm)
+			out := e.f.Fetch(context.Background(), u, &adm, e.admitter())
 			adm.Cancel()
 			if out.FailReason != tt.reason {
 				t.Errorf("fail_reason = %q, want %q", out.FailReason, tt.reason)
@@ -172,7 +172,7 @@ func TestNoSilentRetry(t *testing.T) {
 		if wait != 0 {
 			t.Fatalf("round %d: not admitted (%v)", i, wait)
 		}
-		out := e.f.Fetch(context.Background(), u, &adm)
+		out := e.f.Fetch(context.Background(), u, &adm, e.admitter())
 		adm.Cancel()
 		// Rounds alternate: a new connection answers, the reused one drops the next.
 		want := downloader.FailReason("")

@@ -543,7 +543,7 @@ func newRig(t *testing.T, o rigOptions) *rig {
 	guard := netguard.New(netguard.Config{ConnectTo: []netguard.Rule{rule}, Dialer: loopbackDialer{t}, Resolver: testkit.NoResolver{T: t}})
 	lim := limiter.New(clk)
 	gate := limiter.NewGate(16, 16)
-	f := fetch.New(fetch.Config{Clock: clk, Guard: guard, Hops: engine.Hops{Limiter: lim, DefaultMinInterval: time.Second}})
+	f := fetch.New(fetch.Config{Clock: clk, Guard: guard}) // the engine passes each request's hop admitter
 	t.Cleanup(f.Close)
 	eng := engine.New(engine.Config{Clock: clk, Limiter: lim, Gate: gate, Fetcher: f, Results: st, Pages: st,
 		DefaultMinInterval: time.Second, DefaultTimeout: o.timeout})

@@ -16,74 +16,81 @@ import (
 )
 
 // classifyError classifies an error of the proxy's connection to an origin (a Go error),
-// the way plain fetch does (SPEC §4).
-func classifyError(err error) downloader.FailReason {
+// the way plain fetch does (SPEC §4): errorCause, and the reason it means.
+func classifyError(err error) downloader.FailReason { return errorCause(err).FailReason() }
+
+// errorCause is the cause an error of the proxy's connection to an origin tells.
+func errorCause(err error) downloader.Cause {
 	var fe *netguard.ForbiddenError
 	var dnsErr *net.DNSError
 	switch {
 	case errors.As(err, &fe):
-		return downloader.FailDestinationForbidden
+		return downloader.CauseDestinationForbidden
 	case errors.As(err, &dnsErr):
 		if dnsErr.IsNotFound {
-			return downloader.FailDomainNotFound
+			return downloader.CauseDomainNotFound
 		}
-		return downloader.FailResolverUnavailable
+		return downloader.CauseResolverFailed
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return downloader.FailConnectRefused
+		return downloader.CauseConnectRefused
 	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return downloader.FailConnectionReset
+		return downloader.CauseConnectionReset
 	case errors.Is(err, syscall.ENETUNREACH), errors.Is(err, syscall.EHOSTUNREACH):
-		return downloader.FailConnectRefused
+		return downloader.CauseConnectRefused
 	case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, context.DeadlineExceeded), errors.Is(err, syscall.ETIMEDOUT):
-		return downloader.FailConnectTimeout
+		return downloader.CauseConnectTimeout
 	case errors.Is(err, errNotArmed), errors.Is(err, errReleased), errors.Is(err, context.Canceled):
-		return downloader.FailRendererCrashed // ours: the render was over
+		return downloader.CauseRendererCrashed // ours: the render was over
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
-		return downloader.FailConnectTimeout
+		return downloader.CauseConnectTimeout
 	}
-	return downloader.FailConnectionReset
+	return downloader.CauseConnectionReset
 }
 
 // netErrors maps the browser's net::ERR_* names (net/base/net_error_list.h) of a failed
-// main document to fail reasons. With our proxy in the path most origin failures arrive
-// as the proxy's own answers instead; these are the rest.
-var netErrors = map[string]downloader.FailReason{
-	"ERR_NAME_NOT_RESOLVED":           downloader.FailDomainNotFound,
-	"ERR_NAME_RESOLUTION_FAILED":      downloader.FailResolverUnavailable,
-	"ERR_DNS_TIMED_OUT":               downloader.FailResolverUnavailable,
-	"ERR_CONNECTION_REFUSED":          downloader.FailConnectRefused,
-	"ERR_ADDRESS_UNREACHABLE":         downloader.FailConnectRefused,
-	"ERR_CONNECTION_FAILED":           downloader.FailConnectRefused,
-	"ERR_CONNECTION_TIMED_OUT":        downloader.FailConnectTimeout,
-	"ERR_TIMED_OUT":                   downloader.FailResponseTimeout,
-	"ERR_CONNECTION_RESET":            downloader.FailConnectionReset,
-	"ERR_CONNECTION_CLOSED":           downloader.FailConnectionReset,
-	"ERR_CONNECTION_ABORTED":          downloader.FailConnectionReset,
-	"ERR_EMPTY_RESPONSE":              downloader.FailConnectionReset,
-	"ERR_INVALID_RESPONSE":            downloader.FailConnectionReset,
-	"ERR_INVALID_HTTP_RESPONSE":       downloader.FailConnectionReset,
-	"ERR_CONTENT_LENGTH_MISMATCH":     downloader.FailConnectionReset,
-	"ERR_INCOMPLETE_CHUNKED_ENCODING": downloader.FailConnectionReset,
-	"ERR_RESPONSE_HEADERS_TOO_BIG":    downloader.FailConnectionReset,
-	"ERR_CONTENT_DECODING_FAILED":     downloader.FailConnectionReset,
-	"ERR_TOO_MANY_REDIRECTS":          downloader.FailHTTPStatusError,
-	"ERR_HTTP_RESPONSE_CODE_FAILURE":  downloader.FailHTTPStatusError,
-	"ERR_UNSAFE_REDIRECT":             downloader.FailDestinationForbidden,
-	"ERR_UNSAFE_PORT":                 downloader.FailDestinationForbidden,
-	"ERR_DISALLOWED_URL_SCHEME":       downloader.FailDestinationForbidden,
-	"ERR_BLOCKED_BY_RESPONSE":         downloader.FailHTTPStatusError,
+// main document to the causes they tell (downloader.Cause, and so the fail reasons).
+// With our proxy in the path most origin failures arrive as the proxy's own answers
+// instead; these are the rest.
+var netErrors = map[string]downloader.Cause{
+	"ERR_NAME_NOT_RESOLVED":           downloader.CauseDomainNotFound,
+	"ERR_NAME_RESOLUTION_FAILED":      downloader.CauseResolverFailed,
+	"ERR_DNS_TIMED_OUT":               downloader.CauseResolverFailed,
+	"ERR_CONNECTION_REFUSED":          downloader.CauseConnectRefused,
+	"ERR_ADDRESS_UNREACHABLE":         downloader.CauseConnectRefused,
+	"ERR_CONNECTION_FAILED":           downloader.CauseConnectRefused,
+	"ERR_CONNECTION_TIMED_OUT":        downloader.CauseConnectTimeout,
+	"ERR_TIMED_OUT":                   downloader.CauseResponseTimeout,
+	"ERR_CONNECTION_RESET":            downloader.CauseConnectionReset,
+	"ERR_CONNECTION_CLOSED":           downloader.CauseConnectionReset,
+	"ERR_CONNECTION_ABORTED":          downloader.CauseConnectionReset,
+	"ERR_EMPTY_RESPONSE":              downloader.CauseConnectionReset,
+	"ERR_INVALID_RESPONSE":            downloader.CauseConnectionReset,
+	"ERR_INVALID_HTTP_RESPONSE":       downloader.CauseConnectionReset,
+	"ERR_CONTENT_LENGTH_MISMATCH":     downloader.CauseConnectionReset,
+	"ERR_INCOMPLETE_CHUNKED_ENCODING": downloader.CauseConnectionReset,
+	"ERR_RESPONSE_HEADERS_TOO_BIG":    downloader.CauseConnectionReset,
+	"ERR_CONTENT_DECODING_FAILED":     downloader.CauseConnectionReset,
+	"ERR_TOO_MANY_REDIRECTS":          downloader.CauseHTTPStatus,
+	"ERR_HTTP_RESPONSE_CODE_FAILURE":  downloader.CauseHTTPStatus,
+	"ERR_UNSAFE_REDIRECT":             downloader.CauseDestinationForbidden,
+	"ERR_UNSAFE_PORT":                 downloader.CauseDestinationForbidden,
+	"ERR_DISALLOWED_URL_SCHEME":       downloader.CauseDestinationForbidden,
+	"ERR_BLOCKED_BY_RESPONSE":         downloader.CauseHTTPStatus,
 	// Our own side: the browser could not reach our proxy, or lost its network.
-	"ERR_PROXY_CONNECTION_FAILED": downloader.FailRendererUnavailable,
-	"ERR_INTERNET_DISCONNECTED":   downloader.FailRendererUnavailable,
-	"ERR_NETWORK_CHANGED":         downloader.FailRendererUnavailable,
-	"ERR_ABORTED":                 downloader.FailRendererCrashed,
+	"ERR_PROXY_CONNECTION_FAILED": downloader.CauseRendererUnavailable,
+	"ERR_INTERNET_DISCONNECTED":   downloader.CauseRendererUnavailable,
+	"ERR_NETWORK_CHANGED":         downloader.CauseRendererUnavailable,
+	"ERR_ABORTED":                 downloader.CauseRendererCrashed,
 }
 
-// classifyNetError classifies a net::ERR_* text. TLS and certificate errors are
-// tls_failed; an unknown error is connection_reset (a failure on the path to the origin).
-func classifyNetError(text string) downloader.FailReason {
+// classifyNetError classifies a net::ERR_* text: netErrorCause, and the reason it means.
+func classifyNetError(text string) downloader.FailReason { return netErrorCause(text).FailReason() }
+
+// netErrorCause is the cause a net::ERR_* text tells. TLS and certificate errors are
+// TLS failed; an unknown error is connection reset (a failure on the path to the origin).
+func netErrorCause(text string) downloader.Cause {
 	name := strings.TrimPrefix(strings.TrimSpace(text), "net::")
 	if r, ok := netErrors[name]; ok {
 		return r
@@ -91,9 +98,9 @@ func classifyNetError(text string) downloader.FailReason {
 	switch {
 	case strings.HasPrefix(name, "ERR_SSL_"), strings.HasPrefix(name, "ERR_CERT_"),
 		strings.Contains(name, "_TLS_"), name == "ERR_BAD_SSL_CLIENT_AUTH_CERT":
-		return downloader.FailTLSFailed
+		return downloader.CauseTLSFailed
 	}
-	return downloader.FailConnectionReset
+	return downloader.CauseConnectionReset
 }
 
 // proxyReasonOf returns the fail reason of an answer that our proxy marked with token,

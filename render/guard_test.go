@@ -419,7 +419,7 @@ func TestPauserDecide(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var wg sync.WaitGroup
-			p := newPauser(nil, frameAdmitNow, testLogger(t), &wg)
+			p := newPauser(frameAdmitNow, testLogger(t), &wg)
 			p.setMainFrame(main)
 			if tt.armed {
 				p.arm(&hopRender{ctx: context.Background(), st: newRenderState(clock.Real{}, "a.test", nil), skip: tt.skip})

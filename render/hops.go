@@ -20,15 +20,9 @@ import (
 )
 
 // HopAdmitter admits the main document's later requests into the limiter: redirect hops,
-// and navigations the page makes by itself (meta refresh, location=). engine.Hops
-// implements it, as it does fetch.HopAdmitter. Implementations must be safe for
-// concurrent use.
-type HopAdmitter interface {
-	// AdmitHop blocks until a request to domain is admitted by the limiter
-	// (reserve-and-wait bounded by ctx, whose deadline it honours), and returns the
-	// admission. ctx carries the entry of the request the hop belongs to.
-	AdmitHop(ctx context.Context, domain string) (limiter.Admission, error)
-}
+// and navigations the page makes by itself (meta refresh, location=). The caller passes
+// one per render (RenderInSlot; engine.Hops); Config.Hops serves the renders given none.
+type HopAdmitter = limiter.HopAdmitter
 
 // errHopRefused ends a render whose main document could not be admitted in time.
 var errHopRefused = errors.New("render: a main document hop was not admitted before the deadline")
@@ -73,7 +67,6 @@ const frameGrace = 20 * time.Millisecond
 // onEvent runs on the tab's event loop and only queues; run handles the queue on its own
 // goroutine, and each admission wait on another. Safe for concurrent use.
 type pauser struct {
-	hops   HopAdmitter
 	frames frameMode
 	log    *slog.Logger
 	wg     *sync.WaitGroup // the tab's: close waits for run and the admission waits
@@ -89,7 +82,8 @@ type pauser struct {
 
 // hopRender is what the pauser needs of the render it serves.
 type hopRender struct {
-	ctx    context.Context // the render's: carries the entry, ends with the render
+	ctx    context.Context // the render's: ends with the render
+	hops   HopAdmitter     // the render's hop admitter (RenderInSlot's, or Config.Hops)
 	soft   time.Time       // a hop must be admitted before it (the page is read from then)
 	st     *renderState
 	skip   skipSet  // the resource types the render does not load
@@ -97,8 +91,8 @@ type hopRender struct {
 	refuse func()   // ends the render at once (with errHopRefused)
 }
 
-func newPauser(hops HopAdmitter, frames frameMode, log *slog.Logger, wg *sync.WaitGroup) *pauser {
-	return &pauser{hops: hops, frames: frames, log: log, wg: wg, wake: make(chan struct{}, 1)}
+func newPauser(frames frameMode, log *slog.Logger, wg *sync.WaitGroup) *pauser {
+	return &pauser{frames: frames, log: log, wg: wg, wake: make(chan struct{}, 1)}
 }
 
 func (p *pauser) setMainFrame(id cdp.FrameID) {
@@ -258,7 +252,7 @@ func (p *pauser) admitFrame(tctx context.Context, r *hopRender, id fetch.Request
 	if p.frames == frameAdmitNow {
 		deadline = r.st.clk.Now().Add(frameGrace)
 	}
-	adm, err := p.hops.AdmitHop(withDeadline(ctx, deadline), domain)
+	adm, err := r.hops.AdmitHop(withDeadline(ctx, deadline), domain)
 	if err != nil || !r.st.addHop(domain, adm) {
 		if err != nil && ctx.Err() == nil {
 			r.st.countSkippedFrame()
@@ -276,7 +270,7 @@ func (p *pauser) admit(tctx context.Context, r *hopRender, id fetch.RequestID, d
 	defer cancel()
 	stop := context.AfterFunc(tctx, cancel)
 	defer stop()
-	adm, err := p.hops.AdmitHop(withDeadline(ctx, r.soft), domain)
+	adm, err := r.hops.AdmitHop(withDeadline(ctx, r.soft), domain)
 	if err != nil {
 		if ctx.Err() == nil {
 			// Not admitted before the deadline: nothing goes to domain, and the render

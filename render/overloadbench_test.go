@@ -64,7 +64,7 @@ func BenchmarkRenderOverload(b *testing.B) {
 				}
 				defer release()
 				s := time.Now()
-				out := p.RenderInSlot(context.Background(), o.url(u), nil, downloader.RenderOptions{})
+				out := p.RenderInSlot(context.Background(), o.url(u), nil, nil, downloader.RenderOptions{})
 				return time.Since(s), out
 			}
 			if _, out := one(fmt.Sprintf("http://warm-%d.heavy.test/", id)); out.FailReason != "" {

@@ -177,6 +177,7 @@ type renderJob struct {
 	start    time.Time
 	deadline time.Time
 	skip     skipSet                  // the resource types not loaded
+	hops     HopAdmitter              // admits the render's later main documents; nil: none is
 	done     chan *downloader.Outcome // buffered: the job never blocks on it
 }
 
@@ -255,14 +256,14 @@ func (j *renderJob) renderTab(ctx context.Context, t *tab) *downloader.Outcome {
 	// or at once when the browser or the tab dies.
 	runCtx, stopRun := context.WithCancelCause(t.ctx)
 	defer stopRun(nil)
-	hr := &hopRender{ctx: ctx, soft: j.softDeadline(), st: j.st, skip: j.skip, tr: t.tr, refuse: func() { stopRun(errHopRefused) }}
+	hr := &hopRender{ctx: ctx, hops: j.hops, soft: j.softDeadline(), st: j.st, skip: j.skip, tr: t.tr, refuse: func() { stopRun(errHopRefused) }}
 	if t.pause != nil {
 		t.pause.arm(hr)
 	} else if t.b.prof.interception == interceptProxy {
 		j.st.countTunnels()
 		j.st.skipAtProxy(j.skip)
-		if j.p.cfg.Hops != nil {
-			j.st.setProxyHops(&proxyHops{r: hr, hops: j.p.cfg.Hops, log: j.p.log})
+		if j.hops != nil {
+			j.st.setProxyHops(&proxyHops{r: hr, log: j.p.log})
 		}
 	}
 	stop := context.AfterFunc(ctx, func() { stopRun(context.Cause(ctx)) })

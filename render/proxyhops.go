@@ -15,7 +15,7 @@ import (
 // never pauses a document). Our proxy sees every request instead, and a top-level
 // document says so (Sec-Fetch-Dest: document, which Obscura sends on each hop it
 // follows): the first is the page's, under the caller's admission; each later one gets an
-// admission of its own through Config.Hops before a byte goes to its host, as the pauser
+// admission of its own through the render's HopAdmitter before a byte goes to its host, as the pauser
 // gives it (hops.go), bounded by the render's soft deadline. A hop not admitted in time
 // is refused and ends the render with self_rate_limited (SPEC §2, §4).
 //
@@ -26,9 +26,8 @@ import (
 // HTTPS navigation to another host still goes under the render's sub-request caps
 // (docs/renderers.md). Safe for concurrent use.
 type proxyHops struct {
-	r    *hopRender
-	hops HopAdmitter
-	log  *slog.Logger
+	r   *hopRender
+	log *slog.Logger
 
 	mu        sync.Mutex
 	firstSeen bool
@@ -77,7 +76,7 @@ func (h *proxyHops) admitDomain(domain string) bool {
 	if first || h.r.st.coveredByFirst(domain) {
 		return true
 	}
-	adm, err := h.hops.AdmitHop(withDeadline(h.r.ctx, h.r.soft), domain)
+	adm, err := h.r.hops.AdmitHop(withDeadline(h.r.ctx, h.r.soft), domain)
 	if err != nil {
 		if h.r.ctx.Err() == nil {
 			h.log.Info("render: main document hop not admitted in time", "domain", domain, "error", err)

@@ -135,9 +135,11 @@ type Config struct {
 
 	// Hops admits the main document's requests after the first (redirect hops, and
 	// navigations the page makes by itself), each with its own limiter admission taken
-	// before the request is sent (SPEC §2). The browser is made to pause every document
-	// request for it (CDP Fetch domain). Nil: nothing after the first request is admitted
-	// and nothing is paused (tests, benchmarks).
+	// before the request is sent (SPEC §2), for the renders given no admitter of their own
+	// (Render, RenderWith; RenderInSlot's caller passes one per render). Set, it makes the
+	// browser pause every document request for the admission (CDP Fetch domain). Nil:
+	// nothing after the first request is admitted and nothing is paused, whatever a render
+	// is given (tests, benchmarks).
 	Hops HopAdmitter
 	// frames is what happens to iframe documents on other hosts; only tests and
 	// benchmarks change it (docs/benchmarks-render.md has the measurement behind the
@@ -507,9 +509,8 @@ var (
 // adm.Wire and waits as WaitWire would, on the pool's clock, then adm.Wrote; it no longer touches adm once it has returned, so the caller may
 // Cancel or Done it at once. A nil adm renders without a limiter (tests, benchmarks).
 //
-// Every main-frame document after the first is admitted through Config.Hops with ctx
-// (which carries the caller's entry, for the limiter's over-limit record) and a deadline
-// at which the page would be read anyway; its admission is Wire'd when its first bytes
+// Every main-frame document after the first is admitted through Config.Hops with a
+// deadline at which the page would be read anyway; its admission is Wire'd when its first bytes
 // go toward its host, and given back (Cancel, or Done once on the wire) when Render
 // returns. A hop not admitted by then fails the render with self_rate_limited.
 //
@@ -528,13 +529,13 @@ var (
 // closed → shutting_down. A main document that fails on the network is classified like a
 // plain fetch; a non-2xx main document is http_status_error (with its rendered content).
 func (p *Pool) Render(ctx context.Context, u *url.URL, adm *limiter.Admission, timeout time.Duration) *downloader.Outcome {
-	return p.renderTimed(ctx, u, adm, downloader.RenderOptions{Timeout: timeout}, false)
+	return p.renderTimed(ctx, u, adm, nil, downloader.RenderOptions{Timeout: timeout}, false)
 }
 
 // RenderWith is Render with the request's options: its timeout and the resource types it
 // skips (SPEC §3).
 func (p *Pool) RenderWith(ctx context.Context, u *url.URL, adm *limiter.Admission, opts downloader.RenderOptions) *downloader.Outcome {
-	return p.renderTimed(ctx, u, adm, opts, false)
+	return p.renderTimed(ctx, u, adm, nil, opts, false)
 }
 
 // AcquireSlot takes one of the pool's render slots ahead of RenderInSlot, waiting in the
@@ -550,21 +551,24 @@ func (p *Pool) AcquireSlot(ctx context.Context) (release func(), failed *downloa
 	defer stop()
 	if err := p.gate.Acquire(ctx, limiter.QueueBounded); err != nil {
 		if errors.Is(err, limiter.ErrQueueFull) {
-			return nil, downloader.Failed(downloader.FailLocalQueueFull)
+			return nil, downloader.FailedBy(downloader.CauseQueueFull)
 		}
-		return nil, downloader.Failed(stopReason(ctx))
+		return nil, downloader.FailedBy(stopCause(ctx))
 	}
 	var once sync.Once
 	return func() { once.Do(p.gate.Release) }, nil
 }
 
-// RenderInSlot is Render under a slot the caller took with AcquireSlot (and gives back
-// after this returns).
-func (p *Pool) RenderInSlot(ctx context.Context, u *url.URL, adm *limiter.Admission, opts downloader.RenderOptions) *downloader.Outcome {
-	return p.renderTimed(ctx, u, adm, opts, true)
+// RenderInSlot is RenderWith under a slot the caller took with AcquireSlot (and gives
+// back after this returns). hops admits the render's later main documents instead of
+// Config.Hops (the engine builds one per request: its entry, and in cluster mode the
+// shared tickets that end with it); nil: Config.Hops. With Config.Hops nil no document
+// is paused, so none is admitted either way.
+func (p *Pool) RenderInSlot(ctx context.Context, u *url.URL, adm *limiter.Admission, hops HopAdmitter, opts downloader.RenderOptions) *downloader.Outcome {
+	return p.renderTimed(ctx, u, adm, hops, opts, true)
 }
 
-func (p *Pool) renderTimed(ctx context.Context, u *url.URL, adm *limiter.Admission, opts downloader.RenderOptions, held bool) *downloader.Outcome {
+func (p *Pool) renderTimed(ctx context.Context, u *url.URL, adm *limiter.Admission, hops HopAdmitter, opts downloader.RenderOptions, held bool) *downloader.Outcome {
 	start := p.clk.Now()
 	timeout := opts.Timeout
 	if timeout <= 0 {
@@ -592,27 +596,30 @@ func (p *Pool) renderTimed(ctx context.Context, u *url.URL, adm *limiter.Admissi
 	if opts.SkipResourceTypes != nil {
 		skip = newSkipSet(opts.SkipResourceTypes)
 	}
-	out := p.render(rctx, u, adm, skip, start, start.Add(timeout), held)
+	if hops == nil || p.cfg.Hops == nil {
+		hops = p.cfg.Hops
+	}
+	out := p.render(rctx, u, adm, hops, skip, start, start.Add(timeout), held)
 	out.HealthSignal.ElapsedMs = p.clk.Now().Sub(start).Milliseconds()
 	return out
 }
 
 // render runs one render; held: the caller holds a slot (AcquireSlot), else one is taken
 // here for the render's duration.
-func (p *Pool) render(ctx context.Context, u *url.URL, adm *limiter.Admission, skip skipSet, start, deadline time.Time, held bool) (out *downloader.Outcome) {
+func (p *Pool) render(ctx context.Context, u *url.URL, adm *limiter.Admission, hops HopAdmitter, skip skipSet, start, deadline time.Time, held bool) (out *downloader.Outcome) {
 	if u == nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
-		return downloader.Failed(downloader.FailInvalidTask)
+		return downloader.FailedBy(downloader.CauseInvalidURL)
 	}
 	domain, err := downloader.NormalizeDomain(u.Host)
 	if err != nil {
-		return downloader.Failed(downloader.FailInvalidTask)
+		return downloader.FailedBy(downloader.CauseInvalidURL)
 	}
 	if !held {
 		if err := p.gate.Acquire(ctx, limiter.QueueBounded); err != nil {
 			if errors.Is(err, limiter.ErrQueueFull) {
-				return downloader.Failed(downloader.FailLocalQueueFull)
+				return downloader.FailedBy(downloader.CauseQueueFull)
 			}
-			return downloader.Failed(stopReason(ctx))
+			return downloader.FailedBy(stopCause(ctx))
 		}
 		// The slot is given back when Render returns; the tab's cleanup goes on behind it.
 		defer p.gate.Release()
@@ -623,9 +630,9 @@ func (p *Pool) render(ctx context.Context, u *url.URL, adm *limiter.Admission, s
 	}
 	st := newRenderState(p.clk, domain, adm)
 	st.caps = subrequestCaps{total: p.cfg.MaxSubrequestCount, perHost: p.cfg.MaxHostSubrequestCount}
-	job := &renderJob{p: p, u: u, st: st, skip: skip, start: start, deadline: deadline, done: make(chan *downloader.Outcome, 1)}
+	job := &renderJob{p: p, u: u, st: st, skip: skip, hops: hops, start: start, deadline: deadline, done: make(chan *downloader.Outcome, 1)}
 	if !p.goTracked(func() { job.run(ctx) }) {
-		return downloader.Failed(downloader.FailShuttingDown)
+		return downloader.FailedBy(downloader.CauseCancelled)
 	}
 	select {
 	case out = <-job.done:
@@ -633,7 +640,7 @@ func (p *Pool) render(ctx context.Context, u *url.URL, adm *limiter.Admission, s
 		if p.ctx.Err() != nil && out.HTTPStatus == 0 && !out.FailReason.HasReachedOrigin() {
 			// Closing the pool kills the browser under the render: that is our stop,
 			// not a crash.
-			out.FailReason = downloader.FailShuttingDown
+			out.Fail(downloader.CauseCancelled)
 		}
 		return out
 	case <-ctx.Done():
@@ -644,7 +651,7 @@ func (p *Pool) render(ctx context.Context, u *url.URL, adm *limiter.Admission, s
 			return out
 		default:
 		}
-		return downloader.Failed(stopReason(ctx))
+		return downloader.FailedBy(stopCause(ctx))
 	}
 }
 
@@ -659,15 +666,18 @@ func (p *Pool) goTracked(f func()) bool {
 	return true
 }
 
-// stopReason is the fail reason of a render whose context ended.
-func stopReason(ctx context.Context) downloader.FailReason {
+// stopReason is the fail reason of a render whose context ended (stopCause's).
+func stopReason(ctx context.Context) downloader.FailReason { return stopCause(ctx).FailReason() }
+
+// stopCause is the cause of a render whose context ended.
+func stopCause(ctx context.Context) downloader.Cause {
 	cause := context.Cause(ctx)
 	switch {
 	case errors.Is(cause, errCrashed):
-		return downloader.FailRendererCrashed
+		return downloader.CauseRendererCrashed
 	case errors.Is(cause, errRenderTimeout), errors.Is(cause, context.DeadlineExceeded):
-		return downloader.FailRenderTimeout
+		return downloader.CauseRenderTimeout
 	default: // the caller cancelled, or the pool is closing
-		return downloader.FailShuttingDown
+		return downloader.CauseCancelled
 	}
 }

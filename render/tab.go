@@ -81,7 +81,7 @@ func (p *Pool) newUse(parent context.Context, prof profile) (*tabUse, error) {
 	}
 	u := &tabUse{proxy: px, tr: newTracker()}
 	if p.cfg.Hops != nil && prof.interception == interceptFetch {
-		u.pause = newPauser(p.cfg.Hops, p.cfg.frames, p.log, &u.wg)
+		u.pause = newPauser(p.cfg.frames, p.log, &u.wg)
 	}
 	u.ctx, u.cancel = context.WithCancel(parent)
 	return u, nil

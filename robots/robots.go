@@ -67,8 +67,11 @@ type Config struct {
 	Limiter *limiter.Limiter
 	Gate    *limiter.Gate
 	Fetcher engine.Fetcher
-	Clock   clock.Clock
-	Logger  *slog.Logger
+	// Hops admits the redirect hops of a robots.txt request (an engine.Hops); nil: a
+	// redirect is the answer.
+	Hops   limiter.HopAdmitter
+	Clock  clock.Clock
+	Logger *slog.Logger
 	// UserAgent is the service's User-Agent; its product token (the leading name, as
 	// "downloader" in "downloader/1.0 (+https://...)") picks the robots.txt group.
 	UserAgent string
@@ -340,7 +343,7 @@ func (r *Runner) fetch(ctx context.Context, t *downloader.Task, u *url.URL, doma
 	rctx, rcancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer rcancel()
 	ru := &url.URL{Scheme: u.Scheme, Host: u.Host, Path: "/robots.txt"}
-	out := r.cfg.Fetcher.Fetch(rctx, ru, &adm)
+	out := r.cfg.Fetcher.Fetch(rctx, ru, &adm, r.cfg.Hops)
 	if r.isStopping() && out.HTTPStatus == 0 {
 		return nil
 	}

@@ -116,10 +116,11 @@ func newRig(t *testing.T, clk clock.Clock) *rig {
 	guard := netguard.New(netguard.Config{ConnectTo: []netguard.Rule{rule}, Dialer: loopbackDialer{}, Resolver: testkit.NoResolver{}})
 	lim := limiter.New(clk)
 	gate := limiter.NewGate(4, 4)
-	f := fetch.New(fetch.Config{Clock: clk, Guard: guard, Hops: engine.Hops{Limiter: lim, DefaultMinInterval: time.Second}})
+	f := fetch.New(fetch.Config{Clock: clk, Guard: guard})
 	t.Cleanup(f.Close)
 	rg := &rig{origin: origin, clk: clk, lim: lim, next: &recorder{}}
 	rg.runner, err = New(Config{Next: rg.next, Limiter: lim, Gate: gate, Fetcher: f, Clock: clk,
+		Hops:      &engine.Hops{Limiter: lim, DefaultMinInterval: time.Second},
 		UserAgent: "downloader/1.0 (+https://example.invalid/crawler)", Timeout: 5 * time.Second,
 		CrawlDelay: func(d string, cd time.Duration) { rg.delays.Store(d, cd) }})
 	if err != nil {

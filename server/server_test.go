@@ -25,7 +25,7 @@ type fakeFetcher struct {
 	fn  func(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome
 }
 
-func (f *fakeFetcher) Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome {
+func (f *fakeFetcher) Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission, _ limiter.HopAdmitter) *downloader.Outcome {
 	if f.fn != nil {
 		return f.fn(ctx, u, adm)
 	}

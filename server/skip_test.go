@@ -26,7 +26,7 @@ func (r *optsRenderer) AcquireSlot(ctx context.Context) (func(), *downloader.Out
 	return func() {}, nil
 }
 
-func (r *optsRenderer) RenderInSlot(ctx context.Context, u *url.URL, adm *limiter.Admission, opts downloader.RenderOptions) *downloader.Outcome {
+func (r *optsRenderer) RenderInSlot(ctx context.Context, u *url.URL, adm *limiter.Admission, _ limiter.HopAdmitter, opts downloader.RenderOptions) *downloader.Outcome {
 	r.mu.Lock()
 	r.opts = append(r.opts, opts)
 	r.mu.Unlock()

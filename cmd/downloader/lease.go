@@ -103,6 +103,7 @@ func newEntryA(ctx context.Context, c *config, logger *slog.Logger, clk clock.Cl
 			logger.Warn("robots.txt is not read with --store tikv: the local queue's tasks are not checked against it; use a scheduler, or the embedded store for a standalone crawl")
 		} else if c.Lease.ShouldObeyRobotsTxt {
 			rr, err := robots.New(robots.Config{Next: eng, Limiter: lim, Gate: gate, Fetcher: fetcher, Clock: clk,
+				Hops:   &engine.Hops{Limiter: lim, DefaultMinInterval: eng.DefaultMinInterval(), DefaultTimeout: c.requestTimeout()},
 				Logger: logger, UserAgent: c.UserAgent, Timeout: c.requestTimeout(), MaxAttemptCount: c.Lease.MaxAttemptCount,
 				CrawlDelay: q.SetCrawlDelay})
 			if err != nil {

@@ -113,10 +113,9 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 	}
 	guard := netguard.New(netguard.Config{ConnectTo: c.ConnectTo, AllowPrivateNetworks: c.AllowPrivateNetworks})
 	defaultInterval := time.Duration(c.DefaultMinIntervalMs) * time.Millisecond
-	fetcher := fetch.New(fetch.Config{
-		Clock: clk, Guard: guard, Logger: logger, UserAgent: c.UserAgent,
-		Hops: engine.Hops{Limiter: lim, DefaultMinInterval: defaultInterval, Shared: shared, DefaultTimeout: c.requestTimeout()},
-	})
+	// Every request's redirect hops are admitted by the hop admitter the engine passes
+	// with it (engine.Hops); the renderer's Hops turns on its document pausing.
+	fetcher := fetch.New(fetch.Config{Clock: clk, Guard: guard, Logger: logger, UserAgent: c.UserAgent})
 	pool, err := render.New(render.Config{
 		Clock: clk, Logger: logger, BinaryPath: c.ChromiumPath, Endpoint: c.RendererEndpoint,
 		Concurrency: c.RenderConcurrency, QueueLength: c.LocalQueueLength, UserAgent: c.UserAgent,
@@ -124,7 +123,7 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 		Scaling:   render.Scaling(c.RenderScaling), MaxContextHeapBytes: c.RenderMaxContextHeapBytes,
 		Kind: rendererKind(c.RendererKind), GuardProxyListen: c.RenderGuardProxyListen,
 		MaxSubrequestCount: c.RenderMaxSubrequestCount, MaxHostSubrequestCount: c.RenderMaxHostSubrequestCount,
-		Guard: guard, DefaultTimeout: c.requestTimeout(), Hops: engine.Hops{Limiter: lim, DefaultMinInterval: defaultInterval, Shared: shared, DefaultTimeout: c.requestTimeout()},
+		Guard: guard, DefaultTimeout: c.requestTimeout(), Hops: &engine.Hops{Limiter: lim, DefaultMinInterval: defaultInterval, Shared: shared, DefaultTimeout: c.requestTimeout()},
 	})
 	if err != nil {
 		closeStores()

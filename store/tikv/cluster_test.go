@@ -81,8 +81,7 @@ func startNodeOn(t *testing.T, c *tikvtest.Cluster, id string, guard *netguard.G
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := fetch.New(fetch.Config{Clock: clk, Guard: guard, Hops: engine.Hops{Limiter: lim,
-		DefaultMinInterval: clusterDefaultIval, Shared: rt, DefaultTimeout: clusterTimeout}})
+	f := fetch.New(fetch.Config{Clock: clk, Guard: guard}) // the engine passes each request's hop admitter
 	eng := engine.New(engine.Config{Clock: clk, Logger: logger, Limiter: lim, Gate: gate, Fetcher: f, Results: st, Pages: st,
 		Settings: st, Shared: rt, DefaultMinInterval: clusterDefaultIval, DefaultTimeout: clusterTimeout})
 	srv := server.New(server.Config{Probe: eng, Render: eng, Settings: eng, Domains: lim, Slots: gate, Cluster: rt, Guard: guard, Clock: clk, Results: st, Pages: st})

@@ -1,0 +1,83 @@
+package downloader
+
+import "testing"
+
+// TestCauseReasons: every cause means one reason of the closed set, and causes on our
+// side never count as reaching the origin (SPEC §4).
+func TestCauseReasons(t *testing.T) {
+	tests := []struct {
+		cause Cause
+		want  FailReason
+	}{
+		{CauseReported, ""},
+		{CauseOK, ""},
+		{CauseHTTPStatus, FailHTTPStatusError},
+		{CauseDomainNotFound, FailDomainNotFound},
+		{CauseDestinationForbidden, FailDestinationForbidden},
+		{CauseConnectRefused, FailConnectRefused},
+		{CauseConnectTimeout, FailConnectTimeout},
+		{CauseTLSFailed, FailTLSFailed},
+		{CauseResponseTimeout, FailResponseTimeout},
+		{CauseConnectionReset, FailConnectionReset},
+		{CauseResolverFailed, FailResolverUnavailable},
+		{CauseOutOfResources, FailLocalQueueFull},
+		{CauseQueueFull, FailLocalQueueFull},
+		{CauseCancelled, FailShuttingDown},
+		{CauseWireWaitFailed, FailSelfRateLimited},
+		{CauseHopRefused, FailSelfRateLimited},
+		{CauseHopSharedUnavailable, FailRuntimeStoreUnavailable},
+		{CauseInvalidURL, FailInvalidTask},
+		{CauseRendererUnavailable, FailRendererUnavailable},
+		{CauseRendererCrashed, FailRendererCrashed},
+		{CauseRenderTimeout, FailRenderTimeout},
+	}
+	if len(tests) != len(causeReasons) {
+		t.Fatalf("%d causes tested, the table has %d", len(tests), len(causeReasons))
+	}
+	for _, tt := range tests {
+		if got := tt.cause.FailReason(); got != tt.want {
+			t.Errorf("cause %d means %q, want %q", tt.cause, got, tt.want)
+		}
+		if !tt.want.IsValid() {
+			t.Errorf("cause %d means %q, outside the closed set", tt.cause, tt.want)
+		}
+	}
+	for _, c := range []Cause{CauseResolverFailed, CauseOutOfResources, CauseQueueFull, CauseCancelled, CauseWireWaitFailed,
+		CauseHopRefused, CauseHopSharedUnavailable, CauseInvalidURL, CauseRendererUnavailable, CauseRendererCrashed, CauseRenderTimeout} {
+		if c.FailReason().HasReachedOrigin() {
+			t.Errorf("cause %d (%s) is ours: it must not count as reaching the origin", c, c.FailReason())
+		}
+	}
+}
+
+// TestDecideFailReason: the one decision from an outcome's cause and what the caller
+// knows.
+func TestDecideFailReason(t *testing.T) {
+	stopping := FailContext{IsStopping: true}
+	hopShared := FailContext{IsHopSharedUnavailable: true}
+	tests := []struct {
+		name string
+		out  Outcome
+		k    FailContext
+		want FailReason
+	}{
+		{"success", Outcome{HTTPStatus: 200, Cause: CauseOK}, FailContext{}, ""},
+		{"success while stopping", Outcome{HTTPStatus: 200, Cause: CauseOK}, stopping, ""},
+		{"the cause decides", Outcome{Cause: CauseConnectRefused}, FailContext{}, FailConnectRefused},
+		{"the cause wins over a reported reason", Outcome{Cause: CauseConnectRefused, FailReason: FailConnectionReset}, FailContext{}, FailConnectRefused},
+		{"reported stands", Outcome{FailReason: FailRendererCrashed}, FailContext{}, FailRendererCrashed},
+		{"cut short by our stop", Outcome{Cause: CauseConnectTimeout}, stopping, FailShuttingDown},
+		{"reported, cut short by our stop", Outcome{FailReason: FailRenderTimeout}, stopping, FailShuttingDown},
+		{"an answer while stopping stays", Outcome{HTTPStatus: 503, Cause: CauseHTTPStatus}, stopping, FailHTTPStatusError},
+		{"a hop refused by the shared state", Outcome{FailReason: FailSelfRateLimited}, hopShared, FailRuntimeStoreUnavailable},
+		{"a hop refused by our limit", Outcome{Cause: CauseHopRefused}, FailContext{}, FailSelfRateLimited},
+		{"fetch's own shared refusal", Outcome{Cause: CauseHopSharedUnavailable}, FailContext{}, FailRuntimeStoreUnavailable},
+		{"other failures keep their reason", Outcome{Cause: CauseTLSFailed}, hopShared, FailTLSFailed},
+		{"stopping wins over the hop", Outcome{Cause: CauseHopRefused}, FailContext{IsStopping: true, IsHopSharedUnavailable: true}, FailShuttingDown},
+	}
+	for _, tt := range tests {
+		if got := DecideFailReason(&tt.out, tt.k); got != tt.want {
+			t.Errorf("%s: %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
