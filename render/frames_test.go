@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,7 +27,16 @@ const framesPage = `<!doctype html>
 </head><body>
 <div id="anim">.</div><div id="seen">.</div>
 <script>
-  function say(s) { var p = document.createElement("p"); p.textContent = s; document.body.appendChild(p); }
+  // The page keeps a request open (/hold) until all four have run (/done), so the render,
+  // which reads the page once the network is quiet, cannot read it before, however slowly
+  // a loaded machine produces frames.
+  var said = {}, held = fetch("/hold");
+  function say(s) {
+    if (said[s]) return;
+    said[s] = true;
+    var p = document.createElement("p"); p.textContent = s; document.body.appendChild(p);
+    if (Object.keys(said).length == 4) fetch("/done");
+  }
   var n = 0;
   function frame() { if (++n < 10) { requestAnimationFrame(frame); } else { say("animation frames ran"); } }
   requestAnimationFrame(frame);
@@ -41,9 +51,21 @@ const framesPage = `<!doctype html>
 // ResizeObserver all run before the page is read.
 func TestRenderPageGetsFrames(t *testing.T) {
 	f := getFixture(t)
+	allRan := make(chan struct{})
+	var once sync.Once
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		fmt.Fprint(w, framesPage)
+		switch r.URL.Path {
+		case "/hold":
+			select {
+			case <-allRan:
+			case <-r.Context().Done():
+			}
+		case "/done":
+			once.Do(func() { close(allRan) })
+		default:
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			fmt.Fprint(w, framesPage)
+		}
 	}))
 	defer origin.Close()
 	_, port, _ := net.SplitHostPort(origin.Listener.Addr().String())
