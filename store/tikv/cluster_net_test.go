@@ -267,11 +267,31 @@ func TestClusterPartition(t *testing.T) {
 	// Its requests admitted before the cut end within the request timeout (from their
 	// slot) plus the slack; nothing later may come from it.
 	quiet := cut.Add(clusterTimeout + clusterSlack)
+	// Node 2's last record as the others read it (it can write none after the cut): its
+	// requests end by its claim's end, its last heartbeat + TTL + request timeout + slack.
+	// (Measured from the cut this would be wrong when node 2's heartbeats were starved and
+	// it had fenced itself before the cut.)
+	insts, err := nc.nodes[0].rt.instances(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var claimEnd time.Time
+	for _, in := range insts {
+		if in.InstanceID == "node-2" {
+			claimEnd = in.claimUntil()
+			if d := claimEnd.Sub(in.HeartbeatAt); d < clusterTTL+clusterTimeout {
+				t.Errorf("node 2's claim ends %v after its heartbeat, want at least TTL + request timeout", d)
+			}
+		}
+	}
+	if claimEnd.IsZero() {
+		t.Fatal("node 2 has no instance record")
+	}
 	waitFor(t, "the cap split over nodes 0 and 1", func() bool {
 		return nc.nodes[0].gate.Capacity() == 12 && nc.nodes[1].gate.Capacity() == 12
 	})
-	if took := time.Since(cut); took < clusterTTL+clusterTimeout {
-		t.Errorf("node 2's share was taken %v after the cut: before its requests must have ended", took)
+	if early := claimEnd.Sub(time.Now()); early > 0 {
+		t.Errorf("node 2's share was taken %v before its claim ended (%v after the cut): before its requests must have ended", early, time.Since(cut))
 	}
 	nc.waitSent("traffic on nodes 0 and 1 while node 2 is cut off", 10, 0, 1)
 	if n := nc.arrivalsFrom("node-2", quiet); n > 0 {
