@@ -1,4 +1,4 @@
-package embedded
+package localqueue
 
 import (
 	"fmt"
@@ -9,6 +9,7 @@ import (
 
 	"downloader"
 	"downloader/clock"
+	"downloader/store/keys"
 )
 
 // checkPendingFloors fails t unless every domain's floor is at or below its first pending
@@ -18,20 +19,20 @@ func checkPendingFloors(t *testing.T, q *Queue, step string) {
 	t.Helper()
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	iter, err := q.s.db.NewIter(nil)
+	iter, err := q.ks.NewIter(t.Context(), []byte(queuePendPrefix), keys.PrefixEnd(queuePendPrefix))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer iter.Close()
 	entries := map[string][]uint64{}
-	for ok := iter.SeekGE([]byte(queuePendPrefix)); ok && strings.HasPrefix(string(iter.Key()), queuePendPrefix); ok = iter.Next() {
+	for ok := iter.First(); ok; ok = iter.Next() {
 		k := string(iter.Key()[len(queuePendPrefix):])
 		i := strings.LastIndexByte(k, ':')
 		var seq uint64
 		if _, err := fmt.Sscanf(k[i+1:], "%x", &seq); err != nil {
 			t.Fatalf("%s: key %q: %v", step, iter.Key(), err)
 		}
-		entries[unescapeDomain(k[:i])] = append(entries[unescapeDomain(k[:i])], seq)
+		entries[keys.UnescapeDomain(k[:i])] = append(entries[keys.UnescapeDomain(k[:i])], seq)
 	}
 	for name, seqs := range entries {
 		d := q.domains[name]

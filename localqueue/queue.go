@@ -1,4 +1,4 @@
-package embedded
+package localqueue
 
 import (
 	"container/heap"
@@ -19,15 +19,20 @@ import (
 
 	"downloader"
 	"downloader/clock"
+	"downloader/store/embedded"
+	"downloader/store/keys"
 )
 
-// The embedded local queue (entry A's default source when no scheduler is configured). It
-// stands in for the scheduler, another service, hence its own service name in the keys:
+// Package localqueue is the standalone crawl's task queue: entry A's source when no
+// scheduler is configured, fed by POST /v1/tasks and `downloader crawl`. It stands in for
+// the scheduler, another service, hence its own service name in the keys. It persists in
+// the embedded store's Pebble database, in the keyspace the store hands it
+// (embedded.LocalQueuePrefix):
 //
 //	local_queue:meta:seq
 //	    The last task sequence number handed out, 8 bytes big-endian.
 //	local_queue:meta:counts
-//	    QueueCounts, JSON, rewritten in the same batch as every change of state.
+//	    Counts, JSON, rewritten in the same batch as every change of state.
 //	local_queue:task:{task_id}
 //	    One task record, JSON: the task, its sequence number, its state (pending, leased,
 //	    done), its lease and, once done, the report it ended with.
@@ -40,7 +45,7 @@ import (
 //	local_queue:url:{sha256}
 //	    Deduplication: the hex SHA-256 of a task's canonical URL → its task id.
 //	local_queue:retry:{task_id}
-//	    Index of the pending tasks waiting out a retry backoff (queue_retry.go); the value
+//	    Index of the pending tasks waiting out a retry backoff (retry.go); the value
 //	    is next_attempt_at in Unix nanoseconds (8 bytes big-endian) then the domain. Such a
 //	    task is pending but not in the pending index until its time comes.
 //
@@ -65,13 +70,13 @@ import (
 // restart every lease of the previous process is returned to pending at once (only one
 // process can open the data directory, so those leases are dead).
 const (
-	queueSeqKey     = "local_queue:meta:seq"
-	queueCountsKey  = "local_queue:meta:counts"
-	queueTaskPrefix = "local_queue:task:"
-	queuePendPrefix = "local_queue:pending:"
-	queueLeasPrefix = "local_queue:leased:"
-	queueURLPrefix  = "local_queue:url:"
-	queueRetrPrefix = "local_queue:retry:"
+	queueSeqKey     = embedded.LocalQueuePrefix + "meta:seq"
+	queueCountsKey  = embedded.LocalQueuePrefix + "meta:counts"
+	queueTaskPrefix = embedded.LocalQueuePrefix + "task:"
+	queuePendPrefix = embedded.LocalQueuePrefix + "pending:"
+	queueLeasPrefix = embedded.LocalQueuePrefix + "leased:"
+	queueURLPrefix  = embedded.LocalQueuePrefix + "url:"
+	queueRetrPrefix = embedded.LocalQueuePrefix + "retry:"
 )
 
 // Queue defaults.
@@ -92,8 +97,8 @@ const (
 	TaskSkipped = "skipped"
 )
 
-// QueueConfig configures a Queue. Zero values take the defaults.
-type QueueConfig struct {
+// Config configures a Queue. Zero values take the defaults.
+type Config struct {
 	Clock  clock.Clock
 	Logger *slog.Logger
 	// LeaseDuration is how long a lease lasts before the task is handed out again.
@@ -103,7 +108,7 @@ type QueueConfig struct {
 	// DefaultMinInterval is given to submitted tasks that carry no min_interval_ms.
 	DefaultMinInterval time.Duration
 
-	// Retries (queue_retry.go), the scheduler's table in seed 002. MaxAttemptCount bounds
+	// Retries (retry.go), the scheduler's table in seed 002. MaxAttemptCount bounds
 	// the attempts that reached the origin (default 3; 1 turns retries off);
 	// RetryBaseDelay and RetryMaxDelay bound the backoff between them (default 2 s and
 	// 10 min); MaxOwnFailureCount bounds the in-place retries of failures of our own
@@ -116,8 +121,8 @@ type QueueConfig struct {
 	Jitter             func() float64
 }
 
-// QueueCounts counts the queue's tasks by state, and the finished ones by outcome.
-type QueueCounts struct {
+// Counts counts the queue's tasks by state, and the finished ones by outcome.
+type Counts struct {
 	PendingCount   int `json:"pending_count"` // including those waiting out a retry backoff
 	LeasedCount    int `json:"leased_count"`
 	DoneCount      int `json:"done_count"` // finished by a fetch, successfully or not
@@ -134,16 +139,16 @@ type QueueCounts struct {
 }
 
 // TotalCount is every task ever queued.
-func (c QueueCounts) TotalCount() int {
+func (c Counts) TotalCount() int {
 	return c.PendingCount + c.LeasedCount + c.DoneCount + c.SkippedCount
 }
 
 // FinishedCount is every task that will not run again: done or skipped.
-func (c QueueCounts) FinishedCount() int { return c.DoneCount + c.SkippedCount }
+func (c Counts) FinishedCount() int { return c.DoneCount + c.SkippedCount }
 
 // OwnFailureCount counts the finished tasks that failed for the downloader's own reasons
 // (has_reached_origin=false).
-func (c QueueCounts) OwnFailureCount() int {
+func (c Counts) OwnFailureCount() int {
 	n := 0
 	for r, k := range c.FailedCount {
 		if !r.HasReachedOrigin() {
@@ -153,7 +158,7 @@ func (c QueueCounts) OwnFailureCount() int {
 	return n
 }
 
-func (c QueueCounts) clone() QueueCounts {
+func (c Counts) clone() Counts {
 	m := make(map[downloader.FailReason]int, len(c.FailedCount))
 	for k, v := range c.FailedCount {
 		m[k] = v
@@ -186,20 +191,20 @@ type queueRecord struct {
 	NextAttemptAt time.Time `json:"next_attempt_at,omitzero"`
 }
 
-// Queue is the embedded local queue over a Store. Create it with OpenQueue, at most one per
+// Queue is the embedded local queue over a Store. Create it with Open, at most one per
 // Store. It satisfies the lease loop's Source. Safe for concurrent use; it stops working
 // (EUNAVAILABLE) when its Store is closed.
 type Queue struct {
-	s   *Store
+	ks  *embedded.Keyspace
 	clk clock.Clock
 	log *slog.Logger
-	cfg QueueConfig
+	cfg Config
 
 	// mu guards everything below and orders the queue's writes: every change is one batch
 	// committed under it, so the stored counts always match the stored records.
 	mu      sync.Mutex
 	seq     uint64
-	counts  QueueCounts
+	counts  Counts
 	domains map[string]*queueDomain
 	ready   domainHeap           // domains with pending tasks, earliest due first
 	expiry  leaseHeap            // this process's leases, earliest expiry first
@@ -239,9 +244,10 @@ type queueDomain struct {
 	floor uint64
 }
 
-// OpenQueue opens the queue kept in s: it rebuilds the in-memory index of pending tasks by
+// Open opens the queue kept in s: it rebuilds the in-memory index of pending tasks by
 // domain and returns every lease left by a previous process to pending.
-func OpenQueue(ctx context.Context, s *Store, cfg QueueConfig) (*Queue, error) {
+func Open(ctx context.Context, s *embedded.Store, cfg Config) (*Queue, error) {
+	ks := s.QueueKeyspace()
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
@@ -255,23 +261,23 @@ func OpenQueue(ctx context.Context, s *Store, cfg QueueConfig) (*Queue, error) {
 		cfg.Lookahead = DefaultLookahead
 	}
 	cfg.retryDefaults()
-	q := &Queue{s: s, clk: cfg.Clock, log: cfg.Logger.With("component", "local_queue"), cfg: cfg,
+	q := &Queue{ks: ks, clk: cfg.Clock, log: cfg.Logger.With("component", "local_queue"), cfg: cfg,
 		domains: map[string]*queueDomain{}, leased: map[string]liveLease{},
 		holds: map[string]time.Time{}, floors: map[string]time.Duration{},
-		counts: QueueCounts{FailedCount: map[downloader.FailReason]int{}}}
-	release, err := s.acquire(ctx, "open queue")
+		counts: Counts{FailedCount: map[downloader.FailReason]int{}}}
+	release, err := ks.Acquire(ctx, "open queue")
 	if err != nil {
 		return nil, err
 	}
 	defer release()
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if v, ok, err := s.get([]byte(queueSeqKey)); err != nil {
+	if v, ok, err := ks.Get([]byte(queueSeqKey)); err != nil {
 		return nil, err
 	} else if ok && len(v) == 8 {
 		q.seq = binary.BigEndian.Uint64(v)
 	}
-	if v, ok, err := s.get([]byte(queueCountsKey)); err != nil {
+	if v, ok, err := ks.Get([]byte(queueCountsKey)); err != nil {
 		return nil, err
 	} else if ok {
 		if err := json.Unmarshal(v, &q.counts); err != nil {
@@ -299,8 +305,7 @@ func OpenQueue(ctx context.Context, s *Store, cfg QueueConfig) (*Queue, error) {
 
 // loadPending counts the pending tasks of every domain. Requires q.mu held.
 func (q *Queue) loadPending(ctx context.Context) error {
-	iter, err := q.s.db.NewIterWithContext(ctx, &pebble.IterOptions{
-		LowerBound: []byte(queuePendPrefix), UpperBound: prefixEnd(queuePendPrefix)})
+	iter, err := q.ks.NewIter(ctx, []byte(queuePendPrefix), keys.PrefixEnd(queuePendPrefix))
 	if err != nil {
 		return fmt.Errorf("local queue: scan pending: %w", err)
 	}
@@ -316,7 +321,7 @@ func (q *Queue) loadPending(ctx context.Context) error {
 			_ = iter.Close()
 			return fmt.Errorf("local queue: unexpected key %q", iter.Key())
 		}
-		d := q.domainLocked(unescapeDomain(k[:i]))
+		d := q.domainLocked(keys.UnescapeDomain(k[:i]))
 		if d.pending == 0 {
 			d.floor = seq // keys are in seq order: the domain's first
 		}
@@ -333,8 +338,7 @@ func (q *Queue) loadPending(ctx context.Context) error {
 
 // requeueStale returns every stored lease to pending. Requires q.mu held.
 func (q *Queue) requeueStale(ctx context.Context) (int, error) {
-	iter, err := q.s.db.NewIterWithContext(ctx, &pebble.IterOptions{
-		LowerBound: []byte(queueLeasPrefix), UpperBound: prefixEnd(queueLeasPrefix)})
+	iter, err := q.ks.NewIter(ctx, []byte(queueLeasPrefix), keys.PrefixEnd(queueLeasPrefix))
 	if err != nil {
 		return 0, fmt.Errorf("local queue: scan leases: %w", err)
 	}
@@ -348,7 +352,7 @@ func (q *Queue) requeueStale(ctx context.Context) (int, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	b := q.s.db.NewBatch()
+	b := q.ks.NewBatch()
 	defer b.Close()
 	next := q.counts.clone()
 	var touched []*queueRecord
@@ -430,7 +434,7 @@ func (q *Queue) Submit(ctx context.Context, tasks []downloader.Task) ([]SubmitRe
 		}
 		checked[i] = c
 	}
-	release, err := q.s.acquire(ctx, "submit tasks")
+	release, err := q.ks.Acquire(ctx, "submit tasks")
 	if err != nil {
 		return nil, err
 	}
@@ -438,7 +442,7 @@ func (q *Queue) Submit(ctx context.Context, tasks []downloader.Task) ([]SubmitRe
 	q.mu.Lock()
 	defer q.mu.Unlock()
 
-	b := q.s.db.NewIndexedBatch()
+	b := q.ks.NewIndexedBatch()
 	defer b.Close()
 	now := q.clk.Now().UTC()
 	next := q.counts.clone()
@@ -512,7 +516,7 @@ func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([
 	if maxTaskCount <= 0 {
 		return nil, nil
 	}
-	release, err := q.s.acquire(ctx, "lease tasks")
+	release, err := q.ks.Acquire(ctx, "lease tasks")
 	if err != nil {
 		return nil, err
 	}
@@ -531,7 +535,7 @@ func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([
 		return nil, nil
 	}
 
-	b := q.s.db.NewIndexedBatch()
+	b := q.ks.NewIndexedBatch()
 	defer b.Close()
 	next := q.counts.clone()
 	expires := now.Add(q.cfg.LeaseDuration).UTC()
@@ -624,7 +628,7 @@ func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([
 }
 
 // Report hands in a task's outcome r. The queue plays the scheduler here (SPEC §1) and
-// decides by the seeds' table (queue_retry.go): a success, a skip or a failure retrying
+// decides by the seeds' table (retry.go): a success, a skip or a failure retrying
 // cannot cure finishes the task, which is never handed out again; a failure of our own
 // (has_reached_origin=false) puts it back in place; a transient failure at the origin
 // puts it back after a backoff, until MaxAttemptCount attempts. Reports are delivered at
@@ -637,14 +641,14 @@ func (q *Queue) Report(ctx context.Context, r *downloader.Report) error {
 	if r == nil || r.TaskID == "" {
 		return downloader.Invalidf("task_id", "a report needs a task_id")
 	}
-	release, err := q.s.acquire(ctx, "report task")
+	release, err := q.ks.Acquire(ctx, "report task")
 	if err != nil {
 		return err
 	}
 	defer release()
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	b := q.s.db.NewBatch()
+	b := q.ks.NewBatch()
 	defer b.Close()
 	var rec *queueRecord
 	if l, ok := q.leased[r.TaskID]; ok {
@@ -740,7 +744,7 @@ func (q *Queue) Report(ctx context.Context, r *downloader.Report) error {
 }
 
 // finishRecord marks rec finished with r and counts it into next.
-func (q *Queue) finishRecord(rec *queueRecord, r *downloader.Report, next *QueueCounts) {
+func (q *Queue) finishRecord(rec *queueRecord, r *downloader.Report, next *Counts) {
 	if r.SkipReason != "" {
 		rec.State = TaskSkipped
 		next.SkippedCount++
@@ -762,14 +766,14 @@ func (q *Queue) finishRecord(rec *queueRecord, r *downloader.Report, next *Queue
 // domain is not due before retryAfter from now. Releasing a task that is not leased (done,
 // or already back to pending) does nothing; an unknown task is an ENOTFOUND error.
 func (q *Queue) Release(ctx context.Context, taskID string, retryAfter time.Duration) error {
-	release, err := q.s.acquire(ctx, "release task")
+	release, err := q.ks.Acquire(ctx, "release task")
 	if err != nil {
 		return err
 	}
 	defer release()
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	b := q.s.db.NewBatch()
+	b := q.ks.NewBatch()
 	defer b.Close()
 	rec, ok, err := q.record(b, taskID)
 	if err != nil {
@@ -797,7 +801,7 @@ func (q *Queue) Release(ctx context.Context, taskID string, retryAfter time.Dura
 }
 
 // Counts returns the queue's counts.
-func (q *Queue) Counts() QueueCounts {
+func (q *Queue) Counts() Counts {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.counts.clone()
@@ -868,7 +872,7 @@ func (rec *queueRecord) taskRecord() *TaskRecord {
 
 // Task returns one task's record, or an ENOTFOUND error.
 func (q *Queue) Task(ctx context.Context, taskID string) (*TaskRecord, error) {
-	release, err := q.s.acquire(ctx, "get task")
+	release, err := q.ks.Acquire(ctx, "get task")
 	if err != nil {
 		return nil, err
 	}
@@ -886,7 +890,7 @@ func (q *Queue) Task(ctx context.Context, taskID string) (*TaskRecord, error) {
 // RangeDone calls f for every finished task's report (done or skipped), in task id order,
 // until f returns false. It reads the whole queue; use it for summaries, not per request.
 func (q *Queue) RangeDone(ctx context.Context, f func(t *downloader.Task, r *downloader.Report) bool) error {
-	return rangeRecords(ctx, q.s, func(rec *queueRecord) bool {
+	return rangeRecords(ctx, q.ks, func(rec *queueRecord) bool {
 		return !(rec.State == TaskDone || rec.State == TaskSkipped) || rec.Report == nil || f(&rec.Task, rec.Report)
 	})
 }
@@ -903,7 +907,7 @@ func (q *Queue) expireLocked(now time.Time) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	b := q.s.db.NewBatch()
+	b := q.ks.NewBatch()
 	defer b.Close()
 	next := q.counts.clone()
 	var back []*queueRecord
@@ -937,7 +941,7 @@ func (q *Queue) expireLocked(now time.Time) error {
 }
 
 // toPending adds to b the writes that return the leased rec to pending.
-func (q *Queue) toPending(b *pebble.Batch, rec *queueRecord, next *QueueCounts) error {
+func (q *Queue) toPending(b *pebble.Batch, rec *queueRecord, next *Counts) error {
 	rec.State = TaskPending
 	rec.LeaseExpiresAt = time.Time{}
 	if err := q.putRecord(b, rec); err != nil {
@@ -991,8 +995,8 @@ func (q *Queue) domainLocked(domain string) *queueDomain {
 // d.floor on: below it there is no pending entry, only tombstones.
 func (q *Queue) firstPending(b *pebble.Batch, d *queueDomain) (*queueRecord, error) {
 	domain := d.name
-	prefix := queuePendPrefix + escapeDomain(domain) + ":"
-	iter, err := b.NewIter(&pebble.IterOptions{LowerBound: pendingKey(domain, d.floor), UpperBound: prefixEnd(prefix)})
+	prefix := queuePendPrefix + keys.EscapeDomain(domain) + ":"
+	iter, err := b.NewIter(&pebble.IterOptions{LowerBound: pendingKey(domain, d.floor), UpperBound: keys.PrefixEnd(prefix)})
 	if err != nil {
 		return nil, fmt.Errorf("local queue: pending of %s: %w", domain, err)
 	}
@@ -1032,7 +1036,7 @@ func (q *Queue) record(b *pebble.Batch, id string) (*queueRecord, bool, error) {
 	if b != nil && b.Indexed() {
 		v, ok, err = batchGet(b, []byte(queueTaskPrefix+id))
 	} else {
-		v, ok, err = q.s.get([]byte(queueTaskPrefix + id))
+		v, ok, err = q.ks.Get([]byte(queueTaskPrefix + id))
 	}
 	if err != nil || !ok {
 		return nil, ok, err
@@ -1063,7 +1067,7 @@ func (q *Queue) putRecord(b *pebble.Batch, rec *queueRecord) error {
 
 // commit writes next as the counts into b, commits it and, on success, makes next the
 // counts in memory. Requires q.mu held.
-func (q *Queue) commit(b *pebble.Batch, next QueueCounts, opts *pebble.WriteOptions) error {
+func (q *Queue) commit(b *pebble.Batch, next Counts, opts *pebble.WriteOptions) error {
 	v, err := json.Marshal(next)
 	if err != nil {
 		return fmt.Errorf("local queue: encode counts: %w", err)
@@ -1099,20 +1103,12 @@ func batchGet(b *pebble.Batch, key []byte) ([]byte, bool, error) {
 }
 
 func pendingKey(domain string, seq uint64) []byte {
-	return fmt.Appendf(nil, "%s%s:%016x", queuePendPrefix, escapeDomain(domain), seq)
+	return fmt.Appendf(nil, "%s%s:%016x", queuePendPrefix, keys.EscapeDomain(domain), seq)
 }
 
 func queueURLKey(canonical string) []byte {
 	sum := sha256.Sum256([]byte(canonical))
 	return []byte(queueURLPrefix + hex.EncodeToString(sum[:]))
-}
-
-// unescapeDomain reverses escapeDomain.
-func unescapeDomain(s string) string {
-	if !strings.Contains(s, "%") {
-		return s
-	}
-	return strings.NewReplacer("%3A", ":", "%25", "%").Replace(s)
 }
 
 // domainHeap orders domains by nextAt.
