@@ -1,6 +1,7 @@
 package localqueue
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -12,10 +13,11 @@ import (
 	"downloader/store/keys"
 )
 
-// checkPendingFloors fails t unless every domain's floor is at or below its first pending
-// index entry and its count matches its entries, and no domain the queue does not know of
-// has an entry: a task below a floor, or of a forgotten domain, would never be leased.
-func checkPendingFloors(t *testing.T, q *Queue, step string) {
+// checkPendingIndex fails t unless the in-memory index holds exactly the stored pending
+// index: every domain's tasks are its stored entries (seq and id), the counts match, and
+// no domain the queue does not know of has an entry. A task missing from memory would
+// never be leased; one in memory only would be leased from nothing.
+func checkPendingIndex(t *testing.T, q *Queue, step string) {
 	t.Helper()
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -24,7 +26,7 @@ func checkPendingFloors(t *testing.T, q *Queue, step string) {
 		t.Fatal(err)
 	}
 	defer iter.Close()
-	entries := map[string][]uint64{}
+	entries := map[string][]string{}
 	for ok := iter.First(); ok; ok = iter.Next() {
 		k := string(iter.Key()[len(queuePendPrefix):])
 		i := strings.LastIndexByte(k, ':')
@@ -32,32 +34,44 @@ func checkPendingFloors(t *testing.T, q *Queue, step string) {
 		if _, err := fmt.Sscanf(k[i+1:], "%x", &seq); err != nil {
 			t.Fatalf("%s: key %q: %v", step, iter.Key(), err)
 		}
-		entries[keys.UnescapeDomain(k[:i])] = append(entries[keys.UnescapeDomain(k[:i])], seq)
+		name := keys.UnescapeDomain(k[:i])
+		entries[name] = append(entries[name], fmt.Sprintf("%d=%s", seq, iter.Value()))
 	}
-	for name, seqs := range entries {
+	total := 0
+	for name, stored := range entries {
 		d := q.domains[name]
 		if d == nil {
-			t.Fatalf("%s: %s has pending entries %v but the queue does not know the domain", step, name, seqs)
+			t.Fatalf("%s: %s has pending entries %v but the queue does not know the domain", step, name, stored)
 		}
-		if seqs[0] < d.floor {
-			t.Fatalf("%s: %s's first pending entry %d is below its floor %d: hidden", step, name, seqs[0], d.floor)
+		var mem []string
+		for _, task := range d.tasks {
+			mem = append(mem, fmt.Sprintf("%d=%s", task.seq, task.taskID()))
 		}
-		if d.pending != len(seqs) {
-			t.Fatalf("%s: %s counts %d pending, has entries %v", step, name, d.pending, seqs)
+		slices.Sort(mem)
+		slices.Sort(stored)
+		if !slices.Equal(mem, stored) {
+			t.Fatalf("%s: %s holds %v in memory, %v stored", step, name, mem, stored)
 		}
+		if d.tasks[0].seq != slices.MinFunc(d.tasks, func(a, b pendingTask) int { return cmp.Compare(a.seq, b.seq) }).seq {
+			t.Fatalf("%s: %s's first task %d is not its lowest seq", step, name, d.tasks[0].seq)
+		}
+		total += len(stored)
 	}
 	for name, d := range q.domains {
 		if len(entries[name]) == 0 {
-			t.Fatalf("%s: %s counts %d pending, has no entry", step, name, d.pending)
+			t.Fatalf("%s: %s counts %d pending, has no entry", step, name, d.pending())
 		}
+	}
+	if want := total + q.retries.Len(); q.counts.PendingCount != want {
+		t.Fatalf("%s: pending_count %d, want %d (index entries and retries)", step, q.counts.PendingCount, want)
 	}
 }
 
-// TestQueuePendingFloor: whatever puts a task back below a domain's floor (a release, a
+// TestQueuePendingFloor: whatever puts a task back before a domain's others (a release, a
 // retry in place, an expired lease, a backoff's end, a submit after the domain drained, a
-// restart), no task is hidden: after every step the floors are at or below the first
-// pending entries, and at the end every unfinished task is leased again, with or without
-// a restart of the queue before.
+// restart), no task is hidden: after every step the in-memory index is the stored one,
+// first submitted first, and at the end every unfinished task is leased again, with or
+// without a restart of the queue before.
 func TestQueuePendingFloor(t *testing.T) {
 	type step struct {
 		op   string // submit, lease, release, own_failure, backoff, done, expire
@@ -168,7 +182,7 @@ func TestQueuePendingFloor(t *testing.T) {
 							}
 						}
 					}
-					checkPendingFloors(t, q, name)
+					checkPendingIndex(t, q, name)
 				}
 				if restart {
 					if err := s.Close(); err != nil {
@@ -176,7 +190,7 @@ func TestQueuePendingFloor(t *testing.T) {
 					}
 					s = openTest(t, dir)
 					q = openRetryQueue(t, s, clk)
-					checkPendingFloors(t, q, "after the restart")
+					checkPendingIndex(t, q, "after the restart")
 				}
 				clk.Advance(2 * time.Minute) // past every lease and backoff
 				var left, want []string
@@ -186,7 +200,7 @@ func TestQueuePendingFloor(t *testing.T) {
 						break
 					}
 					left = append(left, urls(more)...)
-					checkPendingFloors(t, q, "leasing what is left")
+					checkPendingIndex(t, q, "leasing what is left")
 				}
 				for u := range ids {
 					if !finished[u] {

@@ -32,7 +32,8 @@ import (
 //	local_queue:meta:seq
 //	    The last task sequence number handed out, 8 bytes big-endian.
 //	local_queue:meta:counts
-//	    Counts, JSON, rewritten in the same batch as every change of state.
+//	    The counts no index gives back (Counts without pending_count and leased_count),
+//	    JSON, rewritten in the same batch as every report that changes them.
 //	local_queue:task:{task_id}
 //	    One task record, JSON: the task, its sequence number, its state (pending, leased,
 //	    done), its lease and, once done, the report it ended with.
@@ -61,6 +62,21 @@ import (
 // they are due, so that the lease loop holds only tasks that can start soon while the
 // limiter (the insurance) still decides each task's exact slot. Domains are served earliest
 // due first.
+//
+// The in-memory index. Each domain with pending tasks keeps their ids (a seq, and the id
+// itself only when it is not the queue's own form of the seq: about 24 B per queued task),
+// in a heap by seq, and the domains are in a heap by the time their next task is due: a
+// lease takes the earliest due domain's first task in O(log n) and reads from Pebble only
+// the record it hands out, never an iterator and never a record it does not hand out.
+// Pebble stays the truth: the index is rebuilt from the pending index keys on open, and
+// every change to it follows a committed batch that made the same change in Pebble.
+//
+// Counts. Pending and leased counts are not stored: they are what the pending, retry and
+// leased indexes hold, counted on open (where the leases go back to pending anyway). The
+// other counts (done, succeeded, failed by reason, skipped, pages, retries) change only
+// when a report is taken, and are written in that report's batch, with the record change
+// they count: a crash keeps both or loses both, so the stored counts always match the
+// stored records, and nothing else rewrites them.
 //
 // Durability: Submit commits synchronously (a submitted task is never lost). Leasing,
 // releasing and finishing are not synced: if a power loss drops the last of them, the
@@ -232,17 +248,14 @@ type liveLease struct {
 
 // queueDomain is one domain with pending tasks.
 type queueDomain struct {
-	name    string
-	pending int
-	nextAt  time.Time // when its next task is due (the previous one's due time + interval)
-	index   int       // in ready
-	// floor: no pending index entry of the domain has a lower seq. The domain's first
-	// pending task is looked up from there, not from the domain's prefix, which would step
-	// over the tombstone of every task leased from it since the last compaction. Lease
-	// raises it past what it takes; every put of a pending entry lowers it
-	// (addPendingLocked). Memory only: it is rebuilt with the index on open.
-	floor uint64
+	name   string
+	tasks  pendingHeap // its pending tasks, first submitted first
+	nextAt time.Time   // when its next task is due (the previous one's due time + interval)
+	index  int         // in ready
 }
+
+// pending counts the domain's pending tasks.
+func (d *queueDomain) pending() int { return len(d.tasks) }
 
 // Open opens the queue kept in s: it rebuilds the in-memory index of pending tasks by
 // domain and returns every lease left by a previous process to pending.
@@ -287,12 +300,16 @@ func Open(ctx context.Context, s *embedded.Store, cfg Config) (*Queue, error) {
 			q.counts.FailedCount = map[downloader.FailReason]int{}
 		}
 	}
+	// Not stored (a directory written before may hold them, stale): counted from the
+	// indexes, the pending below, the leased by requeueStale.
+	q.counts.PendingCount, q.counts.LeasedCount = 0, 0
 	if err := q.loadPending(ctx); err != nil {
 		return nil, err
 	}
 	if err := q.loadRetries(ctx); err != nil {
 		return nil, err
 	}
+	q.counts.PendingCount += len(q.retries)
 	n, err := q.requeueStale(ctx)
 	if err != nil {
 		return nil, err
@@ -303,7 +320,7 @@ func Open(ctx context.Context, s *embedded.Store, cfg Config) (*Queue, error) {
 	return q, nil
 }
 
-// loadPending counts the pending tasks of every domain. Requires q.mu held.
+// loadPending rebuilds the in-memory index from the pending index keys. Requires q.mu held.
 func (q *Queue) loadPending(ctx context.Context) error {
 	iter, err := q.ks.NewIter(ctx, []byte(queuePendPrefix), keys.PrefixEnd(queuePendPrefix))
 	if err != nil {
@@ -321,11 +338,15 @@ func (q *Queue) loadPending(ctx context.Context) error {
 			_ = iter.Close()
 			return fmt.Errorf("local queue: unexpected key %q", iter.Key())
 		}
-		d := q.domainLocked(keys.UnescapeDomain(k[:i]))
-		if d.pending == 0 {
-			d.floor = seq // keys are in seq order: the domain's first
+		v, err := iter.ValueAndErr()
+		if err != nil {
+			_ = iter.Close()
+			return fmt.Errorf("local queue: scan pending: %w", err)
 		}
-		d.pending++
+		d := q.domainLocked(keys.UnescapeDomain(k[:i]))
+		// Keys are in seq order within a domain: appending keeps the heap sorted.
+		d.tasks = append(d.tasks, newPendingTask(seq, string(v)))
+		q.counts.PendingCount++
 	}
 	if err := iter.Close(); err != nil {
 		return fmt.Errorf("local queue: scan pending: %w", err)
@@ -354,7 +375,8 @@ func (q *Queue) requeueStale(ctx context.Context) (int, error) {
 	}
 	b := q.ks.NewBatch()
 	defer b.Close()
-	next := q.counts.clone()
+	next := q.counts
+	next.LeasedCount = len(ids) // the stored leases, about to go back
 	var touched []*queueRecord
 	for _, id := range ids {
 		rec, ok, err := q.record(b, id)
@@ -365,6 +387,7 @@ func (q *Queue) requeueStale(ctx context.Context) (int, error) {
 			return 0, fmt.Errorf("local queue: requeue %s: %w", id, err)
 		}
 		if !ok || rec.State != TaskLeased {
+			next.LeasedCount--
 			continue
 		}
 		if err := q.toPending(b, rec, &next); err != nil {
@@ -376,7 +399,7 @@ func (q *Queue) requeueStale(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	for _, rec := range touched {
-		q.addPendingLocked(rec.Domain, rec.Seq, time.Time{})
+		q.addPendingLocked(rec.Domain, rec.Seq, rec.TaskID, time.Time{})
 	}
 	return len(touched), nil
 }
@@ -445,12 +468,12 @@ func (q *Queue) Submit(ctx context.Context, tasks []downloader.Task) ([]SubmitRe
 	b := q.ks.NewIndexedBatch()
 	defer b.Close()
 	now := q.clk.Now().UTC()
-	next := q.counts.clone()
+	next := q.counts
 	seq := q.seq
 	out := make([]SubmitResult, len(checked))
 	type put struct {
-		domain string
-		seq    uint64
+		domain, id string
+		seq        uint64
 	}
 	var added []put
 	for i := range checked {
@@ -470,7 +493,7 @@ func (q *Queue) Submit(ctx context.Context, tasks []downloader.Task) ([]SubmitRe
 		}
 		seq++
 		if t.TaskID == "" {
-			t.TaskID = fmt.Sprintf("%016x", seq)
+			t.TaskID = defaultTaskID(seq)
 		}
 		if _, ok, err := batchGet(b, []byte(queueTaskPrefix+t.TaskID)); err != nil {
 			return nil, err
@@ -488,7 +511,7 @@ func (q *Queue) Submit(ctx context.Context, tasks []downloader.Task) ([]SubmitRe
 			return nil, fmt.Errorf("local queue: submit: %w", err)
 		}
 		next.PendingCount++
-		added = append(added, put{t.Domain, seq})
+		added = append(added, put{t.Domain, t.TaskID, seq})
 		out[i] = SubmitResult{TaskID: t.TaskID, URL: t.URL, State: string(downloader.TaskQueued)}
 	}
 	if len(added) == 0 {
@@ -504,7 +527,7 @@ func (q *Queue) Submit(ctx context.Context, tasks []downloader.Task) ([]SubmitRe
 	}
 	q.seq = seq
 	for _, a := range added {
-		q.addPendingLocked(a.domain, a.seq, time.Time{})
+		q.addPendingLocked(a.domain, a.seq, a.id, time.Time{})
 	}
 	return out, nil
 }
@@ -535,16 +558,15 @@ func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([
 		return nil, nil
 	}
 
-	b := q.ks.NewIndexedBatch()
+	b := q.ks.NewBatch()
 	defer b.Close()
-	next := q.counts.clone()
+	next := q.counts // Lease changes only the pending and leased counts, not the map
 	expires := now.Add(q.cfg.LeaseDuration).UTC()
-	// The heap is changed as tasks are picked; undo puts it back if the batch fails.
+	// The index is changed as tasks are picked; undo puts it back if the batch fails.
 	type undo struct {
-		d       *queueDomain
-		pending int
-		nextAt  time.Time
-		floor   uint64
+		d      *queueDomain
+		task   pendingTask
+		nextAt time.Time
 	}
 	var (
 		out   []downloader.Task
@@ -554,7 +576,8 @@ func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([
 	rollback := func() {
 		for i := len(undos) - 1; i >= 0; i-- {
 			u := undos[i]
-			u.d.pending, u.d.nextAt, u.d.floor = u.pending, u.nextAt, u.floor
+			u.d.tasks.push(u.task)
+			u.d.nextAt = u.nextAt
 			q.domains[u.d.name] = u.d
 			if u.d.index < 0 {
 				heap.Push(&q.ready, u.d)
@@ -565,22 +588,26 @@ func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([
 	}
 	for len(out) < maxTaskCount && q.ready.Len() > 0 && !q.ready[0].nextAt.After(horizon) {
 		d := q.ready[0]
-		undos = append(undos, undo{d: d, pending: d.pending, nextAt: d.nextAt, floor: d.floor})
-		rec, err := q.firstPending(b, d)
+		task := d.tasks.pop()
+		undos = append(undos, undo{d: d, task: task, nextAt: d.nextAt})
+		id := task.taskID()
+		rec, ok, err := q.record(nil, id)
+		if err == nil && !ok {
+			err = fmt.Errorf("local queue: pending task %s has no record", id)
+		}
 		if err != nil {
 			rollback()
 			return nil, err
 		}
-		if rec == nil {
-			// The index says nothing is pending: forget the domain.
-			q.log.Warn("domain had no pending task", "domain", d.name)
-			d.pending = 0
-			heap.Pop(&q.ready)
-			delete(q.domains, d.name)
+		err = b.Delete(pendingKey(d.name, task.seq), nil)
+		if err == nil && (rec.State != TaskPending || !rec.NextAttemptAt.IsZero()) {
+			// The index said pending, the record says otherwise: the record is the truth.
+			// Drop the entry (its key too) and hand nothing out for it.
+			q.log.Warn("pending index entry of a task not pending dropped", "task_id", id, "state", rec.State)
+			next.PendingCount--
+			q.dropIfEmptyLocked(d)
 			continue
 		}
-		err = b.Delete(pendingKey(d.name, rec.Seq), nil)
-		d.floor = rec.Seq + 1 // it was the first: none is below it, and it is gone
 		if err == nil {
 			err = b.Set([]byte(queueLeasPrefix+rec.TaskID), nil, nil)
 		}
@@ -602,13 +629,7 @@ func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([
 			due = now
 		}
 		d.nextAt = due.Add(max(time.Duration(*rec.MinIntervalMs)*time.Millisecond, q.floors[d.name]))
-		d.pending--
-		if d.pending > 0 {
-			heap.Fix(&q.ready, 0)
-		} else {
-			heap.Pop(&q.ready)
-			delete(q.domains, d.name)
-		}
+		q.dropIfEmptyLocked(d)
 		out = append(out, rec.Task)
 		recs = append(recs, rec)
 	}
@@ -674,7 +695,7 @@ func (q *Queue) Report(ctx context.Context, r *downloader.Report) error {
 		return nil
 	}
 	now := q.clk.Now()
-	next := q.counts.clone()
+	next := q.counts.clone() // a report may change the failed counts' map
 	prev := rec.State
 	switch prev {
 	case TaskLeased:
@@ -714,17 +735,18 @@ func (q *Queue) Report(ctx context.Context, r *downloader.Report) error {
 	if err := q.putRecord(b, rec); err != nil {
 		return err
 	}
+	if err := q.putCounts(b, &next); err != nil {
+		return err
+	}
 	if err := q.commit(b, next, pebble.NoSync); err != nil {
 		return err
 	}
 	delete(q.leased, rec.TaskID)
 	if prev == TaskPending {
-		if dm := q.domains[rec.Domain]; dm != nil {
-			dm.pending--
-			if dm.pending <= 0 {
-				heap.Remove(&q.ready, dm.index)
-				delete(q.domains, dm.name)
-			}
+		// A report of a task back in pending (its lease expired meanwhile): rare, so
+		// finding it in its domain's tasks is a scan of that domain.
+		if dm := q.domains[rec.Domain]; dm != nil && dm.tasks.remove(rec.Seq) {
+			q.dropIfEmptyLocked(dm)
 		}
 	}
 	if !d.hold.IsZero() {
@@ -732,7 +754,7 @@ func (q *Queue) Report(ctx context.Context, r *downloader.Report) error {
 	}
 	switch d.action {
 	case actionRetryInPlace:
-		q.addPendingLocked(rec.Domain, rec.Seq, time.Time{})
+		q.addPendingLocked(rec.Domain, rec.Seq, rec.TaskID, time.Time{})
 	case actionRetryLater:
 		heap.Push(&q.retries, retryEntry{taskID: rec.TaskID, domain: rec.Domain, at: d.at})
 	}
@@ -785,7 +807,7 @@ func (q *Queue) Release(ctx context.Context, taskID string, retryAfter time.Dura
 	if rec.State != TaskLeased {
 		return nil
 	}
-	next := q.counts.clone()
+	next := q.counts
 	if err := b.Delete([]byte(queueLeasPrefix+taskID), nil); err != nil {
 		return fmt.Errorf("local queue: release: %w", err)
 	}
@@ -796,7 +818,7 @@ func (q *Queue) Release(ctx context.Context, taskID string, retryAfter time.Dura
 		return err
 	}
 	delete(q.leased, taskID)
-	q.addPendingLocked(rec.Domain, rec.Seq, q.clk.Now().Add(max(retryAfter, 0)))
+	q.addPendingLocked(rec.Domain, rec.Seq, rec.TaskID, q.clk.Now().Add(max(retryAfter, 0)))
 	return nil
 }
 
@@ -909,7 +931,7 @@ func (q *Queue) expireLocked(now time.Time) error {
 	}
 	b := q.ks.NewBatch()
 	defer b.Close()
-	next := q.counts.clone()
+	next := q.counts
 	var back []*queueRecord
 	for _, id := range ids {
 		rec, ok, err := q.record(b, id)
@@ -932,7 +954,7 @@ func (q *Queue) expireLocked(now time.Time) error {
 	}
 	for _, rec := range back {
 		delete(q.leased, rec.TaskID)
-		q.addPendingLocked(rec.Domain, rec.Seq, time.Time{})
+		q.addPendingLocked(rec.Domain, rec.Seq, rec.TaskID, time.Time{})
 	}
 	if len(back) > 0 {
 		q.log.Warn("leases expired: tasks handed out again", "task_count", len(back))
@@ -955,15 +977,11 @@ func (q *Queue) toPending(b *pebble.Batch, rec *queueRecord, next *Counts) error
 	return nil
 }
 
-// addPendingLocked counts one more pending task of domain, its index entry at seq (written
-// and committed), due no earlier than notBefore. Requires q.mu held.
-func (q *Queue) addPendingLocked(domain string, seq uint64, notBefore time.Time) {
+// addPendingLocked adds the pending task id (of seq) of domain to the in-memory index, its
+// index entry written and committed, due no earlier than notBefore. Requires q.mu held.
+func (q *Queue) addPendingLocked(domain string, seq uint64, id string, notBefore time.Time) {
 	d := q.domainLocked(domain)
-	if d.pending == 0 || seq < d.floor {
-		// A domain with no pending task has no index entry: its floor is this one.
-		d.floor = seq
-	}
-	d.pending++
+	d.tasks.push(newPendingTask(seq, id))
 	if h, ok := q.holds[domain]; ok {
 		if h.After(q.clk.Now()) {
 			notBefore = later(notBefore, h)
@@ -991,38 +1009,19 @@ func (q *Queue) domainLocked(domain string) *queueDomain {
 	return d
 }
 
-// firstPending returns the first pending task of d as b sees it, or nil. It looks from
-// d.floor on: below it there is no pending entry, only tombstones.
-func (q *Queue) firstPending(b *pebble.Batch, d *queueDomain) (*queueRecord, error) {
-	domain := d.name
-	prefix := queuePendPrefix + keys.EscapeDomain(domain) + ":"
-	iter, err := b.NewIter(&pebble.IterOptions{LowerBound: pendingKey(domain, d.floor), UpperBound: keys.PrefixEnd(prefix)})
-	if err != nil {
-		return nil, fmt.Errorf("local queue: pending of %s: %w", domain, err)
-	}
-	var id string
-	if iter.First() {
-		v, err := iter.ValueAndErr()
-		if err != nil {
-			_ = iter.Close()
-			return nil, fmt.Errorf("local queue: pending of %s: %w", domain, err)
+// dropIfEmptyLocked puts d back in its place in the ready heap, or forgets it once it has
+// no pending task. Requires q.mu held.
+func (q *Queue) dropIfEmptyLocked(d *queueDomain) {
+	if d.pending() > 0 {
+		if d.index >= 0 {
+			heap.Fix(&q.ready, d.index)
 		}
-		id = string(v)
+		return
 	}
-	if err := iter.Close(); err != nil {
-		return nil, fmt.Errorf("local queue: pending of %s: %w", domain, err)
+	if d.index >= 0 {
+		heap.Remove(&q.ready, d.index)
 	}
-	if id == "" {
-		return nil, nil
-	}
-	rec, ok, err := q.record(b, id)
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		return nil, fmt.Errorf("local queue: pending task %s has no record", id)
-	}
-	return rec, nil
+	delete(q.domains, d.name)
 }
 
 // record reads a task record through b (an indexed batch sees its own writes; nil or a
@@ -1065,16 +1064,23 @@ func (q *Queue) putRecord(b *pebble.Batch, rec *queueRecord) error {
 	return nil
 }
 
-// commit writes next as the counts into b, commits it and, on success, makes next the
-// counts in memory. Requires q.mu held.
-func (q *Queue) commit(b *pebble.Batch, next Counts, opts *pebble.WriteOptions) error {
-	v, err := json.Marshal(next)
-	if err != nil {
-		return fmt.Errorf("local queue: encode counts: %w", err)
+// putCounts adds to b the stored counts of next (those no index gives back: see the
+// package comment), for a batch that changes them.
+func (q *Queue) putCounts(b *pebble.Batch, next *Counts) error {
+	buf, _ := q.recordBufs.Get().(*[]byte)
+	if buf == nil {
+		buf = new([]byte)
 	}
-	if err := b.Set([]byte(queueCountsKey), v, nil); err != nil {
+	defer q.recordBufs.Put(buf)
+	*buf = appendStoredCounts((*buf)[:0], next)
+	if err := b.Set([]byte(queueCountsKey), *buf, nil); err != nil {
 		return fmt.Errorf("local queue: put counts: %w", err)
 	}
+	return nil
+}
+
+// commit commits b and, on success, makes next the counts in memory. Requires q.mu held.
+func (q *Queue) commit(b *pebble.Batch, next Counts, opts *pebble.WriteOptions) error {
 	if err := b.Commit(opts); err != nil {
 		return fmt.Errorf("local queue: commit: %w", err)
 	}
@@ -1109,6 +1115,119 @@ func pendingKey(domain string, seq uint64) []byte {
 func queueURLKey(canonical string) []byte {
 	sum := sha256.Sum256([]byte(canonical))
 	return []byte(queueURLPrefix + hex.EncodeToString(sum[:]))
+}
+
+// pendingTask is one pending task in the in-memory index: its seq and, when the task's id
+// is not the queue's own form of the seq (defaultTaskID), the id.
+type pendingTask struct {
+	seq uint64
+	id  string
+}
+
+func newPendingTask(seq uint64, id string) pendingTask {
+	var buf [16]byte
+	if string(appendTaskID(buf[:0], seq)) == id {
+		id = "" // the common case: 8 B of seq and an empty string header, no id bytes
+	}
+	return pendingTask{seq: seq, id: id}
+}
+
+func (t pendingTask) taskID() string {
+	if t.id == "" {
+		return defaultTaskID(t.seq)
+	}
+	return t.id
+}
+
+// defaultTaskID is the id the queue gives a task submitted without one: its seq, in 16
+// lower-case hex digits (task ids then sort in submission order).
+func defaultTaskID(seq uint64) string {
+	var buf [16]byte
+	return string(appendTaskID(buf[:0], seq))
+}
+
+func appendTaskID(b []byte, seq uint64) []byte {
+	const digits = "0123456789abcdef"
+	for i := 60; i >= 0; i -= 4 {
+		b = append(b, digits[(seq>>uint(i))&0xf])
+	}
+	return b
+}
+
+// pendingHeap is a domain's pending tasks, a min-heap by seq: the first submitted is the
+// first handed out, and a task put back (a release, a retry in place, an expired lease)
+// is first again. Written out rather than through container/heap, whose Push and Pop box
+// each element.
+type pendingHeap []pendingTask
+
+func (h *pendingHeap) push(t pendingTask) {
+	*h = append(*h, t)
+	s := *h
+	for i := len(s) - 1; i > 0; {
+		p := (i - 1) / 2
+		if s[p].seq <= s[i].seq {
+			break
+		}
+		s[p], s[i] = s[i], s[p]
+		i = p
+	}
+}
+
+// pop removes and returns the task of the lowest seq; h must not be empty.
+func (h *pendingHeap) pop() pendingTask {
+	s := *h
+	t := s[0]
+	h.removeAt(0)
+	return t
+}
+
+// remove removes the task of seq, reporting whether it was there. It scans the heap: it
+// serves only a report of a task that is pending again, which is rare.
+func (h *pendingHeap) remove(seq uint64) bool {
+	for i, t := range *h {
+		if t.seq == seq {
+			h.removeAt(i)
+			return true
+		}
+	}
+	return false
+}
+
+func (h *pendingHeap) removeAt(i int) {
+	s := *h
+	n := len(s) - 1
+	s[i] = s[n]
+	s[n] = pendingTask{}
+	s = s[:n]
+	*h = s
+	if i == n {
+		return
+	}
+	// Down, then up: the element moved to i may be larger or smaller than its new parent.
+	j := i
+	for {
+		l := 2*j + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && s[r].seq < s[l].seq {
+			m = r
+		}
+		if s[j].seq <= s[m].seq {
+			break
+		}
+		s[j], s[m] = s[m], s[j]
+		j = m
+	}
+	for j > 0 {
+		p := (j - 1) / 2
+		if s[p].seq <= s[j].seq {
+			break
+		}
+		s[p], s[j] = s[j], s[p]
+		j = p
+	}
 }
 
 // domainHeap orders domains by nextAt.

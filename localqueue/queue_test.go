@@ -330,3 +330,57 @@ func TestQueueRestart(t *testing.T) {
 		t.Fatalf("RangeDone: %d, %v", done, err)
 	}
 }
+
+// TestQueueCountsStored: only a report writes the stored counts, and they hold only what no
+// index gives back; on open the pending and leased counts come from the indexes, whatever
+// a directory written before stored for them.
+func TestQueueCountsStored(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "store")
+	s, err := embedded.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clock.NewFake(queueStart)
+	q := openQueueTest(t, s, clk)
+	stored := func() string {
+		t.Helper()
+		v, _, err := q.ks.Get([]byte(queueCountsKey))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(v)
+	}
+	submit(t, q, downloader.Task{URL: "http://a.test/1", MinIntervalMs: ms(0)}, downloader.Task{URL: "http://b.test/1", MinIntervalMs: ms(0)},
+		downloader.Task{URL: "http://c.test/1", MinIntervalMs: ms(0)})
+	got := lease(t, q, 2)
+	if v := stored(); v != "" {
+		t.Fatalf("counts stored by a submit or a lease: %s", v)
+	}
+	if err := q.Report(t.Context(), okReport(got[0].TaskID, clk.Now(), "p")); err != nil {
+		t.Fatal(err)
+	}
+	want := `{"done_count":1,"succeeded_count":1,"skipped_count":0,"retry_count":0,"failed_count":{},"page_count":1}`
+	if v := stored(); v != want {
+		t.Fatalf("stored counts after a report = %s, want %s", v, want)
+	}
+	if err := q.Release(t.Context(), got[1].TaskID, 0); err != nil {
+		t.Fatal(err)
+	}
+	lease(t, q, 1)
+	if v := stored(); v != want {
+		t.Fatalf("stored counts after a release and a lease = %s, want %s (unchanged)", v, want)
+	}
+	// As a build that stored every count would have left it, stale.
+	old := `{"pending_count":99,"leased_count":7,"done_count":1,"succeeded_count":1,"skipped_count":0,"retry_count":0,"failed_count":{},"page_count":1}`
+	if err := q.ks.Set([]byte(queueCountsKey), []byte(old), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	q2 := openQueueTest(t, openTest(t, dir), clk)
+	c := q2.Counts()
+	if c.PendingCount != 2 || c.LeasedCount != 0 || c.DoneCount != 1 || c.SucceededCount != 1 || c.PageCount != 1 || c.TotalCount() != 3 {
+		t.Fatalf("counts after reopen = %+v; want 2 pending (one back from its lease), 0 leased, 1 done", c)
+	}
+}

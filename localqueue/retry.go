@@ -213,14 +213,14 @@ func (q *Queue) promoteRetriesLocked(now time.Time) error {
 			return fmt.Errorf("local queue: promote retries: %w", err)
 		}
 	}
-	if err := q.commit(b, q.counts.clone(), pebble.NoSync); err != nil {
+	if err := q.commit(b, q.counts, pebble.NoSync); err != nil {
 		for _, e := range due {
 			heap.Push(&q.retries, e)
 		}
 		return err
 	}
 	for _, rec := range back {
-		q.addPendingLocked(rec.Domain, rec.Seq, time.Time{})
+		q.addPendingLocked(rec.Domain, rec.Seq, rec.TaskID, time.Time{})
 	}
 	return nil
 }
