@@ -1,7 +1,6 @@
 package localqueue
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -44,22 +43,31 @@ func checkPendingIndex(t *testing.T, q *Queue, step string) {
 			t.Fatalf("%s: %s has pending entries %v but the queue does not know the domain", step, name, stored)
 		}
 		var mem []string
-		for _, task := range d.tasks {
-			mem = append(mem, fmt.Sprintf("%d=%s", task.seq, task.taskID()))
+		for _, seq := range d.tasks {
+			mem = append(mem, fmt.Sprintf("%d=%s", seq, q.taskIDLocked(seq)))
 		}
 		slices.Sort(mem)
 		slices.Sort(stored)
 		if !slices.Equal(mem, stored) {
 			t.Fatalf("%s: %s holds %v in memory, %v stored", step, name, mem, stored)
 		}
-		if d.tasks[0].seq != slices.MinFunc(d.tasks, func(a, b pendingTask) int { return cmp.Compare(a.seq, b.seq) }).seq {
-			t.Fatalf("%s: %s's first task %d is not its lowest seq", step, name, d.tasks[0].seq)
+		if d.tasks[0] != slices.Min(d.tasks) {
+			t.Fatalf("%s: %s's first task %d is not its lowest seq", step, name, d.tasks[0])
 		}
 		total += len(stored)
 	}
 	for name, d := range q.domains {
 		if len(entries[name]) == 0 {
 			t.Fatalf("%s: %s counts %d pending, has no entry", step, name, d.pending())
+		}
+	}
+	for seq := range q.otherIDs {
+		found := false
+		for _, d := range q.domains {
+			found = found || slices.Contains(d.tasks, seq)
+		}
+		if !found {
+			t.Fatalf("%s: otherIDs holds %d, which no domain has pending", step, seq)
 		}
 	}
 	if want := total + q.retries.Len(); q.counts.PendingCount != want {
@@ -149,7 +157,12 @@ func TestQueuePendingFloor(t *testing.T) {
 					case "submit":
 						var tasks []downloader.Task
 						for _, u := range st.urls {
-							tasks = append(tasks, downloader.Task{URL: u})
+							task := downloader.Task{URL: u}
+							if strings.HasPrefix(u, "http://b.test/") {
+								// An id of its own, which the index keeps beside the seq.
+								task.TaskID = "own-" + strings.TrimPrefix(u, "http://b.test/")
+							}
+							tasks = append(tasks, task)
 						}
 						for _, r := range submit(t, q, tasks...) {
 							ids[r.URL] = r.TaskID

@@ -21,11 +21,11 @@ func TestPendingHeap(t *testing.T) {
 			if slices.Contains(want, seq) {
 				continue // seqs are unique in a domain
 			}
-			h.push(newPendingTask(seq, ""))
+			h.push(seq)
 			want = append(want, seq)
 			slices.Sort(want)
 		case op < 8 && len(want) > 0:
-			if got := h.pop().seq; got != want[0] {
+			if got := h.pop(); got != want[0] {
 				t.Fatalf("step %d: pop = %d, want %d", step, got, want[0])
 			}
 			want = want[1:]
@@ -45,24 +45,27 @@ func TestPendingHeap(t *testing.T) {
 	}
 }
 
-// TestPendingTaskID: a task whose id is the queue's own form of its seq keeps no id bytes
-// and gives the same id back; any other id is kept as given.
+// TestPendingTaskID: a task whose id is the queue's own form of its seq keeps no id in
+// memory and gets the same id back; any other id is kept as given, until its task leaves
+// the pending index.
 func TestPendingTaskID(t *testing.T) {
+	q := &Queue{otherIDs: map[uint64]string{}}
 	for _, tc := range []struct {
-		seq    uint64
-		id     string
-		stored string // what the entry keeps
+		seq     uint64
+		id      string
+		isOther bool // kept in otherIDs
 	}{
-		{1, "0000000000000001", ""},
-		{0xdeadbeef, "00000000deadbeef", ""},
-		{1<<64 - 1, "ffffffffffffffff", ""},
-		{10, "000000000000000A", "000000000000000A"}, // upper case: another id
-		{2, "0000000000000001", "0000000000000001"},  // another seq's form
-		{3, "my-task", "my-task"},
+		{1, "0000000000000001", false},
+		{0xdeadbeef, "00000000deadbeef", false},
+		{1<<64 - 1, "ffffffffffffffff", false},
+		{10, "000000000000000A", true}, // upper case: another id
+		{2, "0000000000000001", true},  // another seq's form
+		{3, "my-task", true},
 	} {
-		p := newPendingTask(tc.seq, tc.id)
-		if p.id != tc.stored || p.taskID() != tc.id {
-			t.Errorf("newPendingTask(%d, %q) keeps %q, gives %q; want %q, %q", tc.seq, tc.id, p.id, p.taskID(), tc.stored, tc.id)
+		q.noteIDLocked(tc.seq, []byte(tc.id))
+		_, isOther := q.otherIDs[tc.seq]
+		if got := q.taskIDLocked(tc.seq); got != tc.id || isOther != tc.isOther {
+			t.Errorf("seq %d, id %q: gives back %q, kept in otherIDs %v; want %v", tc.seq, tc.id, got, isOther, tc.isOther)
 		}
 		if got, want := defaultTaskID(tc.seq), fmt.Sprintf("%016x", tc.seq); got != want {
 			t.Errorf("defaultTaskID(%d) = %q, want %q", tc.seq, got, want)

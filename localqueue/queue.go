@@ -63,9 +63,10 @@ import (
 // limiter (the insurance) still decides each task's exact slot. Domains are served earliest
 // due first.
 //
-// The in-memory index. Each domain with pending tasks keeps their ids (a seq, and the id
-// itself only when it is not the queue's own form of the seq: about 24 B per queued task),
-// in a heap by seq, and the domains are in a heap by the time their next task is due: a
+// The in-memory index. Each domain with pending tasks keeps their seqs, 8 B per queued
+// task, in a heap (first submitted first); a task's id is its seq's own form
+// (defaultTaskID) unless the queue's map of other ids has it (a task submitted with an id
+// of its own), and the domains are in a heap by the time their next task is due: a
 // lease takes the earliest due domain's first task in O(log n) and reads from Pebble only
 // the record it hands out, never an iterator and never a record it does not hand out.
 // Pebble stays the truth: the index is rebuilt from the pending index keys on open, and
@@ -222,9 +223,12 @@ type Queue struct {
 	seq     uint64
 	counts  Counts
 	domains map[string]*queueDomain
-	ready   domainHeap           // domains with pending tasks, earliest due first
-	expiry  leaseHeap            // this process's leases, earliest expiry first
-	leased  map[string]liveLease // task id → its live lease
+	ready   domainHeap // domains with pending tasks, earliest due first
+	// otherIDs: pending task seq → its id, for the tasks whose id is not their seq's own
+	// form (defaultTaskID); the others keep no id in memory.
+	otherIDs map[uint64]string
+	expiry   leaseHeap            // this process's leases, earliest expiry first
+	leased   map[string]liveLease // task id → its live lease
 
 	retries retryHeap // tasks waiting out a backoff, earliest first
 	// holds: domain → no task before then (the origin's Retry-After); floors: domain →
@@ -275,7 +279,7 @@ func Open(ctx context.Context, s *embedded.Store, cfg Config) (*Queue, error) {
 	}
 	cfg.retryDefaults()
 	q := &Queue{ks: ks, clk: cfg.Clock, log: cfg.Logger.With("component", "local_queue"), cfg: cfg,
-		domains: map[string]*queueDomain{}, leased: map[string]liveLease{},
+		domains: map[string]*queueDomain{}, leased: map[string]liveLease{}, otherIDs: map[uint64]string{},
 		holds: map[string]time.Time{}, floors: map[string]time.Duration{},
 		counts: Counts{FailedCount: map[downloader.FailReason]int{}}}
 	release, err := ks.Acquire(ctx, "open queue")
@@ -345,7 +349,8 @@ func (q *Queue) loadPending(ctx context.Context) error {
 		}
 		d := q.domainLocked(keys.UnescapeDomain(k[:i]))
 		// Keys are in seq order within a domain: appending keeps the heap sorted.
-		d.tasks = append(d.tasks, newPendingTask(seq, string(v)))
+		d.tasks = append(d.tasks, seq)
+		q.noteIDLocked(seq, v)
 		q.counts.PendingCount++
 	}
 	if err := iter.Close(); err != nil {
@@ -565,7 +570,7 @@ func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([
 	// The index is changed as tasks are picked; undo puts it back if the batch fails.
 	type undo struct {
 		d      *queueDomain
-		task   pendingTask
+		seq    uint64
 		nextAt time.Time
 	}
 	var (
@@ -576,7 +581,7 @@ func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([
 	rollback := func() {
 		for i := len(undos) - 1; i >= 0; i-- {
 			u := undos[i]
-			u.d.tasks.push(u.task)
+			u.d.tasks.push(u.seq)
 			u.d.nextAt = u.nextAt
 			q.domains[u.d.name] = u.d
 			if u.d.index < 0 {
@@ -588,9 +593,9 @@ func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([
 	}
 	for len(out) < maxTaskCount && q.ready.Len() > 0 && !q.ready[0].nextAt.After(horizon) {
 		d := q.ready[0]
-		task := d.tasks.pop()
-		undos = append(undos, undo{d: d, task: task, nextAt: d.nextAt})
-		id := task.taskID()
+		seq := d.tasks.pop()
+		undos = append(undos, undo{d: d, seq: seq, nextAt: d.nextAt})
+		id := q.taskIDLocked(seq)
 		rec, ok, err := q.record(nil, id)
 		if err == nil && !ok {
 			err = fmt.Errorf("local queue: pending task %s has no record", id)
@@ -599,7 +604,7 @@ func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([
 			rollback()
 			return nil, err
 		}
-		err = b.Delete(pendingKey(d.name, task.seq), nil)
+		err = b.Delete(pendingKey(d.name, seq), nil)
 		if err == nil && (rec.State != TaskPending || !rec.NextAttemptAt.IsZero()) {
 			// The index said pending, the record says otherwise: the record is the truth.
 			// Drop the entry (its key too) and hand nothing out for it.
@@ -639,6 +644,9 @@ func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([
 	if err := q.commit(b, next, pebble.NoSync); err != nil {
 		rollback()
 		return nil, err
+	}
+	for _, u := range undos {
+		delete(q.otherIDs, u.seq) // out of the pending index (handed out or dropped)
 	}
 	for _, rec := range recs {
 		q.leased[rec.TaskID] = liveLease{expiresAt: expires, rec: rec}
@@ -746,6 +754,7 @@ func (q *Queue) Report(ctx context.Context, r *downloader.Report) error {
 		// A report of a task back in pending (its lease expired meanwhile): rare, so
 		// finding it in its domain's tasks is a scan of that domain.
 		if dm := q.domains[rec.Domain]; dm != nil && dm.tasks.remove(rec.Seq) {
+			delete(q.otherIDs, rec.Seq)
 			q.dropIfEmptyLocked(dm)
 		}
 	}
@@ -981,7 +990,8 @@ func (q *Queue) toPending(b *pebble.Batch, rec *queueRecord, next *Counts) error
 // index entry written and committed, due no earlier than notBefore. Requires q.mu held.
 func (q *Queue) addPendingLocked(domain string, seq uint64, id string, notBefore time.Time) {
 	d := q.domainLocked(domain)
-	d.tasks.push(newPendingTask(seq, id))
+	d.tasks.push(seq)
+	q.noteIDLocked(seq, []byte(id))
 	if h, ok := q.holds[domain]; ok {
 		if h.After(q.clk.Now()) {
 			notBefore = later(notBefore, h)
@@ -1117,26 +1127,21 @@ func queueURLKey(canonical string) []byte {
 	return []byte(queueURLPrefix + hex.EncodeToString(sum[:]))
 }
 
-// pendingTask is one pending task in the in-memory index: its seq and, when the task's id
-// is not the queue's own form of the seq (defaultTaskID), the id.
-type pendingTask struct {
-	seq uint64
-	id  string
-}
-
-func newPendingTask(seq uint64, id string) pendingTask {
+// noteIDLocked remembers id as the id of the pending task of seq when it is not the seq's
+// own form (defaultTaskID). Requires q.mu held.
+func (q *Queue) noteIDLocked(seq uint64, id []byte) {
 	var buf [16]byte
-	if string(appendTaskID(buf[:0], seq)) == id {
-		id = "" // the common case: 8 B of seq and an empty string header, no id bytes
+	if string(appendTaskID(buf[:0], seq)) != string(id) {
+		q.otherIDs[seq] = string(id)
 	}
-	return pendingTask{seq: seq, id: id}
 }
 
-func (t pendingTask) taskID() string {
-	if t.id == "" {
-		return defaultTaskID(t.seq)
+// taskIDLocked is the id of the pending task of seq. Requires q.mu held.
+func (q *Queue) taskIDLocked(seq uint64) string {
+	if id, ok := q.otherIDs[seq]; ok {
+		return id
 	}
-	return t.id
+	return defaultTaskID(seq)
 }
 
 // defaultTaskID is the id the queue gives a task submitted without one: its seq, in 16
@@ -1154,18 +1159,18 @@ func appendTaskID(b []byte, seq uint64) []byte {
 	return b
 }
 
-// pendingHeap is a domain's pending tasks, a min-heap by seq: the first submitted is the
+// pendingHeap is a domain's pending tasks' seqs, a min-heap: the first submitted is the
 // first handed out, and a task put back (a release, a retry in place, an expired lease)
 // is first again. Written out rather than through container/heap, whose Push and Pop box
 // each element.
-type pendingHeap []pendingTask
+type pendingHeap []uint64
 
-func (h *pendingHeap) push(t pendingTask) {
+func (h *pendingHeap) push(t uint64) {
 	*h = append(*h, t)
 	s := *h
 	for i := len(s) - 1; i > 0; {
 		p := (i - 1) / 2
-		if s[p].seq <= s[i].seq {
+		if s[p] <= s[i] {
 			break
 		}
 		s[p], s[i] = s[i], s[p]
@@ -1173,8 +1178,8 @@ func (h *pendingHeap) push(t pendingTask) {
 	}
 }
 
-// pop removes and returns the task of the lowest seq; h must not be empty.
-func (h *pendingHeap) pop() pendingTask {
+// pop removes and returns the lowest seq; h must not be empty.
+func (h *pendingHeap) pop() uint64 {
 	s := *h
 	t := s[0]
 	h.removeAt(0)
@@ -1185,7 +1190,7 @@ func (h *pendingHeap) pop() pendingTask {
 // serves only a report of a task that is pending again, which is rare.
 func (h *pendingHeap) remove(seq uint64) bool {
 	for i, t := range *h {
-		if t.seq == seq {
+		if t == seq {
 			h.removeAt(i)
 			return true
 		}
@@ -1197,7 +1202,6 @@ func (h *pendingHeap) removeAt(i int) {
 	s := *h
 	n := len(s) - 1
 	s[i] = s[n]
-	s[n] = pendingTask{}
 	s = s[:n]
 	*h = s
 	if i == n {
@@ -1211,10 +1215,10 @@ func (h *pendingHeap) removeAt(i int) {
 			break
 		}
 		m := l
-		if r := l + 1; r < n && s[r].seq < s[l].seq {
+		if r := l + 1; r < n && s[r] < s[l] {
 			m = r
 		}
-		if s[j].seq <= s[m].seq {
+		if s[j] <= s[m] {
 			break
 		}
 		s[j], s[m] = s[m], s[j]
@@ -1222,7 +1226,7 @@ func (h *pendingHeap) removeAt(i int) {
 	}
 	for j > 0 {
 		p := (j - 1) / 2
-		if s[p].seq <= s[j].seq {
+		if s[p] <= s[j] {
 			break
 		}
 		s[p], s[j] = s[j], s[p]
