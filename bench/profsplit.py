@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 # Splits a leasebench CPU profile by component (the first rule whose pattern appears in a
-# sample's stack wins), for the table in docs/benchmarks-lease.md.
+# sample's stack wins), for the table in docs/benchmarks-lease.md. The patterns name the
+# local queue and the outbox both as packages of their own and as they were in
+# store/embedded, so that a profile of an older binary splits the same way.
 # Usage: python3 bench/profsplit.py BINARY PROFILE
 import sys, re, subprocess, collections
 out=subprocess.run(['go','tool','pprof','-traces',sys.argv[1],sys.argv[2]],capture_output=True,text=True).stdout
@@ -10,11 +12,11 @@ rules=[
  ('colly', ['gocolly']),
  ('store: page (sha256, zstd, write)', ['embedded.(*Store).PutPage']),
  ('store: fetch_result', ['embedded.(*Store).PutFetchResult']),
- ('outbox: put', ['embedded.(*Outbox).PutReport']),
- ('outbox: read+delete (sender)', ['embedded.(*Outbox).PendingReports','embedded.(*Outbox).DeleteReport']),
- ('local queue: report', ['embedded.(*Queue).Report']),
- ('local queue: lease', ['embedded.(*Queue).Lease']),
- ('local queue: submit (setup)', ['embedded.(*Queue).Submit','embedded.OpenQueue']),
+ ('outbox: put', ['embedded.(*Outbox).PutReport','outbox.(*Outbox).PutReport']),
+ ('outbox: read+delete (sender)', ['embedded.(*Outbox).PendingReports','embedded.(*Outbox).DeleteReport','outbox.(*Outbox).PendingReports','outbox.(*Outbox).DeleteReport']),
+ ('local queue: report', ['embedded.(*Queue).Report','localqueue.(*Queue).Report']),
+ ('local queue: lease', ['embedded.(*Queue).Lease','localqueue.(*Queue).Lease']),
+ ('local queue: submit (setup)', ['embedded.(*Queue).Submit','embedded.OpenQueue','localqueue.(*Queue).Submit','localqueue.Open']),
  ('text extraction', ['htmltext.']),
  ('fetch: dial (guard)', ['fetch.New.func1','netguard.(*Guard).DialContext']),
  ('fetch: request/response', ['fetch.(*Fetcher)','net/http.(*persistConn)','net/http.(*Transport)']),

@@ -22,7 +22,7 @@ type Task struct {
 }
 
 // Tasks calls f for every task, in a stable order, until f returns false (over the local
-// queue: embedded.RangeTasks).
+// queue: localqueue.RangeTasks).
 type Tasks func(ctx context.Context, f func(t *Task) bool) error
 
 // Line is one JSON line of --output: the summary fields (SPEC §5), the task's identity and

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"downloader"
+	"downloader/localqueue"
 	"downloader/server"
 	"downloader/store/embedded"
 )
@@ -26,7 +27,7 @@ type api struct {
 }
 
 // serveAPI serves r's engine (and, when q is set, POST /v1/tasks on it) until t ends.
-func serveAPI(t *testing.T, r *rig, q *embedded.Queue) *api {
+func serveAPI(t *testing.T, r *rig, q *localqueue.Queue) *api {
 	t.Helper()
 	cfg := server.Config{Probe: r.engine, Render: r.engine, Settings: r.engine, Domains: r.lim, Slots: r.gate, Guard: r.guard}
 	if q != nil {
@@ -69,10 +70,10 @@ func (a *api) post(t *testing.T, path string, body []byte) (int, string, map[str
 }
 
 // queueAdapter serves POST /v1/tasks from the embedded queue (as cmd/downloader does).
-type queueAdapter struct{ q *embedded.Queue }
+type queueAdapter struct{ q *localqueue.Queue }
 
 func (a queueAdapter) CheckTask(t downloader.Task) error {
-	_, err := embedded.CheckTask(t, time.Second)
+	_, err := localqueue.CheckTask(t, time.Second)
 	return err
 }
 
@@ -108,7 +109,7 @@ func TestHostileCallerInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	q, err := embedded.OpenQueue(t.Context(), st, embedded.QueueConfig{})
+	q, err := localqueue.Open(t.Context(), st, localqueue.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

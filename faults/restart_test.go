@@ -19,7 +19,9 @@ import (
 	"time"
 
 	"downloader"
+	"downloader/localqueue"
 	"downloader/origintest"
+	"downloader/outbox"
 	"downloader/store/embedded"
 )
 
@@ -246,7 +248,7 @@ func tasksFor(domainCount, perDomain int, intervalMs int64) ([]map[string]any, m
 
 // storeState is what a stopped downloader left in its data dir.
 type storeState struct {
-	counts        embedded.QueueCounts
+	counts        localqueue.Counts
 	requeuedLog   string // the queue's log line about leases of the previous run, if any
 	outboxCount   int
 	doneTaskIDs   map[string]bool
@@ -265,10 +267,10 @@ func inspect(t *testing.T, dataDir string) storeState {
 	defer st.Close()
 	ctx := context.Background()
 	var s storeState
-	if s.outboxCount, err = embedded.NewOutbox(st).ReportCount(ctx); err != nil {
+	if s.outboxCount, err = outbox.New(st).ReportCount(ctx); err != nil {
 		t.Fatal(err)
 	}
-	q, err := embedded.OpenQueue(ctx, st, embedded.QueueConfig{Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	q, err := localqueue.Open(ctx, st, localqueue.Config{Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

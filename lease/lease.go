@@ -1,5 +1,5 @@
 // Package lease is entry A: the lease loop. It takes tasks from a Source (the scheduler,
-// package scheduler, or the embedded local queue, store/embedded), runs each through the
+// package scheduler, or the embedded local queue, package localqueue), runs each through the
 // engine (limiter with interval_source = lease, global cap, fetch or render, storage), and
 // hands every outcome back: a report, written first to a durable outbox and then sent
 // with backoff until the source acknowledges it, or a release when the task could not run
@@ -73,7 +73,7 @@ type BatchSource interface {
 	ReleaseBatch(ctx context.Context, taskIDs []string, retryAfter []time.Duration) (errs []error)
 }
 
-// BatchOutbox is an Outbox that deletes many sent reports in one write (embedded.Outbox).
+// BatchOutbox is an Outbox that deletes many sent reports in one write (outbox.Outbox).
 type BatchOutbox interface {
 	Outbox
 	// DeleteReports is DeleteReport for each of rs, in one write.
@@ -81,7 +81,7 @@ type BatchOutbox interface {
 }
 
 // TaskOutbox is an Outbox that commits what the runner stores for a task (its page and
-// fetch_result) with the task's report, in one write (embedded.Outbox): the runner's
+// fetch_result) with the task's report, in one write (outbox.Outbox): the runner's
 // writes made under the returned context wait for PutReport under it. end commits what no
 // report took and must be called once the task is done.
 type TaskOutbox interface {
@@ -95,7 +95,7 @@ type Runner interface {
 	RunTask(ctx context.Context, t *downloader.Task) downloader.LeaseReply
 }
 
-// Outbox keeps reports durably until the source acknowledged them (embedded.Outbox).
+// Outbox keeps reports durably until the source acknowledged them (outbox.Outbox).
 type Outbox interface {
 	// PutReport returns once r is durable, replacing an earlier report of its task.
 	PutReport(ctx context.Context, r *downloader.Report) error

@@ -16,9 +16,9 @@ import (
 	"downloader"
 	"downloader/clock"
 	"downloader/lease"
+	"downloader/localqueue"
 	"downloader/origintest"
 	"downloader/server"
-	"downloader/store/embedded"
 )
 
 // TestDelayedTasksRunAtTheirSlot: several tasks of one domain leased at once run one
@@ -283,7 +283,7 @@ func TestShutdownLetsInFlightFinishAndReleasesTheRest(t *testing.T) {
 func TestKillAndRestartMidCrawl(t *testing.T) {
 	const maxHeld = 8
 	r := newRig(t, rigOptions{})
-	q, err := embedded.OpenQueue(t.Context(), r.store, embedded.QueueConfig{})
+	q, err := localqueue.Open(t.Context(), r.store, localqueue.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,7 +307,7 @@ func TestKillAndRestartMidCrawl(t *testing.T) {
 	fetchedBefore := len(r.origin.Arrivals())
 
 	r2 := newRig(t, rigOptions{dir: r.dir, origin: r.origin, changes: r.changes})
-	q2, err := embedded.OpenQueue(t.Context(), r2.store, embedded.QueueConfig{})
+	q2, err := localqueue.Open(t.Context(), r2.store, localqueue.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,7 +341,7 @@ func TestKillAndRestartMidCrawl(t *testing.T) {
 		t.Errorf("%d URLs fetched twice, more than the %d leases that can be in flight", twice, maxHeld)
 	}
 	// Every acknowledged task's page and fetch_result survived the kill: they are committed
-	// with its report (embedded.Outbox.WithTaskWrites).
+	// with its report (outbox.Outbox.WithTaskWrites).
 	pages := 0
 	err = q2.RangeDone(t.Context(), func(task *downloader.Task, rep *downloader.Report) bool {
 		if rep.PageKey == "" {

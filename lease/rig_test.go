@@ -24,8 +24,10 @@ import (
 	"downloader/fetch"
 	"downloader/lease"
 	"downloader/limiter"
+	"downloader/localqueue"
 	"downloader/netguard"
 	"downloader/origintest"
+	"downloader/outbox"
 	"downloader/scheduler"
 	"downloader/store/embedded"
 )
@@ -38,10 +40,10 @@ func TestMain(m *testing.M) {
 // embedded outbox an Outbox.
 var (
 	_ lease.Source     = (*scheduler.Client)(nil)
-	_ lease.Source     = (*embedded.Queue)(nil)
+	_ lease.Source     = (*localqueue.Queue)(nil)
 	_ lease.Runner     = (*engine.Engine)(nil)
-	_ lease.Outbox     = (*embedded.Outbox)(nil)
-	_ lease.TaskOutbox = (*embedded.Outbox)(nil)
+	_ lease.Outbox     = (*outbox.Outbox)(nil)
+	_ lease.TaskOutbox = (*outbox.Outbox)(nil)
 )
 
 // originLatencyAllowance is how much earlier than the interval the origin may see a
@@ -139,7 +141,7 @@ func (r *rig) waitQuiet(t *testing.T, d time.Duration) {
 // notifyingOutbox is the rig's outbox as the loop sees it: every write tells the notifier,
 // once it is done.
 type notifyingOutbox struct {
-	o *embedded.Outbox
+	o *outbox.Outbox
 	n *notifier
 }
 
@@ -473,7 +475,7 @@ type rig struct {
 	fetch   *fetch.Fetcher
 	dir     string
 	store   *embedded.Store
-	outbox  *embedded.Outbox
+	outbox  *outbox.Outbox
 }
 
 type rigOptions struct {
@@ -547,7 +549,7 @@ func newRig(t *testing.T, o rigOptions) *rig {
 	t.Cleanup(f.Close)
 	eng := engine.New(engine.Config{Clock: clk, Limiter: lim, Gate: gate, Fetcher: f, Results: st, Pages: st,
 		DefaultMinInterval: time.Second, DefaultTimeout: o.timeout})
-	return &rig{changes: changes, origin: origin, clk: clk, lim: lim, gate: gate, eng: eng, fetch: f, dir: dir, store: st, outbox: embedded.NewOutbox(st)}
+	return &rig{changes: changes, origin: origin, clk: clk, lim: lim, gate: gate, eng: eng, fetch: f, dir: dir, store: st, outbox: outbox.New(st)}
 }
 
 // run starts a loop on src and returns a function that stops it and waits for Run to

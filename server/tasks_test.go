@@ -14,18 +14,19 @@ import (
 	"downloader"
 	"downloader/engine"
 	"downloader/limiter"
+	"downloader/localqueue"
 	"downloader/store/embedded"
 )
 
 // queueAdapter is the small adapter cmd/downloader also has between the embedded queue and
 // TaskQueue.
 type queueAdapter struct {
-	q   *embedded.Queue
+	q   *localqueue.Queue
 	def time.Duration
 }
 
 func (a queueAdapter) CheckTask(t downloader.Task) error {
-	_, err := embedded.CheckTask(t, a.def)
+	_, err := localqueue.CheckTask(t, a.def)
 	return err
 }
 
@@ -53,7 +54,7 @@ func (a queueAdapter) ListTasks(ctx context.Context, state downloader.TaskState,
 type storeHarness struct {
 	*harness
 	store *embedded.Store
-	queue *embedded.Queue
+	queue *localqueue.Queue
 }
 
 func newStoreHarness(t *testing.T, f *fakeFetcher) *storeHarness {
@@ -64,7 +65,7 @@ func newStoreHarness(t *testing.T, f *fakeFetcher) *storeHarness {
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	h := newHarness(t, f)
-	q, err := embedded.OpenQueue(t.Context(), st, embedded.QueueConfig{Clock: h.clk, DefaultMinInterval: time.Second})
+	q, err := localqueue.Open(t.Context(), st, localqueue.Config{Clock: h.clk, DefaultMinInterval: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,8 +36,10 @@ import (
 	"downloader/htmltext"
 	"downloader/lease"
 	"downloader/limiter"
+	"downloader/localqueue"
 	"downloader/netguard"
 	"downloader/origintest"
+	"downloader/outbox"
 	"downloader/store/embedded"
 )
 
@@ -213,7 +215,7 @@ func runEntryA(w workload, maxConcurrent, heldPerSlot int) (result, error) {
 	defer st.Close()
 	ctx := context.Background()
 	clk := clock.Real{}
-	q, err := embedded.OpenQueue(ctx, st, embedded.QueueConfig{Clock: clk})
+	q, err := localqueue.Open(ctx, st, localqueue.Config{Clock: clk})
 	if err != nil {
 		return res, err
 	}
@@ -226,7 +228,7 @@ func runEntryA(w workload, maxConcurrent, heldPerSlot int) (result, error) {
 	defer wr.print(w.interval)
 	lim := limiter.New(clk)
 	gate := limiter.NewGate(maxConcurrent, 256)
-	f := fetch.New(fetch.Config{Clock: clk, Guard: guard, Hops: engine.Hops{Limiter: lim, DefaultMinInterval: time.Second}})
+	f := fetch.New(fetch.Config{Clock: clk, Guard: guard})
 	defer f.Close()
 	obs := &lateness{slots: map[string]time.Time{}}
 	eng := engine.New(engine.Config{Clock: clk, Limiter: lim, Gate: gate, Fetcher: f, Results: st, Pages: st,
@@ -238,12 +240,12 @@ func runEntryA(w workload, maxConcurrent, heldPerSlot int) (result, error) {
 	for _, u := range w.urls() {
 		tasks = append(tasks, downloader.Task{URL: u, MinIntervalMs: &iv, ShouldStore: w.shouldStore})
 	}
-	for i := 0; i < len(tasks); i += embedded.MaxSubmitCount {
-		if _, err := q.Submit(ctx, tasks[i:min(i+embedded.MaxSubmitCount, len(tasks))]); err != nil {
+	for i := 0; i < len(tasks); i += localqueue.MaxSubmitCount {
+		if _, err := q.Submit(ctx, tasks[i:min(i+localqueue.MaxSubmitCount, len(tasks))]); err != nil {
 			return res, err
 		}
 	}
-	loop, err := lease.New(lease.Config{Source: q, Runner: eng, Outbox: embedded.NewOutbox(st), Clock: clk,
+	loop, err := lease.New(lease.Config{Source: q, Runner: eng, Outbox: outbox.New(st), Clock: clk,
 		Logger:       slog.New(slog.DiscardHandler),
 		MaxHeldCount: func() int { return heldPerSlot * gate.Capacity() }, MaxLeaseCount: 100, PollMax: 50 * time.Millisecond})
 	if err != nil {

@@ -43,7 +43,7 @@ func runProbes(domains, concurrency int, latency time.Duration) (result, error) 
 	guard := netguard.New(netguard.Config{ConnectTo: []netguard.Rule{rule}})
 	lim := limiter.New(clk)
 	gate := limiter.NewGate(concurrency, 0)
-	f := fetch.New(fetch.Config{Clock: clk, Guard: guard, Hops: engine.Hops{Limiter: lim, DefaultMinInterval: time.Second}})
+	f := fetch.New(fetch.Config{Clock: clk, Guard: guard})
 	defer f.Close()
 	eng := engine.New(engine.Config{Clock: clk, Limiter: lim, Gate: gate, Fetcher: f,
 		DefaultMinInterval: time.Second, DefaultTimeout: 30 * time.Second})

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"downloader"
+	"downloader/localqueue"
 	"downloader/store/embedded"
 )
 
@@ -64,7 +65,7 @@ func runCPUTable(hosts, pages int, latency time.Duration, concurrent, heldPerSlo
 // runRSSTable queues taskCount tasks over hostCount hosts in a fresh local queue and
 // prints what that costs in memory: the process's resident set and the Go heap in use
 // (after a GC), beyond what the open store and empty queue took, right after the submits
-// and after a restart (close, open, OpenQueue rebuilding its index from the store). The
+// and after a restart (close, open, localqueue.Open rebuilding its index from the store). The
 // store's block cache (64 MiB) fills as it reads; the heap column excludes it when Pebble
 // allocates it outside the Go heap (cgo builds) and includes it otherwise.
 func runRSSTable(taskCount, hostCount int) error {
@@ -83,14 +84,14 @@ func runRSSTable(taskCount, hostCount int) error {
 	if err != nil {
 		return err
 	}
-	q, err := embedded.OpenQueue(ctx, st, embedded.QueueConfig{})
+	q, err := localqueue.Open(ctx, st, localqueue.Config{})
 	if err != nil {
 		_ = st.Close()
 		return err
 	}
 	rss0, heap0 := memNow()
 	iv := int64(1000)
-	batch := make([]downloader.Task, 0, embedded.MaxSubmitCount)
+	batch := make([]downloader.Task, 0, localqueue.MaxSubmitCount)
 	for i := range taskCount {
 		batch = append(batch, downloader.Task{URL: fmt.Sprintf("http://h%05d.bench.test/p%d", i%hostCount, i/hostCount), MinIntervalMs: &iv})
 		if len(batch) == cap(batch) || i == taskCount-1 {
@@ -120,7 +121,7 @@ func runRSSTable(taskCount, hostCount int) error {
 		return err
 	}
 	defer st.Close()
-	q, err = embedded.OpenQueue(ctx, st, embedded.QueueConfig{})
+	q, err = localqueue.Open(ctx, st, localqueue.Config{})
 	if err != nil {
 		return err
 	}

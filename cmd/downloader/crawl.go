@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/store/embedded"
+	"downloader/localqueue"
 )
 
 const crawlUsage = `usage: downloader crawl [flags] FILE
@@ -174,7 +174,7 @@ type crawlLine struct {
 
 // submitFile reads r line by line, reports invalid lines on w (FILE:LINE: field: why) and
 // queues the valid tasks in chunks.
-func submitFile(ctx context.Context, q *embedded.Queue, r io.Reader, name string, defaultInterval time.Duration, w io.Writer) (crawlInput, error) {
+func submitFile(ctx context.Context, q *localqueue.Queue, r io.Reader, name string, defaultInterval time.Duration, w io.Writer) (crawlInput, error) {
 	var in crawlInput
 	var chunk []downloader.Task
 	flush := func() error {
@@ -203,7 +203,7 @@ func submitFile(ctx context.Context, q *embedded.Queue, r io.Reader, name string
 		}
 		t, err := parseCrawlLine(line)
 		if err == nil {
-			_, err = embedded.CheckTask(t, defaultInterval)
+			_, err = localqueue.CheckTask(t, defaultInterval)
 		}
 		if err != nil {
 			in.invalidCount++
@@ -260,7 +260,7 @@ func parseCrawlLine(line string) (downloader.Task, error) {
 // waitCrawl shows progress until the queue has nothing pending or leased (false) or ctx
 // ends (true). On a terminal it redraws a progress bar; otherwise it prints a line every
 // plainEvery.
-func waitCrawl(ctx context.Context, q *embedded.Queue, tty bool, w io.Writer) (interrupted bool) {
+func waitCrawl(ctx context.Context, q *localqueue.Queue, tty bool, w io.Writer) (interrupted bool) {
 	const (
 		ttyEvery   = 200 * time.Millisecond
 		plainEvery = 5 * time.Second
@@ -346,7 +346,7 @@ func (e *etaEstimator) eta(left int) (time.Duration, bool) {
 }
 
 // progressLine renders the progress: a bar on a terminal, a plain line otherwise.
-func progressLine(c embedded.QueueCounts, e *etaEstimator, bar bool) string {
+func progressLine(c localqueue.Counts, e *etaEstimator, bar bool) string {
 	total := c.TotalCount()
 	done := c.FinishedCount()
 	failed := c.DoneCount - c.SucceededCount
@@ -373,7 +373,7 @@ func progressLine(c embedded.QueueCounts, e *etaEstimator, bar bool) string {
 }
 
 // printSummary writes the crawl's summary table.
-func printSummary(w io.Writer, c embedded.QueueCounts, in crawlInput, elapsed time.Duration, p *wireLog, interrupted bool) {
+func printSummary(w io.Writer, c localqueue.Counts, in crawlInput, elapsed time.Duration, p *wireLog, interrupted bool) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "crawl summary\t")
 	fmt.Fprintf(tw, "  tasks\t%d\n", c.TotalCount())

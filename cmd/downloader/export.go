@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"downloader/export"
+	"downloader/localqueue"
 	"downloader/store/embedded"
 )
 
@@ -141,7 +142,7 @@ func (o *outputs) write(ctx context.Context, dataDir, userAgent string, w io.Wri
 		opts.WARC = ww
 	}
 	tasks := func(ctx context.Context, f func(*export.Task) bool) error {
-		return embedded.RangeTasks(ctx, st, func(r *embedded.TaskRecord) bool {
+		return localqueue.RangeTasks(ctx, st, func(r *localqueue.TaskRecord) bool {
 			return f(&export.Task{Status: r.TaskStatus(), Report: r.Report})
 		})
 	}
@@ -205,7 +206,7 @@ func printFlags(w io.Writer, fs *flag.FlagSet, names []string) {
 
 // printQueueExtras adds the local queue's own lines to the crawl summary table: tasks
 // skipped by robots.txt (not failures) and retries.
-func printQueueExtras(tw *tabwriter.Writer, c embedded.QueueCounts) {
+func printQueueExtras(tw *tabwriter.Writer, c localqueue.Counts) {
 	if c.SkippedCount > 0 {
 		fmt.Fprintf(tw, "  skipped by robots.txt\t%d\tnever fetched (GET /v1/tasks?state=skipped, or --output)\n", c.SkippedCount)
 	}

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/store/embedded"
+	"downloader/localqueue"
 )
 
 // FuzzParseCrawlLine: any line of a crawl file is either a task or an EINVALID error that
@@ -35,7 +35,7 @@ func FuzzParseCrawlLine(f *testing.F) {
 		if !strings.HasPrefix(line, "{") && task.URL != line {
 			t.Fatalf("parseCrawlLine(%q): URL %q, want the line itself", line, task.URL)
 		}
-		checked, err := embedded.CheckTask(task, time.Second)
+		checked, err := localqueue.CheckTask(task, time.Second)
 		if err != nil {
 			if downloader.ErrorCode(err) != downloader.EINVALID || downloader.ErrorField(err) == "" {
 				t.Fatalf("CheckTask(%+v): %v, want an EINVALID error naming a field", task, err)

@@ -13,6 +13,8 @@ import (
 	"downloader/engine"
 	"downloader/lease"
 	"downloader/limiter"
+	"downloader/localqueue"
+	"downloader/outbox"
 	"downloader/robots"
 	"downloader/scheduler"
 	"downloader/server"
@@ -43,7 +45,7 @@ func addLeaseFlags(fs *flag.FlagSet, c *leaseConfig) {
 // addLocalQueueFlags declares the local queue's flags (crawl shows only these of entry A).
 func addLocalQueueFlags(fs *flag.FlagSet, c *leaseConfig) {
 	fs.BoolVar(&c.ShouldObeyRobotsTxt, "should-obey-robots-txt", true, "local queue only: fetch each site's robots.txt first and obey it for our User-Agent's product token (RFC 9309; Crawl-delay raises min_interval_ms); false for an operator's own sites")
-	fs.IntVar(&c.MaxAttemptCount, "max-attempt-count", embedded.DefaultMaxAttemptCount, "local queue only: attempts that reach the origin per task; 5xx, 408, 429, timeouts and resets are retried after an exponential backoff (at least the origin's Retry-After), failures of our own in place without counting")
+	fs.IntVar(&c.MaxAttemptCount, "max-attempt-count", localqueue.DefaultMaxAttemptCount, "local queue only: attempts that reach the origin per task; 5xx, 408, 429, timeouts and resets are retried after an exponential backoff (at least the origin's Retry-After), failures of our own in place without counting")
 }
 
 // Entry A's wiring constants.
@@ -54,7 +56,7 @@ const (
 	// throughput well below the global cap).
 	heldPerSlot = 4
 	// localPollMax: the local queue is in-process and cheap to ask, and its lookahead
-	// (embedded.DefaultLookahead, 500 ms) must cover the poll, so it is asked often.
+	// (localqueue.DefaultLookahead, 500 ms) must cover the poll, so it is asked often.
 	localPollMax = 50 * time.Millisecond
 	// maxLeaseCount bounds one lease call.
 	maxLeaseCount = 100
@@ -65,7 +67,7 @@ type entryA struct {
 	log       *slog.Logger
 	loop      *lease.Loop
 	runner    interface{ Stop() } // the loop's runner: the engine, or robots.txt in front of it
-	queue     *embedded.Queue     // nil with a scheduler
+	queue     *localqueue.Queue   // nil with a scheduler
 	client    *scheduler.Client   // nil with the local queue
 	defaultIv time.Duration
 	// stopLeasing ends the loop's run and done is closed once it returned; both are set
@@ -79,7 +81,7 @@ type entryA struct {
 func newEntryA(ctx context.Context, c *config, logger *slog.Logger, clk clock.Clock, st *embedded.Store, eng *engine.Engine, lim *limiter.Limiter, gate *limiter.Gate, fetcher engine.Fetcher) (*entryA, error) {
 	a := &entryA{log: logger, defaultIv: time.Duration(c.DefaultMinIntervalMs) * time.Millisecond}
 	cfg := lease.Config{
-		Runner: eng, Outbox: embedded.NewOutbox(st), Clock: clk, Logger: logger, WorkerID: c.Lease.WorkerID,
+		Runner: eng, Outbox: outbox.New(st), Clock: clk, Logger: logger, WorkerID: c.Lease.WorkerID,
 		MaxHeldCount:  func() int { return heldPerSlot * gate.Capacity() },
 		MaxLeaseCount: maxLeaseCount,
 	}
@@ -90,7 +92,7 @@ func newEntryA(ctx context.Context, c *config, logger *slog.Logger, clk clock.Cl
 		}
 		a.client, cfg.Source = cl, cl
 	} else {
-		q, err := embedded.OpenQueue(ctx, st, embedded.QueueConfig{Clock: clk, Logger: logger, DefaultMinInterval: a.defaultIv,
+		q, err := localqueue.Open(ctx, st, localqueue.Config{Clock: clk, Logger: logger, DefaultMinInterval: a.defaultIv,
 			MaxAttemptCount: c.Lease.MaxAttemptCount})
 		if err != nil {
 			return nil, fmt.Errorf("open local queue: %w", err)
@@ -166,12 +168,12 @@ func (a *entryA) close() {
 
 // queueAdapter serves POST /v1/tasks from the embedded local queue.
 type queueAdapter struct {
-	q               *embedded.Queue
+	q               *localqueue.Queue
 	defaultInterval time.Duration
 }
 
 func (a queueAdapter) CheckTask(t downloader.Task) error {
-	_, err := embedded.CheckTask(t, a.defaultInterval)
+	_, err := localqueue.CheckTask(t, a.defaultInterval)
 	return err
 }
 

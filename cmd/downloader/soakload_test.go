@@ -27,9 +27,9 @@ import (
 
 	"downloader"
 	"downloader/internal/procstat"
+	"downloader/localqueue"
 	"downloader/netguard"
 	"downloader/origintest"
-	"downloader/store/embedded"
 )
 
 // The soak lives in the test binary, not in the service: it needs a test origin
@@ -614,7 +614,7 @@ func (s *soak) flatness() []flatness {
 }
 
 // report prints the summary and returns an error when the soak failed.
-func (s *soak) report(counts embedded.QueueCounts, doneIDs int, interrupted bool) error {
+func (s *soak) report(counts localqueue.Counts, doneIDs int, interrupted bool) error {
 	violations := s.origin.Violations(s.intervalOf, 2*time.Millisecond)
 	submitted := int(s.submitted.Load())
 	lost := submitted - doneIDs

@@ -42,7 +42,7 @@ func (s *Store) migrate() error {
 		{from: oldSettings, to: keys.Settings, match: func(rest []byte) bool { return len(rest) == 0 }},
 		{from: oldFetchResult, to: keys.FetchResult, match: isID},
 		{from: oldByDomain, to: keys.FetchResultByDomain, match: anyRest},
-		{from: oldReportOutbox, to: outboxPrefix, match: anyRest},
+		{from: oldReportOutbox, to: ReportOutboxPrefix, match: anyRest},
 	}
 	for _, m := range moves {
 		n, err := s.moveKeys(m)

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
+
 	"downloader"
 	"downloader/store/keys"
 )
@@ -32,9 +34,11 @@ func TestMigrateOldKeyNames(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ob := NewOutbox(s)
-	for _, id := range []string{"task-1", "task:2"} {
-		if err := ob.PutReport(ctx, &downloader.Report{TaskID: id, FetchedAt: at}); err != nil {
+	// Two reports of the outbox (package outbox, which keeps its table in this store):
+	// its values are its own, so they are written here as opaque bytes.
+	reports := map[string]string{"task-1": `{"task_id":"task-1"}`, "task:2": `{"task_id":"task:2"}`}
+	for id, v := range reports {
+		if err := s.OutboxKeyspace().Set([]byte(ReportOutboxPrefix+id), []byte(v), pebble.Sync); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -51,7 +55,7 @@ func TestMigrateOldKeyNames(t *testing.T) {
 		{from: keys.Settings, to: oldSettings, match: func(rest []byte) bool { return len(rest) == 0 }},
 		{from: keys.FetchResult, to: oldFetchResult, match: isID},
 		{from: keys.FetchResultByDomain, to: oldByDomain, match: anyRest},
-		{from: outboxPrefix, to: oldReportOutbox, match: anyRest},
+		{from: ReportOutboxPrefix, to: oldReportOutbox, match: anyRest},
 	} {
 		if n, err := s.moveKeys(m); err != nil || n == 0 {
 			t.Fatalf("moveKeys(%s → %s) = %d, %v", m.from, m.to, n, err)
@@ -85,9 +89,13 @@ func TestMigrateOldKeyNames(t *testing.T) {
 			t.Errorf("result %d after the move = %v %s, want %v %s", i, gotAll[i].FetchedAt, gotAll[i].Domain, wantAll[i].FetchedAt, wantAll[i].Domain)
 		}
 	}
-	reports, err := NewOutbox(s).PendingReports(ctx, "", 10)
-	if err != nil || len(reports) != 2 {
-		t.Errorf("pending reports after the move = %d, %v; want 2", len(reports), err)
+	if got := countPrefix(t, s, ReportOutboxPrefix); got != len(reports) {
+		t.Errorf("pending reports after the move = %d; want %d", got, len(reports))
+	}
+	for id, want := range reports {
+		if v, ok, err := s.OutboxKeyspace().Get([]byte(ReportOutboxPrefix + id)); err != nil || !ok || string(v) != want {
+			t.Errorf("report %s after the move = %q, %v, %v; want %q", id, v, ok, err, want)
+		}
 	}
 	for _, old := range []string{oldSettings, oldFetchResult, oldByDomain, oldReportOutbox} {
 		n := 0

@@ -18,7 +18,7 @@ const pagePrefix = keys.PageContent
 // PutPage stores p's body under its content hash and returns the key (the lower-case hex
 // SHA-256 of the body). A body already stored is not written again: the first page stored
 // with a body keeps its metadata (url, final_url, content_type, fetched_at). It returns
-// once the page is durable, or, under a task scope of this store (Outbox.WithTaskWrites),
+// once the page is durable, or, under a task scope of this store (WithTaskWrites),
 // once the page is added to the scope: it is durable when the task's report is.
 func (s *Store) PutPage(ctx context.Context, p *downloader.Page) (string, error) {
 	if p == nil {

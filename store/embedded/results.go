@@ -30,7 +30,7 @@ var (
 
 // PutFetchResult appends r. r.FetchedAt must be set (records are ordered by it). It
 // returns once the record is durable, or, under a task scope of this store
-// (Outbox.WithTaskWrites), once it is added to the scope: it is durable when the task's
+// (WithTaskWrites), once it is added to the scope: it is durable when the task's
 // report is.
 func (s *Store) PutFetchResult(ctx context.Context, r *downloader.FetchResult) error {
 	if r == nil {

@@ -157,7 +157,7 @@ func (s *Store) readSnapshot(stop cleanStopRecord) (limiter.Snapshot, error) {
 		if err != nil {
 			return snap, errors.Join(fmt.Errorf("embedded store: read domain_runtime: %w", err), iter.Close())
 		}
-		e, err := decodeRuntimeEntry(unescapeDomain(string(k)), v)
+		e, err := decodeRuntimeEntry(keys.UnescapeDomain(string(k)), v)
 		if err != nil {
 			return snap, errors.Join(err, iter.Close())
 		}

@@ -27,10 +27,15 @@
 //	    is also the page key callers see. The value is a format byte, the metadata as JSON
 //	    (length-prefixed) and the body compressed with zstd.
 //	local_queue:*
-//	    The embedded task queue (queue.go): it stands in for the scheduler, another
-//	    service, hence its own service name.
+//	    The standalone crawl's task queue (package localqueue, through QueueKeyspace): it
+//	    stands in for the scheduler, another service, hence its own service name.
 //	lease:report_outbox:{task_id}
-//	    Reports of entry A's lease loop not yet acknowledged (outbox.go).
+//	    Reports of entry A's lease loop not yet acknowledged (package outbox, through
+//	    OutboxKeyspace).
+//
+// Those two packages keep their tables here, not in a database of their own, so that one
+// batch commits a task's page, fetch_result and report (taskwrites.go); their logic is
+// theirs, and each sees only its keyspace (keyspace.go).
 //
 // Data directories written before these names are moved to them once at Open
 // (migrate.go).

@@ -15,10 +15,11 @@ import (
 // each. Nothing is acknowledged before that commit, so the page and the result are as
 // durable as before when the task is acknowledged (SPEC §1: at least once).
 //
-// The scope travels in the context the lease loop hands the runner (Outbox.WithTaskWrites):
-// the engine calls PutPage and PutFetchResult as usual, and this Store, finding a scope of
-// its own in ctx, adds their writes to it instead of committing them. Another store (TiKV)
-// ignores the scope and commits as it always does.
+// The scope travels in the context the lease loop hands the runner (WithTaskWrites, which
+// the outbox's WithTaskWrites calls): the engine calls PutPage and PutFetchResult as usual,
+// and this Store, finding a scope of its own in ctx, adds their writes to it instead of
+// committing them; the outbox's PutReport takes them into its batch (Keyspace.TaskBatch).
+// Another store (TiKV) ignores the scope and commits as it always does.
 
 type taskScopeKey struct{}
 
@@ -128,11 +129,12 @@ func (sc *taskScope) hasPage(key string) bool {
 	return false
 }
 
-// WithTaskWrites returns a context under which this outbox's Store defers the task's
-// PutPage and PutFetchResult to its PutReport, which commits them and the report in one
-// synchronous batch. end must be called when the task is done: it commits what no report
-// took (synchronously) and releases the scope; its error is also logged by the caller.
-func (o *Outbox) WithTaskWrites(ctx context.Context) (context.Context, func() error) {
-	sc := &taskScope{s: o.s}
+// WithTaskWrites returns a context under which this Store defers the task's PutPage and
+// PutFetchResult to the first commit of a Keyspace's TaskBatch under it (the outbox's
+// PutReport), which commits them and the report in one synchronous batch. end must be
+// called when the task is done: it commits what no report took (synchronously) and
+// releases the scope; its error is also logged by the caller.
+func (s *Store) WithTaskWrites(ctx context.Context) (context.Context, func() error) {
+	sc := &taskScope{s: s}
 	return context.WithValue(ctx, taskScopeKey{}, sc), sc.end
 }

@@ -1,19 +1,36 @@
-package embedded
+package embedded_test
 
 import (
 	"context"
-	"encoding/json"
+	"log/slog"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
-
 	"downloader"
+	"downloader/outbox"
+	"downloader/store/embedded"
 )
 
+// These tests are of package embedded_test: the task scope is committed by the outbox's
+// PutReport (package outbox, which imports this one).
+
+func openStore(t *testing.T, dir string) *embedded.Store {
+	t.Helper()
+	s, err := embedded.Open(dir, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return s
+}
+
 // putTask stores what the engine stores for one task (a page, a fetch_result) under ctx.
-func putTask(t *testing.T, ctx context.Context, s *Store, body string, at time.Time) string {
+func putTask(t *testing.T, ctx context.Context, s *embedded.Store, body string, at time.Time) string {
 	t.Helper()
 	key, err := s.PutPage(ctx, &downloader.Page{URL: "http://a.test/", ContentType: "text/html", FetchedAt: at, Body: []byte(body)})
 	if err != nil {
@@ -27,7 +44,7 @@ func putTask(t *testing.T, ctx context.Context, s *Store, body string, at time.T
 	return key
 }
 
-func resultCount(t *testing.T, s *Store, domain string) int {
+func resultCount(t *testing.T, s *embedded.Store, domain string) int {
 	t.Helper()
 	rs, _, err := s.FetchResults(t.Context(), domain, 10, "")
 	if err != nil {
@@ -40,11 +57,11 @@ func resultCount(t *testing.T, s *Store, domain string) int {
 // written by the report's commit, not before, and survive a reopen.
 func TestTaskWritesCommitWithReport(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
-	s, err := Open(dir, nil)
+	s, err := embedded.Open(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := NewOutbox(s)
+	o := outbox.New(s)
 	at := time.Date(2026, 3, 4, 5, 6, 7, 8, time.UTC)
 	ctx, end := o.WithTaskWrites(t.Context())
 	key := putTask(t, ctx, s, "<p>one</p>", at)
@@ -60,20 +77,20 @@ func TestTaskWritesCommitWithReport(t *testing.T) {
 	if err := end(); err != nil {
 		t.Fatalf("end: %v", err)
 	}
-	if n := s.pageWriteCount.Load(); n != 1 {
+	if n := embedded.PageWriteCount(s); n != 1 {
 		t.Errorf("pages written: %d, want 1", n)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s = openTest(t, dir)
+	s = openStore(t, dir)
 	if _, err := s.Page(t.Context(), key); err != nil {
 		t.Errorf("page after reopen: %v", err)
 	}
 	if n := resultCount(t, s, "a.test"); n != 1 {
 		t.Errorf("%d fetch results of a.test after reopen, want 1", n)
 	}
-	rs, err := NewOutbox(s).PendingReports(t.Context(), "", 10)
+	rs, err := outbox.New(s).PendingReports(t.Context(), "", 10)
 	if err != nil || len(rs) != 1 || rs[0].PageKey != key || !rs[0].FetchedAt.Equal(at) {
 		t.Errorf("reports after reopen: %+v, %v", rs, err)
 	}
@@ -81,8 +98,8 @@ func TestTaskWritesCommitWithReport(t *testing.T) {
 
 // TestTaskWritesEndWithoutReport: what a task stored without a report is committed by end.
 func TestTaskWritesEndWithoutReport(t *testing.T) {
-	s := openTest(t, t.TempDir())
-	o := NewOutbox(s)
+	s := openStore(t, t.TempDir())
+	o := outbox.New(s)
 	ctx, end := o.WithTaskWrites(t.Context())
 	key := putTask(t, ctx, s, "<p>two</p>", time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC))
 	if err := end(); err != nil {
@@ -102,8 +119,8 @@ func TestTaskWritesEndWithoutReport(t *testing.T) {
 // TestTaskWritesSameBody: a page body another task's scope holds is written once, and a
 // writer of the same body returns only after that scope committed it.
 func TestTaskWritesSameBody(t *testing.T) {
-	s := openTest(t, t.TempDir())
-	o := NewOutbox(s)
+	s := openStore(t, t.TempDir())
+	o := outbox.New(s)
 	at := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
 	ctxA, endA := o.WithTaskWrites(t.Context())
 	key := putTask(t, ctxA, s, "<p>same</p>", at)
@@ -129,61 +146,11 @@ func TestTaskWritesSameBody(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Errorf("the other writer: %v", err)
 	}
-	if n := s.pageWriteCount.Load(); n != 1 {
+	if n := embedded.PageWriteCount(s); n != 1 {
 		t.Errorf("pages written: %d, want 1", n)
 	}
 	p, err := s.Page(t.Context(), key)
 	if err != nil || p.URL != "http://a.test/" {
 		t.Errorf("page: %+v, %v; want the first writer's metadata", p, err)
-	}
-}
-
-// TestOutboxReadsUnheadedReports: a report stored as bare JSON (before the fetched_at
-// header) is listed and deleted as before.
-func TestOutboxReadsUnheadedReports(t *testing.T) {
-	s := openTest(t, t.TempDir())
-	o := NewOutbox(s)
-	at := time.Date(2026, 3, 4, 5, 6, 7, 9, time.UTC)
-	old := downloader.Report{TaskID: "old", FetchedAt: at}
-	v, err := json.Marshal(&old)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.db.Set(outboxKey("old"), v, pebble.Sync); err != nil {
-		t.Fatal(err)
-	}
-	rs, err := o.PendingReports(t.Context(), "", 10)
-	if err != nil || len(rs) != 1 || rs[0].TaskID != "old" || !rs[0].FetchedAt.Equal(at) {
-		t.Fatalf("PendingReports: %+v, %v", rs, err)
-	}
-	if ok, err := o.DeleteReport(t.Context(), &downloader.Report{TaskID: "old", FetchedAt: at.Add(time.Nanosecond)}); err != nil || ok {
-		t.Fatalf("DeleteReport of another fetched_at: %v, %v; want kept", ok, err)
-	}
-	if err := o.DeleteReports(t.Context(), rs); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := o.ReportCount(t.Context()); err != nil || n != 0 {
-		t.Errorf("reports left: %d, %v", n, err)
-	}
-}
-
-func TestReportHeader(t *testing.T) {
-	for _, at := range []time.Time{
-		{},
-		time.Date(1969, 12, 31, 23, 59, 59, 999999999, time.UTC),
-		time.Date(2026, 3, 4, 5, 6, 7, 123456789, time.FixedZone("x", 3600)),
-	} {
-		v, err := encodeReport(&downloader.Report{TaskID: "t", FetchedAt: at})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := reportFetchedAt(v)
-		if err != nil || !got.Equal(at) {
-			t.Errorf("fetched_at %v: read back %v, %v", at, got, err)
-		}
-		var r downloader.Report
-		if err := decodeReport(v, &r); err != nil || r.TaskID != "t" || !r.FetchedAt.Equal(at) {
-			t.Errorf("fetched_at %v: decoded %+v, %v", at, r, err)
-		}
 	}
 }

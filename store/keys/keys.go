@@ -97,6 +97,14 @@ func EscapeDomain(d string) string {
 	return b.String()
 }
 
+// UnescapeDomain reverses EscapeDomain.
+func UnescapeDomain(s string) string {
+	if !strings.Contains(s, "%") {
+		return s
+	}
+	return strings.NewReplacer("%3A", ":", "%25", "%").Replace(s)
+}
+
 // PrefixEnd returns the smallest key greater than every key that starts with prefix: prefix
 // with its last byte below 0xff incremented, or nil (no upper bound) when it is all 0xff.
 func PrefixEnd(prefix string) []byte {

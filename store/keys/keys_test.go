@@ -19,6 +19,9 @@ func TestEscapeDomain(t *testing.T) {
 		if got := EscapeDomain(tc.in); got != tc.want {
 			t.Errorf("EscapeDomain(%q) = %q; want %q", tc.in, got, tc.want)
 		}
+		if got := UnescapeDomain(tc.want); got != tc.in {
+			t.Errorf("UnescapeDomain(%q) = %q; want %q", tc.want, got, tc.in)
+		}
 	}
 }
 

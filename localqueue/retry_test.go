@@ -1,4 +1,4 @@
-package embedded
+package localqueue
 
 import (
 	"path/filepath"
@@ -7,16 +7,17 @@ import (
 
 	"downloader"
 	"downloader/clock"
+	"downloader/store/embedded"
 )
 
-func openRetryQueue(t *testing.T, s *Store, clk clock.Clock) *Queue {
+func openRetryQueue(t *testing.T, s *embedded.Store, clk clock.Clock) *Queue {
 	t.Helper()
-	q, err := OpenQueue(t.Context(), s, QueueConfig{Clock: clk, LeaseDuration: time.Minute,
+	q, err := Open(t.Context(), s, Config{Clock: clk, LeaseDuration: time.Minute,
 		Lookahead: time.Millisecond, DefaultMinInterval: 0,
 		MaxAttemptCount: 3, RetryBaseDelay: 2 * time.Second, RetryMaxDelay: time.Minute, MaxOwnFailureCount: 2,
 		Jitter: func() float64 { return 0.5 }})
 	if err != nil {
-		t.Fatalf("OpenQueue: %v", err)
+		t.Fatalf("Open: %v", err)
 	}
 	return q
 }
@@ -82,7 +83,7 @@ func TestBackoff(t *testing.T) {
 		{0, 1, time.Second}, {0.5, 1, 1500 * time.Millisecond}, {0.999, 1, 1999 * time.Millisecond},
 		{0, 2, 2 * time.Second}, {0, 3, 4 * time.Second}, {0, 40, 30 * time.Second}, {1, 40, time.Minute},
 	} {
-		c := QueueConfig{RetryBaseDelay: 2 * time.Second, RetryMaxDelay: time.Minute, Jitter: func() float64 { return tt.jitter }}
+		c := Config{RetryBaseDelay: 2 * time.Second, RetryMaxDelay: time.Minute, Jitter: func() float64 { return tt.jitter }}
 		if got := c.backoff(tt.attempt); got != tt.want {
 			t.Errorf("backoff(%d) with jitter %v = %v, want %v", tt.attempt, tt.jitter, got, tt.want)
 		}
@@ -179,7 +180,7 @@ func TestQueueRetryBackoff(t *testing.T) {
 // and survives a restart of the queue; one above an hour makes the failure final.
 func TestQueueRetryAfter(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
-	s, err := Open(dir, nil)
+	s, err := embedded.Open(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

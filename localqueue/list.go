@@ -1,13 +1,13 @@
-package embedded
+package localqueue
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
 
-	"github.com/cockroachdb/pebble/v2"
-
 	"downloader"
+	"downloader/store/embedded"
+	"downloader/store/keys"
 )
 
 // Listing bounds of ListTasks.
@@ -34,14 +34,14 @@ func (q *Queue) ListTasks(ctx context.Context, state downloader.TaskState, curso
 		limit = DefaultListLimit
 	}
 	limit = min(limit, MaxListLimit)
-	release, err := q.s.acquire(ctx, "list tasks")
+	release, err := q.ks.Acquire(ctx, "list tasks")
 	if err != nil {
 		return nil, "", err
 	}
 	defer release()
 	// The cursor is the id of the first task not listed yet.
 	lower := []byte(queueTaskPrefix + cursor)
-	iter, err := q.s.db.NewIterWithContext(ctx, &pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(queueTaskPrefix)})
+	iter, err := q.ks.NewIter(ctx, lower, keys.PrefixEnd(queueTaskPrefix))
 	if err != nil {
 		return nil, "", fmt.Errorf("local queue: list tasks: %w", err)
 	}
@@ -86,20 +86,19 @@ func (q *Queue) TaskStatus(ctx context.Context, taskID string) (*downloader.Task
 // RangeTasks calls f for every task of the local queue kept in s, in task id order, until
 // f returns false. It needs no open Queue and changes nothing, so that an export can read
 // a data directory the queue of which is not running; it reads the whole queue.
-func RangeTasks(ctx context.Context, s *Store, f func(r *TaskRecord) bool) error {
-	return rangeRecords(ctx, s, func(rec *queueRecord) bool { return f(rec.taskRecord()) })
+func RangeTasks(ctx context.Context, s *embedded.Store, f func(r *TaskRecord) bool) error {
+	return rangeRecords(ctx, s.QueueKeyspace(), func(rec *queueRecord) bool { return f(rec.taskRecord()) })
 }
 
 // rangeRecords calls f for every task record of the local queue kept in s, in task id
 // order, until f returns false.
-func rangeRecords(ctx context.Context, s *Store, f func(rec *queueRecord) bool) error {
-	release, err := s.acquire(ctx, "list tasks")
+func rangeRecords(ctx context.Context, ks *embedded.Keyspace, f func(rec *queueRecord) bool) error {
+	release, err := ks.Acquire(ctx, "list tasks")
 	if err != nil {
 		return err
 	}
 	defer release()
-	iter, err := s.db.NewIterWithContext(ctx, &pebble.IterOptions{
-		LowerBound: []byte(queueTaskPrefix), UpperBound: prefixEnd(queueTaskPrefix)})
+	iter, err := ks.NewIter(ctx, []byte(queueTaskPrefix), keys.PrefixEnd(queueTaskPrefix))
 	if err != nil {
 		return fmt.Errorf("local queue: list tasks: %w", err)
 	}

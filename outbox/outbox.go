@@ -1,4 +1,9 @@
-package embedded
+// Package outbox is entry A's report outbox: every report the source (the scheduler or
+// the local queue) has not acknowledged yet, kept durably so that none is lost when the
+// source is down or the process stops. It persists in the embedded store's Pebble
+// database, in the keyspace the store hands it (embedded.ReportOutboxPrefix), so that a
+// task's page, fetch_result and report are committed as one batch (WithTaskWrites).
+package outbox
 
 import (
 	"bytes"
@@ -14,11 +19,11 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"downloader"
+	"downloader/store/embedded"
+	"downloader/store/keys"
 )
 
-// The report outbox (entry A) keeps every report the scheduler (or the local queue) has
-// not acknowledged yet, so that none is lost when the scheduler is down or the process
-// stops. Its keys:
+// Keys:
 //
 //	lease:report_outbox:{task_id}
 //	    One Report: a header with its fetched_at, then JSON (encodeReport). {task_id} is the task's id as given (any bytes: the outbox is
@@ -28,17 +33,21 @@ import (
 // entry, the latest: the scheduler needs one report per task, and the latest is the truth.
 // DeleteReport removes an entry only if it is still the report that was sent, so a newer
 // report of the same task put meanwhile survives and is sent too.
-const outboxPrefix = "lease:report_outbox:"
+const outboxPrefix = embedded.ReportOutboxPrefix
 
-// maxOutboxList bounds one PendingReports call.
-const maxOutboxList = 1000
+// Bounds of one PendingReports call.
+const (
+	defaultList   = keys.DefaultLimit
+	maxOutboxList = 1000
+)
 
 func outboxKey(taskID string) []byte { return []byte(outboxPrefix + taskID) }
 
-// Outbox is the report outbox of one Store. Create one per Store with NewOutbox (two
+// Outbox is the report outbox of one embedded Store. Create one per Store with New (two
 // would not serialise their deletes with each other's puts). Safe for concurrent use.
 type Outbox struct {
-	s    *Store
+	ks   *embedded.Keyspace
+	st   *embedded.Store
 	seed maphash.Seed
 	// locks serialise the check-then-delete of a task's entry with its puts. No lock is
 	// held across an fsync (PutReport).
@@ -55,9 +64,18 @@ type Outbox struct {
 	floorGen uint64
 }
 
-// NewOutbox returns the outbox kept in s.
-func NewOutbox(s *Store) *Outbox {
-	return &Outbox{s: s, seed: maphash.MakeSeed(), floor: []byte(outboxPrefix)}
+// New returns the outbox kept in s.
+func New(s *embedded.Store) *Outbox {
+	return &Outbox{ks: s.OutboxKeyspace(), st: s, seed: maphash.MakeSeed(), floor: []byte(outboxPrefix)}
+}
+
+// WithTaskWrites returns a context under which the Store of this outbox defers the task's
+// PutPage and PutFetchResult to the task's PutReport, which commits them and the report in
+// one synchronous batch. end must be called when the task is done: it commits what no
+// report took (synchronously) and releases the scope; its error is also logged by the
+// caller. It satisfies lease.TaskOutbox.
+func (o *Outbox) WithTaskWrites(ctx context.Context) (context.Context, func() error) {
+	return o.st.WithTaskWrites(ctx)
 }
 
 func (o *Outbox) lock(taskID string) func() {
@@ -76,44 +94,36 @@ func (o *Outbox) PutReport(ctx context.Context, r *downloader.Report) error {
 	}
 	v, err := encodeReport(r)
 	if err != nil {
-		return fmt.Errorf("embedded store: encode report %s: %w", r.TaskID, err)
+		return fmt.Errorf("outbox: encode report %s: %w", r.TaskID, err)
 	}
-	release, err := o.s.acquire(ctx, "put report")
+	release, err := o.ks.Acquire(ctx, "put report")
 	if err != nil {
 		return err
 	}
 	defer release()
-	var b *pebble.Batch
-	sc := o.s.scopeOf(ctx)
-	if sc != nil {
-		sc.mu.Lock()
-		defer sc.mu.Unlock()
-		if b, err = sc.batchLocked(); err != nil {
-			return err
-		}
-	} else {
-		b = o.s.db.NewBatch()
+	b, done, err := o.ks.TaskBatch(ctx)
+	if err != nil {
+		return fmt.Errorf("outbox: put report %s: %w", r.TaskID, err)
 	}
 	defer b.Close()
 	if err := b.Set(outboxKey(r.TaskID), v, nil); err != nil {
-		return fmt.Errorf("embedded store: put report %s: %w", r.TaskID, err)
+		done(err)
+		return fmt.Errorf("outbox: put report %s: %w", r.TaskID, err)
 	}
 	// The write is ordered with DeleteReport's check under the task's lock (the batch is
 	// visible when ApplyNoSyncWait returns); its durability is waited for after the lock
 	// is given back, so that a report waiting for the fsync holds no other task's put
 	// (they share one fsync instead).
 	unlock := o.lock(r.TaskID)
-	err = o.s.db.ApplyNoSyncWait(b, pebble.Sync)
+	err = o.ks.ApplyNoSyncWait(b, pebble.Sync)
 	unlock()
 	o.lowerFloor(outboxKey(r.TaskID))
 	if err == nil {
 		err = b.SyncWait()
 	}
+	done(err)
 	if err != nil {
-		return fmt.Errorf("embedded store: put report %s: %w", r.TaskID, err)
-	}
-	if sc != nil {
-		sc.committedLocked(nil)
+		return fmt.Errorf("outbox: put report %s: %w", r.TaskID, err)
 	}
 	return nil
 }
@@ -124,11 +134,11 @@ func (o *Outbox) PutReport(ctx context.Context, r *downloader.Report) error {
 func (o *Outbox) PendingReports(ctx context.Context, after string, limit int) ([]downloader.Report, error) {
 	switch {
 	case limit == 0:
-		limit = defaultLimit
+		limit = defaultList
 	case limit < 1 || limit > maxOutboxList:
 		return nil, downloader.Invalidf("limit", "limit must be between 1 and %d", maxOutboxList)
 	}
-	release, err := o.s.acquire(ctx, "list reports")
+	release, err := o.ks.Acquire(ctx, "list reports")
 	if err != nil {
 		return nil, err
 	}
@@ -146,10 +156,10 @@ func (o *Outbox) PendingReports(ctx context.Context, after string, limit int) ([
 		lower = append([]byte(nil), o.floor...)
 	}
 	o.floorMu.Unlock()
-	upper := prefixEnd(outboxPrefix)
-	iter, err := o.s.db.NewIterWithContext(ctx, &pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	upper := keys.PrefixEnd(outboxPrefix)
+	iter, err := o.ks.NewIter(ctx, lower, upper)
 	if err != nil {
-		return nil, fmt.Errorf("embedded store: list reports: %w", err)
+		return nil, fmt.Errorf("outbox: list reports: %w", err)
 	}
 	var out []downloader.Report
 	for ok := iter.First(); ok && len(out) < limit; ok = iter.Next() {
@@ -159,12 +169,12 @@ func (o *Outbox) PendingReports(ctx context.Context, after string, limit int) ([
 		v, err := iter.ValueAndErr()
 		if err != nil {
 			_ = iter.Close()
-			return nil, fmt.Errorf("embedded store: list reports: %w", err)
+			return nil, fmt.Errorf("outbox: list reports: %w", err)
 		}
 		var r downloader.Report
 		if err := decodeReport(v, &r); err != nil {
 			_ = iter.Close()
-			return nil, fmt.Errorf("embedded store: decode report at %q: %w", iter.Key(), err)
+			return nil, fmt.Errorf("outbox: decode report at %q: %w", iter.Key(), err)
 		}
 		out = append(out, r)
 	}
@@ -172,7 +182,7 @@ func (o *Outbox) PendingReports(ctx context.Context, after string, limit int) ([
 		o.raiseFloor(gen, upper)
 	}
 	if err := iter.Close(); err != nil {
-		return nil, fmt.Errorf("embedded store: list reports: %w", err)
+		return nil, fmt.Errorf("outbox: list reports: %w", err)
 	}
 	return out, nil
 }
@@ -207,7 +217,7 @@ func (o *Outbox) DeleteReport(ctx context.Context, r *downloader.Report) (bool, 
 	if r == nil || r.TaskID == "" {
 		return false, downloader.Invalidf("task_id", "a report needs a task_id")
 	}
-	release, err := o.s.acquire(ctx, "delete report")
+	release, err := o.ks.Acquire(ctx, "delete report")
 	if err != nil {
 		return false, err
 	}
@@ -215,19 +225,19 @@ func (o *Outbox) DeleteReport(ctx context.Context, r *downloader.Report) (bool, 
 	unlock := o.lock(r.TaskID)
 	defer unlock()
 	key := outboxKey(r.TaskID)
-	v, ok, err := o.s.get(key)
+	v, ok, err := o.ks.Get(key)
 	if err != nil || !ok {
 		return false, err
 	}
 	at, err := reportFetchedAt(v)
 	if err != nil {
-		return false, fmt.Errorf("embedded store: decode report %s: %w", r.TaskID, err)
+		return false, fmt.Errorf("outbox: decode report %s: %w", r.TaskID, err)
 	}
 	if !at.Equal(r.FetchedAt) {
 		return false, nil
 	}
-	if err := o.s.db.Delete(key, pebble.NoSync); err != nil {
-		return false, fmt.Errorf("embedded store: delete report %s: %w", r.TaskID, err)
+	if err := o.ks.Delete(key, pebble.NoSync); err != nil {
+		return false, fmt.Errorf("outbox: delete report %s: %w", r.TaskID, err)
 	}
 	return true, nil
 }
@@ -240,7 +250,7 @@ func (o *Outbox) DeleteReports(ctx context.Context, rs []downloader.Report) erro
 	if len(rs) == 0 {
 		return nil
 	}
-	release, err := o.s.acquire(ctx, "delete reports")
+	release, err := o.ks.Acquire(ctx, "delete reports")
 	if err != nil {
 		return err
 	}
@@ -258,11 +268,11 @@ func (o *Outbox) DeleteReports(ctx context.Context, rs []downloader.Report) erro
 			defer o.locks[i].Unlock()
 		}
 	}
-	b := o.s.db.NewBatch()
+	b := o.ks.NewBatch()
 	defer b.Close()
 	for i := range rs {
 		key := outboxKey(rs[i].TaskID)
-		v, ok, err := o.s.get(key)
+		v, ok, err := o.ks.Get(key)
 		if err != nil {
 			return err
 		}
@@ -271,20 +281,20 @@ func (o *Outbox) DeleteReports(ctx context.Context, rs []downloader.Report) erro
 		}
 		at, err := reportFetchedAt(v)
 		if err != nil {
-			return fmt.Errorf("embedded store: decode report %s: %w", rs[i].TaskID, err)
+			return fmt.Errorf("outbox: decode report %s: %w", rs[i].TaskID, err)
 		}
 		if !at.Equal(rs[i].FetchedAt) {
 			continue
 		}
 		if err := b.Delete(key, nil); err != nil {
-			return fmt.Errorf("embedded store: delete report %s: %w", rs[i].TaskID, err)
+			return fmt.Errorf("outbox: delete report %s: %w", rs[i].TaskID, err)
 		}
 	}
 	if b.Empty() {
 		return nil
 	}
 	if err := b.Commit(pebble.NoSync); err != nil {
-		return fmt.Errorf("embedded store: delete reports: %w", err)
+		return fmt.Errorf("outbox: delete reports: %w", err)
 	}
 	return nil
 }
@@ -336,21 +346,21 @@ func reportFetchedAt(v []byte) (time.Time, error) {
 
 // ReportCount returns how many reports wait in the outbox. It walks the keys.
 func (o *Outbox) ReportCount(ctx context.Context) (int, error) {
-	release, err := o.s.acquire(ctx, "count reports")
+	release, err := o.ks.Acquire(ctx, "count reports")
 	if err != nil {
 		return 0, err
 	}
 	defer release()
-	iter, err := o.s.db.NewIterWithContext(ctx, &pebble.IterOptions{LowerBound: []byte(outboxPrefix), UpperBound: prefixEnd(outboxPrefix)})
+	iter, err := o.ks.NewIter(ctx, []byte(outboxPrefix), keys.PrefixEnd(outboxPrefix))
 	if err != nil {
-		return 0, fmt.Errorf("embedded store: count reports: %w", err)
+		return 0, fmt.Errorf("outbox: count reports: %w", err)
 	}
 	n := 0
 	for ok := iter.First(); ok; ok = iter.Next() {
 		n++
 	}
 	if err := iter.Close(); err != nil {
-		return 0, fmt.Errorf("embedded store: count reports: %w", err)
+		return 0, fmt.Errorf("outbox: count reports: %w", err)
 	}
 	return n, nil
 }

@@ -1,8 +1,9 @@
-package embedded
+package localqueue
 
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -46,5 +47,38 @@ func TestEncodeQueueRecordIsJSONMarshal(t *testing.T) {
 		if _, err := encodeQueueRecord(nil, &rec); err == nil {
 			t.Fatalf("%v encoded", bad)
 		}
+	}
+}
+
+func TestAppendStoredCountsIsJSONMarshal(t *testing.T) {
+	many := map[downloader.FailReason]int{}
+	for i, r := range []downloader.FailReason{downloader.FailConnectTimeout, downloader.FailHTTPStatusError,
+		downloader.FailInvalidTask, downloader.FailConnectionReset, downloader.FailResponseTimeout} {
+		many[r] = i + 1
+	}
+	for i := range 20 { // more reasons than the encoder's stack array holds
+		many[downloader.FailReason(fmt.Sprintf("reason_%02d", i))] = i
+	}
+	for _, tc := range []struct {
+		name string
+		c    Counts
+	}{
+		{"zero, nil map", Counts{}},
+		{"empty map, pending and leased left out", Counts{PendingCount: 5, LeasedCount: 2, FailedCount: map[downloader.FailReason]int{}}},
+		{"every field", Counts{DoneCount: 9, SucceededCount: 4, SkippedCount: 1, RetryCount: 7, PageCount: 3,
+			FailedCount: map[downloader.FailReason]int{downloader.FailHTTPStatusError: 3, downloader.FailConnectTimeout: 2}}},
+		{"many reasons, sorted", Counts{DoneCount: 1, FailedCount: many}},
+		{"a reason that needs escaping", Counts{FailedCount: map[downloader.FailReason]int{"a\"<b>": 1}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want, err := json.Marshal(storedCounts{DoneCount: tc.c.DoneCount, SucceededCount: tc.c.SucceededCount,
+				SkippedCount: tc.c.SkippedCount, RetryCount: tc.c.RetryCount, FailedCount: tc.c.FailedCount, PageCount: tc.c.PageCount})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := appendStoredCounts(nil, &tc.c); !bytes.Equal(got, want) {
+				t.Fatalf("appendStoredCounts =\n%s\njson.Marshal =\n%s", got, want)
+			}
+		})
 	}
 }

@@ -1,4 +1,4 @@
-package embedded
+package localqueue
 
 import (
 	"container/heap"
@@ -19,15 +19,21 @@ import (
 
 	"downloader"
 	"downloader/clock"
+	"downloader/store/embedded"
+	"downloader/store/keys"
 )
 
-// The embedded local queue (entry A's default source when no scheduler is configured). It
-// stands in for the scheduler, another service, hence its own service name in the keys:
+// Package localqueue is the standalone crawl's task queue: entry A's source when no
+// scheduler is configured, fed by POST /v1/tasks and `downloader crawl`. It stands in for
+// the scheduler, another service, hence its own service name in the keys. It persists in
+// the embedded store's Pebble database, in the keyspace the store hands it
+// (embedded.LocalQueuePrefix):
 //
 //	local_queue:meta:seq
 //	    The last task sequence number handed out, 8 bytes big-endian.
 //	local_queue:meta:counts
-//	    QueueCounts, JSON, rewritten in the same batch as every change of state.
+//	    The counts no index gives back (Counts without pending_count and leased_count),
+//	    JSON, rewritten in the same batch as every report that changes them.
 //	local_queue:task:{task_id}
 //	    One task record, JSON: the task, its sequence number, its state (pending, leased,
 //	    done), its lease and, once done, the report it ended with.
@@ -40,7 +46,7 @@ import (
 //	local_queue:url:{sha256}
 //	    Deduplication: the hex SHA-256 of a task's canonical URL → its task id.
 //	local_queue:retry:{task_id}
-//	    Index of the pending tasks waiting out a retry backoff (queue_retry.go); the value
+//	    Index of the pending tasks waiting out a retry backoff (retry.go); the value
 //	    is next_attempt_at in Unix nanoseconds (8 bytes big-endian) then the domain. Such a
 //	    task is pending but not in the pending index until its time comes.
 //
@@ -57,6 +63,22 @@ import (
 // limiter (the insurance) still decides each task's exact slot. Domains are served earliest
 // due first.
 //
+// The in-memory index. Each domain with pending tasks keeps their seqs, 8 B per queued
+// task, in a heap (first submitted first); a task's id is its seq's own form
+// (defaultTaskID) unless the queue's map of other ids has it (a task submitted with an id
+// of its own), and the domains are in a heap by the time their next task is due: a
+// lease takes the earliest due domain's first task in O(log n) and reads from Pebble only
+// the record it hands out, never an iterator and never a record it does not hand out.
+// Pebble stays the truth: the index is rebuilt from the pending index keys on open, and
+// every change to it follows a committed batch that made the same change in Pebble.
+//
+// Counts. Pending and leased counts are not stored: they are what the pending, retry and
+// leased indexes hold, counted on open (where the leases go back to pending anyway). The
+// other counts (done, succeeded, failed by reason, skipped, pages, retries) change only
+// when a report is taken, and are written in that report's batch, with the record change
+// they count: a crash keeps both or loses both, so the stored counts always match the
+// stored records, and nothing else rewrites them.
+//
 // Durability: Submit commits synchronously (a submitted task is never lost). Leasing,
 // releasing and finishing are not synced: if a power loss drops the last of them, the
 // tasks concerned are pending or leased again and run again (at least once); the lease
@@ -65,13 +87,13 @@ import (
 // restart every lease of the previous process is returned to pending at once (only one
 // process can open the data directory, so those leases are dead).
 const (
-	queueSeqKey     = "local_queue:meta:seq"
-	queueCountsKey  = "local_queue:meta:counts"
-	queueTaskPrefix = "local_queue:task:"
-	queuePendPrefix = "local_queue:pending:"
-	queueLeasPrefix = "local_queue:leased:"
-	queueURLPrefix  = "local_queue:url:"
-	queueRetrPrefix = "local_queue:retry:"
+	queueSeqKey     = embedded.LocalQueuePrefix + "meta:seq"
+	queueCountsKey  = embedded.LocalQueuePrefix + "meta:counts"
+	queueTaskPrefix = embedded.LocalQueuePrefix + "task:"
+	queuePendPrefix = embedded.LocalQueuePrefix + "pending:"
+	queueLeasPrefix = embedded.LocalQueuePrefix + "leased:"
+	queueURLPrefix  = embedded.LocalQueuePrefix + "url:"
+	queueRetrPrefix = embedded.LocalQueuePrefix + "retry:"
 )
 
 // Queue defaults.
@@ -92,8 +114,8 @@ const (
 	TaskSkipped = "skipped"
 )
 
-// QueueConfig configures a Queue. Zero values take the defaults.
-type QueueConfig struct {
+// Config configures a Queue. Zero values take the defaults.
+type Config struct {
 	Clock  clock.Clock
 	Logger *slog.Logger
 	// LeaseDuration is how long a lease lasts before the task is handed out again.
@@ -103,7 +125,7 @@ type QueueConfig struct {
 	// DefaultMinInterval is given to submitted tasks that carry no min_interval_ms.
 	DefaultMinInterval time.Duration
 
-	// Retries (queue_retry.go), the scheduler's table in seed 002. MaxAttemptCount bounds
+	// Retries (retry.go), the scheduler's table in seed 002. MaxAttemptCount bounds
 	// the attempts that reached the origin (default 3; 1 turns retries off);
 	// RetryBaseDelay and RetryMaxDelay bound the backoff between them (default 2 s and
 	// 10 min); MaxOwnFailureCount bounds the in-place retries of failures of our own
@@ -116,8 +138,8 @@ type QueueConfig struct {
 	Jitter             func() float64
 }
 
-// QueueCounts counts the queue's tasks by state, and the finished ones by outcome.
-type QueueCounts struct {
+// Counts counts the queue's tasks by state, and the finished ones by outcome.
+type Counts struct {
 	PendingCount   int `json:"pending_count"` // including those waiting out a retry backoff
 	LeasedCount    int `json:"leased_count"`
 	DoneCount      int `json:"done_count"` // finished by a fetch, successfully or not
@@ -134,16 +156,16 @@ type QueueCounts struct {
 }
 
 // TotalCount is every task ever queued.
-func (c QueueCounts) TotalCount() int {
+func (c Counts) TotalCount() int {
 	return c.PendingCount + c.LeasedCount + c.DoneCount + c.SkippedCount
 }
 
 // FinishedCount is every task that will not run again: done or skipped.
-func (c QueueCounts) FinishedCount() int { return c.DoneCount + c.SkippedCount }
+func (c Counts) FinishedCount() int { return c.DoneCount + c.SkippedCount }
 
 // OwnFailureCount counts the finished tasks that failed for the downloader's own reasons
 // (has_reached_origin=false).
-func (c QueueCounts) OwnFailureCount() int {
+func (c Counts) OwnFailureCount() int {
 	n := 0
 	for r, k := range c.FailedCount {
 		if !r.HasReachedOrigin() {
@@ -153,7 +175,7 @@ func (c QueueCounts) OwnFailureCount() int {
 	return n
 }
 
-func (c QueueCounts) clone() QueueCounts {
+func (c Counts) clone() Counts {
 	m := make(map[downloader.FailReason]int, len(c.FailedCount))
 	for k, v := range c.FailedCount {
 		m[k] = v
@@ -186,24 +208,27 @@ type queueRecord struct {
 	NextAttemptAt time.Time `json:"next_attempt_at,omitzero"`
 }
 
-// Queue is the embedded local queue over a Store. Create it with OpenQueue, at most one per
+// Queue is the embedded local queue over a Store. Create it with Open, at most one per
 // Store. It satisfies the lease loop's Source. Safe for concurrent use; it stops working
 // (EUNAVAILABLE) when its Store is closed.
 type Queue struct {
-	s   *Store
+	ks  *embedded.Keyspace
 	clk clock.Clock
 	log *slog.Logger
-	cfg QueueConfig
+	cfg Config
 
 	// mu guards everything below and orders the queue's writes: every change is one batch
 	// committed under it, so the stored counts always match the stored records.
 	mu      sync.Mutex
 	seq     uint64
-	counts  QueueCounts
+	counts  Counts
 	domains map[string]*queueDomain
-	ready   domainHeap           // domains with pending tasks, earliest due first
-	expiry  leaseHeap            // this process's leases, earliest expiry first
-	leased  map[string]liveLease // task id → its live lease
+	ready   domainHeap // domains with pending tasks, earliest due first
+	// otherIDs: pending task seq → its id, for the tasks whose id is not their seq's own
+	// form (defaultTaskID); the others keep no id in memory.
+	otherIDs map[uint64]string
+	expiry   leaseHeap            // this process's leases, earliest expiry first
+	leased   map[string]liveLease // task id → its live lease
 
 	retries retryHeap // tasks waiting out a backoff, earliest first
 	// holds: domain → no task before then (the origin's Retry-After); floors: domain →
@@ -227,21 +252,19 @@ type liveLease struct {
 
 // queueDomain is one domain with pending tasks.
 type queueDomain struct {
-	name    string
-	pending int
-	nextAt  time.Time // when its next task is due (the previous one's due time + interval)
-	index   int       // in ready
-	// floor: no pending index entry of the domain has a lower seq. The domain's first
-	// pending task is looked up from there, not from the domain's prefix, which would step
-	// over the tombstone of every task leased from it since the last compaction. Lease
-	// raises it past what it takes; every put of a pending entry lowers it
-	// (addPendingLocked). Memory only: it is rebuilt with the index on open.
-	floor uint64
+	name   string
+	tasks  pendingHeap // its pending tasks, first submitted first
+	nextAt time.Time   // when its next task is due (the previous one's due time + interval)
+	index  int         // in ready
 }
 
-// OpenQueue opens the queue kept in s: it rebuilds the in-memory index of pending tasks by
+// pending counts the domain's pending tasks.
+func (d *queueDomain) pending() int { return len(d.tasks) }
+
+// Open opens the queue kept in s: it rebuilds the in-memory index of pending tasks by
 // domain and returns every lease left by a previous process to pending.
-func OpenQueue(ctx context.Context, s *Store, cfg QueueConfig) (*Queue, error) {
+func Open(ctx context.Context, s *embedded.Store, cfg Config) (*Queue, error) {
+	ks := s.QueueKeyspace()
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
@@ -255,23 +278,23 @@ func OpenQueue(ctx context.Context, s *Store, cfg QueueConfig) (*Queue, error) {
 		cfg.Lookahead = DefaultLookahead
 	}
 	cfg.retryDefaults()
-	q := &Queue{s: s, clk: cfg.Clock, log: cfg.Logger.With("component", "local_queue"), cfg: cfg,
-		domains: map[string]*queueDomain{}, leased: map[string]liveLease{},
+	q := &Queue{ks: ks, clk: cfg.Clock, log: cfg.Logger.With("component", "local_queue"), cfg: cfg,
+		domains: map[string]*queueDomain{}, leased: map[string]liveLease{}, otherIDs: map[uint64]string{},
 		holds: map[string]time.Time{}, floors: map[string]time.Duration{},
-		counts: QueueCounts{FailedCount: map[downloader.FailReason]int{}}}
-	release, err := s.acquire(ctx, "open queue")
+		counts: Counts{FailedCount: map[downloader.FailReason]int{}}}
+	release, err := ks.Acquire(ctx, "open queue")
 	if err != nil {
 		return nil, err
 	}
 	defer release()
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if v, ok, err := s.get([]byte(queueSeqKey)); err != nil {
+	if v, ok, err := ks.Get([]byte(queueSeqKey)); err != nil {
 		return nil, err
 	} else if ok && len(v) == 8 {
 		q.seq = binary.BigEndian.Uint64(v)
 	}
-	if v, ok, err := s.get([]byte(queueCountsKey)); err != nil {
+	if v, ok, err := ks.Get([]byte(queueCountsKey)); err != nil {
 		return nil, err
 	} else if ok {
 		if err := json.Unmarshal(v, &q.counts); err != nil {
@@ -281,12 +304,16 @@ func OpenQueue(ctx context.Context, s *Store, cfg QueueConfig) (*Queue, error) {
 			q.counts.FailedCount = map[downloader.FailReason]int{}
 		}
 	}
+	// Not stored (a directory written before may hold them, stale): counted from the
+	// indexes, the pending below, the leased by requeueStale.
+	q.counts.PendingCount, q.counts.LeasedCount = 0, 0
 	if err := q.loadPending(ctx); err != nil {
 		return nil, err
 	}
 	if err := q.loadRetries(ctx); err != nil {
 		return nil, err
 	}
+	q.counts.PendingCount += len(q.retries)
 	n, err := q.requeueStale(ctx)
 	if err != nil {
 		return nil, err
@@ -297,10 +324,9 @@ func OpenQueue(ctx context.Context, s *Store, cfg QueueConfig) (*Queue, error) {
 	return q, nil
 }
 
-// loadPending counts the pending tasks of every domain. Requires q.mu held.
+// loadPending rebuilds the in-memory index from the pending index keys. Requires q.mu held.
 func (q *Queue) loadPending(ctx context.Context) error {
-	iter, err := q.s.db.NewIterWithContext(ctx, &pebble.IterOptions{
-		LowerBound: []byte(queuePendPrefix), UpperBound: prefixEnd(queuePendPrefix)})
+	iter, err := q.ks.NewIter(ctx, []byte(queuePendPrefix), keys.PrefixEnd(queuePendPrefix))
 	if err != nil {
 		return fmt.Errorf("local queue: scan pending: %w", err)
 	}
@@ -316,11 +342,16 @@ func (q *Queue) loadPending(ctx context.Context) error {
 			_ = iter.Close()
 			return fmt.Errorf("local queue: unexpected key %q", iter.Key())
 		}
-		d := q.domainLocked(unescapeDomain(k[:i]))
-		if d.pending == 0 {
-			d.floor = seq // keys are in seq order: the domain's first
+		v, err := iter.ValueAndErr()
+		if err != nil {
+			_ = iter.Close()
+			return fmt.Errorf("local queue: scan pending: %w", err)
 		}
-		d.pending++
+		d := q.domainLocked(keys.UnescapeDomain(k[:i]))
+		// Keys are in seq order within a domain: appending keeps the heap sorted.
+		d.tasks = append(d.tasks, seq)
+		q.noteIDLocked(seq, v)
+		q.counts.PendingCount++
 	}
 	if err := iter.Close(); err != nil {
 		return fmt.Errorf("local queue: scan pending: %w", err)
@@ -333,8 +364,7 @@ func (q *Queue) loadPending(ctx context.Context) error {
 
 // requeueStale returns every stored lease to pending. Requires q.mu held.
 func (q *Queue) requeueStale(ctx context.Context) (int, error) {
-	iter, err := q.s.db.NewIterWithContext(ctx, &pebble.IterOptions{
-		LowerBound: []byte(queueLeasPrefix), UpperBound: prefixEnd(queueLeasPrefix)})
+	iter, err := q.ks.NewIter(ctx, []byte(queueLeasPrefix), keys.PrefixEnd(queueLeasPrefix))
 	if err != nil {
 		return 0, fmt.Errorf("local queue: scan leases: %w", err)
 	}
@@ -348,9 +378,10 @@ func (q *Queue) requeueStale(ctx context.Context) (int, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	b := q.s.db.NewBatch()
+	b := q.ks.NewBatch()
 	defer b.Close()
-	next := q.counts.clone()
+	next := q.counts
+	next.LeasedCount = len(ids) // the stored leases, about to go back
 	var touched []*queueRecord
 	for _, id := range ids {
 		rec, ok, err := q.record(b, id)
@@ -361,6 +392,7 @@ func (q *Queue) requeueStale(ctx context.Context) (int, error) {
 			return 0, fmt.Errorf("local queue: requeue %s: %w", id, err)
 		}
 		if !ok || rec.State != TaskLeased {
+			next.LeasedCount--
 			continue
 		}
 		if err := q.toPending(b, rec, &next); err != nil {
@@ -372,7 +404,7 @@ func (q *Queue) requeueStale(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	for _, rec := range touched {
-		q.addPendingLocked(rec.Domain, rec.Seq, time.Time{})
+		q.addPendingLocked(rec.Domain, rec.Seq, rec.TaskID, time.Time{})
 	}
 	return len(touched), nil
 }
@@ -430,7 +462,7 @@ func (q *Queue) Submit(ctx context.Context, tasks []downloader.Task) ([]SubmitRe
 		}
 		checked[i] = c
 	}
-	release, err := q.s.acquire(ctx, "submit tasks")
+	release, err := q.ks.Acquire(ctx, "submit tasks")
 	if err != nil {
 		return nil, err
 	}
@@ -438,15 +470,15 @@ func (q *Queue) Submit(ctx context.Context, tasks []downloader.Task) ([]SubmitRe
 	q.mu.Lock()
 	defer q.mu.Unlock()
 
-	b := q.s.db.NewIndexedBatch()
+	b := q.ks.NewIndexedBatch()
 	defer b.Close()
 	now := q.clk.Now().UTC()
-	next := q.counts.clone()
+	next := q.counts
 	seq := q.seq
 	out := make([]SubmitResult, len(checked))
 	type put struct {
-		domain string
-		seq    uint64
+		domain, id string
+		seq        uint64
 	}
 	var added []put
 	for i := range checked {
@@ -466,7 +498,7 @@ func (q *Queue) Submit(ctx context.Context, tasks []downloader.Task) ([]SubmitRe
 		}
 		seq++
 		if t.TaskID == "" {
-			t.TaskID = fmt.Sprintf("%016x", seq)
+			t.TaskID = defaultTaskID(seq)
 		}
 		if _, ok, err := batchGet(b, []byte(queueTaskPrefix+t.TaskID)); err != nil {
 			return nil, err
@@ -484,7 +516,7 @@ func (q *Queue) Submit(ctx context.Context, tasks []downloader.Task) ([]SubmitRe
 			return nil, fmt.Errorf("local queue: submit: %w", err)
 		}
 		next.PendingCount++
-		added = append(added, put{t.Domain, seq})
+		added = append(added, put{t.Domain, t.TaskID, seq})
 		out[i] = SubmitResult{TaskID: t.TaskID, URL: t.URL, State: string(downloader.TaskQueued)}
 	}
 	if len(added) == 0 {
@@ -500,7 +532,7 @@ func (q *Queue) Submit(ctx context.Context, tasks []downloader.Task) ([]SubmitRe
 	}
 	q.seq = seq
 	for _, a := range added {
-		q.addPendingLocked(a.domain, a.seq, time.Time{})
+		q.addPendingLocked(a.domain, a.seq, a.id, time.Time{})
 	}
 	return out, nil
 }
@@ -512,7 +544,7 @@ func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([
 	if maxTaskCount <= 0 {
 		return nil, nil
 	}
-	release, err := q.s.acquire(ctx, "lease tasks")
+	release, err := q.ks.Acquire(ctx, "lease tasks")
 	if err != nil {
 		return nil, err
 	}
@@ -531,16 +563,15 @@ func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([
 		return nil, nil
 	}
 
-	b := q.s.db.NewIndexedBatch()
+	b := q.ks.NewBatch()
 	defer b.Close()
-	next := q.counts.clone()
+	next := q.counts // Lease changes only the pending and leased counts, not the map
 	expires := now.Add(q.cfg.LeaseDuration).UTC()
-	// The heap is changed as tasks are picked; undo puts it back if the batch fails.
+	// The index is changed as tasks are picked; undo puts it back if the batch fails.
 	type undo struct {
-		d       *queueDomain
-		pending int
-		nextAt  time.Time
-		floor   uint64
+		d      *queueDomain
+		seq    uint64
+		nextAt time.Time
 	}
 	var (
 		out   []downloader.Task
@@ -550,7 +581,8 @@ func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([
 	rollback := func() {
 		for i := len(undos) - 1; i >= 0; i-- {
 			u := undos[i]
-			u.d.pending, u.d.nextAt, u.d.floor = u.pending, u.nextAt, u.floor
+			u.d.tasks.push(u.seq)
+			u.d.nextAt = u.nextAt
 			q.domains[u.d.name] = u.d
 			if u.d.index < 0 {
 				heap.Push(&q.ready, u.d)
@@ -561,22 +593,26 @@ func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([
 	}
 	for len(out) < maxTaskCount && q.ready.Len() > 0 && !q.ready[0].nextAt.After(horizon) {
 		d := q.ready[0]
-		undos = append(undos, undo{d: d, pending: d.pending, nextAt: d.nextAt, floor: d.floor})
-		rec, err := q.firstPending(b, d)
+		seq := d.tasks.pop()
+		undos = append(undos, undo{d: d, seq: seq, nextAt: d.nextAt})
+		id := q.taskIDLocked(seq)
+		rec, ok, err := q.record(nil, id)
+		if err == nil && !ok {
+			err = fmt.Errorf("local queue: pending task %s has no record", id)
+		}
 		if err != nil {
 			rollback()
 			return nil, err
 		}
-		if rec == nil {
-			// The index says nothing is pending: forget the domain.
-			q.log.Warn("domain had no pending task", "domain", d.name)
-			d.pending = 0
-			heap.Pop(&q.ready)
-			delete(q.domains, d.name)
+		err = b.Delete(pendingKey(d.name, seq), nil)
+		if err == nil && (rec.State != TaskPending || !rec.NextAttemptAt.IsZero()) {
+			// The index said pending, the record says otherwise: the record is the truth.
+			// Drop the entry (its key too) and hand nothing out for it.
+			q.log.Warn("pending index entry of a task not pending dropped", "task_id", id, "state", rec.State)
+			next.PendingCount--
+			q.dropIfEmptyLocked(d)
 			continue
 		}
-		err = b.Delete(pendingKey(d.name, rec.Seq), nil)
-		d.floor = rec.Seq + 1 // it was the first: none is below it, and it is gone
 		if err == nil {
 			err = b.Set([]byte(queueLeasPrefix+rec.TaskID), nil, nil)
 		}
@@ -598,13 +634,7 @@ func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([
 			due = now
 		}
 		d.nextAt = due.Add(max(time.Duration(*rec.MinIntervalMs)*time.Millisecond, q.floors[d.name]))
-		d.pending--
-		if d.pending > 0 {
-			heap.Fix(&q.ready, 0)
-		} else {
-			heap.Pop(&q.ready)
-			delete(q.domains, d.name)
-		}
+		q.dropIfEmptyLocked(d)
 		out = append(out, rec.Task)
 		recs = append(recs, rec)
 	}
@@ -615,6 +645,9 @@ func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([
 		rollback()
 		return nil, err
 	}
+	for _, u := range undos {
+		delete(q.otherIDs, u.seq) // out of the pending index (handed out or dropped)
+	}
 	for _, rec := range recs {
 		q.leased[rec.TaskID] = liveLease{expiresAt: expires, rec: rec}
 		heap.Push(&q.expiry, leaseEntry{taskID: rec.TaskID, expiresAt: expires})
@@ -624,7 +657,7 @@ func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([
 }
 
 // Report hands in a task's outcome r. The queue plays the scheduler here (SPEC §1) and
-// decides by the seeds' table (queue_retry.go): a success, a skip or a failure retrying
+// decides by the seeds' table (retry.go): a success, a skip or a failure retrying
 // cannot cure finishes the task, which is never handed out again; a failure of our own
 // (has_reached_origin=false) puts it back in place; a transient failure at the origin
 // puts it back after a backoff, until MaxAttemptCount attempts. Reports are delivered at
@@ -637,14 +670,14 @@ func (q *Queue) Report(ctx context.Context, r *downloader.Report) error {
 	if r == nil || r.TaskID == "" {
 		return downloader.Invalidf("task_id", "a report needs a task_id")
 	}
-	release, err := q.s.acquire(ctx, "report task")
+	release, err := q.ks.Acquire(ctx, "report task")
 	if err != nil {
 		return err
 	}
 	defer release()
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	b := q.s.db.NewBatch()
+	b := q.ks.NewBatch()
 	defer b.Close()
 	var rec *queueRecord
 	if l, ok := q.leased[r.TaskID]; ok {
@@ -670,7 +703,7 @@ func (q *Queue) Report(ctx context.Context, r *downloader.Report) error {
 		return nil
 	}
 	now := q.clk.Now()
-	next := q.counts.clone()
+	next := q.counts.clone() // a report may change the failed counts' map
 	prev := rec.State
 	switch prev {
 	case TaskLeased:
@@ -710,17 +743,19 @@ func (q *Queue) Report(ctx context.Context, r *downloader.Report) error {
 	if err := q.putRecord(b, rec); err != nil {
 		return err
 	}
+	if err := q.putCounts(b, &next); err != nil {
+		return err
+	}
 	if err := q.commit(b, next, pebble.NoSync); err != nil {
 		return err
 	}
 	delete(q.leased, rec.TaskID)
 	if prev == TaskPending {
-		if dm := q.domains[rec.Domain]; dm != nil {
-			dm.pending--
-			if dm.pending <= 0 {
-				heap.Remove(&q.ready, dm.index)
-				delete(q.domains, dm.name)
-			}
+		// A report of a task back in pending (its lease expired meanwhile): rare, so
+		// finding it in its domain's tasks is a scan of that domain.
+		if dm := q.domains[rec.Domain]; dm != nil && dm.tasks.remove(rec.Seq) {
+			delete(q.otherIDs, rec.Seq)
+			q.dropIfEmptyLocked(dm)
 		}
 	}
 	if !d.hold.IsZero() {
@@ -728,7 +763,7 @@ func (q *Queue) Report(ctx context.Context, r *downloader.Report) error {
 	}
 	switch d.action {
 	case actionRetryInPlace:
-		q.addPendingLocked(rec.Domain, rec.Seq, time.Time{})
+		q.addPendingLocked(rec.Domain, rec.Seq, rec.TaskID, time.Time{})
 	case actionRetryLater:
 		heap.Push(&q.retries, retryEntry{taskID: rec.TaskID, domain: rec.Domain, at: d.at})
 	}
@@ -740,7 +775,7 @@ func (q *Queue) Report(ctx context.Context, r *downloader.Report) error {
 }
 
 // finishRecord marks rec finished with r and counts it into next.
-func (q *Queue) finishRecord(rec *queueRecord, r *downloader.Report, next *QueueCounts) {
+func (q *Queue) finishRecord(rec *queueRecord, r *downloader.Report, next *Counts) {
 	if r.SkipReason != "" {
 		rec.State = TaskSkipped
 		next.SkippedCount++
@@ -762,14 +797,14 @@ func (q *Queue) finishRecord(rec *queueRecord, r *downloader.Report, next *Queue
 // domain is not due before retryAfter from now. Releasing a task that is not leased (done,
 // or already back to pending) does nothing; an unknown task is an ENOTFOUND error.
 func (q *Queue) Release(ctx context.Context, taskID string, retryAfter time.Duration) error {
-	release, err := q.s.acquire(ctx, "release task")
+	release, err := q.ks.Acquire(ctx, "release task")
 	if err != nil {
 		return err
 	}
 	defer release()
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	b := q.s.db.NewBatch()
+	b := q.ks.NewBatch()
 	defer b.Close()
 	rec, ok, err := q.record(b, taskID)
 	if err != nil {
@@ -781,7 +816,7 @@ func (q *Queue) Release(ctx context.Context, taskID string, retryAfter time.Dura
 	if rec.State != TaskLeased {
 		return nil
 	}
-	next := q.counts.clone()
+	next := q.counts
 	if err := b.Delete([]byte(queueLeasPrefix+taskID), nil); err != nil {
 		return fmt.Errorf("local queue: release: %w", err)
 	}
@@ -792,12 +827,12 @@ func (q *Queue) Release(ctx context.Context, taskID string, retryAfter time.Dura
 		return err
 	}
 	delete(q.leased, taskID)
-	q.addPendingLocked(rec.Domain, rec.Seq, q.clk.Now().Add(max(retryAfter, 0)))
+	q.addPendingLocked(rec.Domain, rec.Seq, rec.TaskID, q.clk.Now().Add(max(retryAfter, 0)))
 	return nil
 }
 
 // Counts returns the queue's counts.
-func (q *Queue) Counts() QueueCounts {
+func (q *Queue) Counts() Counts {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.counts.clone()
@@ -868,7 +903,7 @@ func (rec *queueRecord) taskRecord() *TaskRecord {
 
 // Task returns one task's record, or an ENOTFOUND error.
 func (q *Queue) Task(ctx context.Context, taskID string) (*TaskRecord, error) {
-	release, err := q.s.acquire(ctx, "get task")
+	release, err := q.ks.Acquire(ctx, "get task")
 	if err != nil {
 		return nil, err
 	}
@@ -886,7 +921,7 @@ func (q *Queue) Task(ctx context.Context, taskID string) (*TaskRecord, error) {
 // RangeDone calls f for every finished task's report (done or skipped), in task id order,
 // until f returns false. It reads the whole queue; use it for summaries, not per request.
 func (q *Queue) RangeDone(ctx context.Context, f func(t *downloader.Task, r *downloader.Report) bool) error {
-	return rangeRecords(ctx, q.s, func(rec *queueRecord) bool {
+	return rangeRecords(ctx, q.ks, func(rec *queueRecord) bool {
 		return !(rec.State == TaskDone || rec.State == TaskSkipped) || rec.Report == nil || f(&rec.Task, rec.Report)
 	})
 }
@@ -903,9 +938,9 @@ func (q *Queue) expireLocked(now time.Time) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	b := q.s.db.NewBatch()
+	b := q.ks.NewBatch()
 	defer b.Close()
-	next := q.counts.clone()
+	next := q.counts
 	var back []*queueRecord
 	for _, id := range ids {
 		rec, ok, err := q.record(b, id)
@@ -928,7 +963,7 @@ func (q *Queue) expireLocked(now time.Time) error {
 	}
 	for _, rec := range back {
 		delete(q.leased, rec.TaskID)
-		q.addPendingLocked(rec.Domain, rec.Seq, time.Time{})
+		q.addPendingLocked(rec.Domain, rec.Seq, rec.TaskID, time.Time{})
 	}
 	if len(back) > 0 {
 		q.log.Warn("leases expired: tasks handed out again", "task_count", len(back))
@@ -937,7 +972,7 @@ func (q *Queue) expireLocked(now time.Time) error {
 }
 
 // toPending adds to b the writes that return the leased rec to pending.
-func (q *Queue) toPending(b *pebble.Batch, rec *queueRecord, next *QueueCounts) error {
+func (q *Queue) toPending(b *pebble.Batch, rec *queueRecord, next *Counts) error {
 	rec.State = TaskPending
 	rec.LeaseExpiresAt = time.Time{}
 	if err := q.putRecord(b, rec); err != nil {
@@ -951,15 +986,12 @@ func (q *Queue) toPending(b *pebble.Batch, rec *queueRecord, next *QueueCounts) 
 	return nil
 }
 
-// addPendingLocked counts one more pending task of domain, its index entry at seq (written
-// and committed), due no earlier than notBefore. Requires q.mu held.
-func (q *Queue) addPendingLocked(domain string, seq uint64, notBefore time.Time) {
+// addPendingLocked adds the pending task id (of seq) of domain to the in-memory index, its
+// index entry written and committed, due no earlier than notBefore. Requires q.mu held.
+func (q *Queue) addPendingLocked(domain string, seq uint64, id string, notBefore time.Time) {
 	d := q.domainLocked(domain)
-	if d.pending == 0 || seq < d.floor {
-		// A domain with no pending task has no index entry: its floor is this one.
-		d.floor = seq
-	}
-	d.pending++
+	d.tasks.push(seq)
+	q.noteIDLocked(seq, []byte(id))
 	if h, ok := q.holds[domain]; ok {
 		if h.After(q.clk.Now()) {
 			notBefore = later(notBefore, h)
@@ -987,38 +1019,19 @@ func (q *Queue) domainLocked(domain string) *queueDomain {
 	return d
 }
 
-// firstPending returns the first pending task of d as b sees it, or nil. It looks from
-// d.floor on: below it there is no pending entry, only tombstones.
-func (q *Queue) firstPending(b *pebble.Batch, d *queueDomain) (*queueRecord, error) {
-	domain := d.name
-	prefix := queuePendPrefix + escapeDomain(domain) + ":"
-	iter, err := b.NewIter(&pebble.IterOptions{LowerBound: pendingKey(domain, d.floor), UpperBound: prefixEnd(prefix)})
-	if err != nil {
-		return nil, fmt.Errorf("local queue: pending of %s: %w", domain, err)
-	}
-	var id string
-	if iter.First() {
-		v, err := iter.ValueAndErr()
-		if err != nil {
-			_ = iter.Close()
-			return nil, fmt.Errorf("local queue: pending of %s: %w", domain, err)
+// dropIfEmptyLocked puts d back in its place in the ready heap, or forgets it once it has
+// no pending task. Requires q.mu held.
+func (q *Queue) dropIfEmptyLocked(d *queueDomain) {
+	if d.pending() > 0 {
+		if d.index >= 0 {
+			heap.Fix(&q.ready, d.index)
 		}
-		id = string(v)
+		return
 	}
-	if err := iter.Close(); err != nil {
-		return nil, fmt.Errorf("local queue: pending of %s: %w", domain, err)
+	if d.index >= 0 {
+		heap.Remove(&q.ready, d.index)
 	}
-	if id == "" {
-		return nil, nil
-	}
-	rec, ok, err := q.record(b, id)
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		return nil, fmt.Errorf("local queue: pending task %s has no record", id)
-	}
-	return rec, nil
+	delete(q.domains, d.name)
 }
 
 // record reads a task record through b (an indexed batch sees its own writes; nil or a
@@ -1032,7 +1045,7 @@ func (q *Queue) record(b *pebble.Batch, id string) (*queueRecord, bool, error) {
 	if b != nil && b.Indexed() {
 		v, ok, err = batchGet(b, []byte(queueTaskPrefix+id))
 	} else {
-		v, ok, err = q.s.get([]byte(queueTaskPrefix + id))
+		v, ok, err = q.ks.Get([]byte(queueTaskPrefix + id))
 	}
 	if err != nil || !ok {
 		return nil, ok, err
@@ -1061,16 +1074,23 @@ func (q *Queue) putRecord(b *pebble.Batch, rec *queueRecord) error {
 	return nil
 }
 
-// commit writes next as the counts into b, commits it and, on success, makes next the
-// counts in memory. Requires q.mu held.
-func (q *Queue) commit(b *pebble.Batch, next QueueCounts, opts *pebble.WriteOptions) error {
-	v, err := json.Marshal(next)
-	if err != nil {
-		return fmt.Errorf("local queue: encode counts: %w", err)
+// putCounts adds to b the stored counts of next (those no index gives back: see the
+// package comment), for a batch that changes them.
+func (q *Queue) putCounts(b *pebble.Batch, next *Counts) error {
+	buf, _ := q.recordBufs.Get().(*[]byte)
+	if buf == nil {
+		buf = new([]byte)
 	}
-	if err := b.Set([]byte(queueCountsKey), v, nil); err != nil {
+	defer q.recordBufs.Put(buf)
+	*buf = appendStoredCounts((*buf)[:0], next)
+	if err := b.Set([]byte(queueCountsKey), *buf, nil); err != nil {
 		return fmt.Errorf("local queue: put counts: %w", err)
 	}
+	return nil
+}
+
+// commit commits b and, on success, makes next the counts in memory. Requires q.mu held.
+func (q *Queue) commit(b *pebble.Batch, next Counts, opts *pebble.WriteOptions) error {
 	if err := b.Commit(opts); err != nil {
 		return fmt.Errorf("local queue: commit: %w", err)
 	}
@@ -1099,7 +1119,7 @@ func batchGet(b *pebble.Batch, key []byte) ([]byte, bool, error) {
 }
 
 func pendingKey(domain string, seq uint64) []byte {
-	return fmt.Appendf(nil, "%s%s:%016x", queuePendPrefix, escapeDomain(domain), seq)
+	return fmt.Appendf(nil, "%s%s:%016x", queuePendPrefix, keys.EscapeDomain(domain), seq)
 }
 
 func queueURLKey(canonical string) []byte {
@@ -1107,12 +1127,111 @@ func queueURLKey(canonical string) []byte {
 	return []byte(queueURLPrefix + hex.EncodeToString(sum[:]))
 }
 
-// unescapeDomain reverses escapeDomain.
-func unescapeDomain(s string) string {
-	if !strings.Contains(s, "%") {
-		return s
+// noteIDLocked remembers id as the id of the pending task of seq when it is not the seq's
+// own form (defaultTaskID). Requires q.mu held.
+func (q *Queue) noteIDLocked(seq uint64, id []byte) {
+	var buf [16]byte
+	if string(appendTaskID(buf[:0], seq)) != string(id) {
+		q.otherIDs[seq] = string(id)
 	}
-	return strings.NewReplacer("%3A", ":", "%25", "%").Replace(s)
+}
+
+// taskIDLocked is the id of the pending task of seq. Requires q.mu held.
+func (q *Queue) taskIDLocked(seq uint64) string {
+	if id, ok := q.otherIDs[seq]; ok {
+		return id
+	}
+	return defaultTaskID(seq)
+}
+
+// defaultTaskID is the id the queue gives a task submitted without one: its seq, in 16
+// lower-case hex digits (task ids then sort in submission order).
+func defaultTaskID(seq uint64) string {
+	var buf [16]byte
+	return string(appendTaskID(buf[:0], seq))
+}
+
+func appendTaskID(b []byte, seq uint64) []byte {
+	const digits = "0123456789abcdef"
+	for i := 60; i >= 0; i -= 4 {
+		b = append(b, digits[(seq>>uint(i))&0xf])
+	}
+	return b
+}
+
+// pendingHeap is a domain's pending tasks' seqs, a min-heap: the first submitted is the
+// first handed out, and a task put back (a release, a retry in place, an expired lease)
+// is first again. Written out rather than through container/heap, whose Push and Pop box
+// each element.
+type pendingHeap []uint64
+
+func (h *pendingHeap) push(t uint64) {
+	*h = append(*h, t)
+	s := *h
+	for i := len(s) - 1; i > 0; {
+		p := (i - 1) / 2
+		if s[p] <= s[i] {
+			break
+		}
+		s[p], s[i] = s[i], s[p]
+		i = p
+	}
+}
+
+// pop removes and returns the lowest seq; h must not be empty.
+func (h *pendingHeap) pop() uint64 {
+	s := *h
+	t := s[0]
+	h.removeAt(0)
+	return t
+}
+
+// remove removes the task of seq, reporting whether it was there. It scans the heap: it
+// serves only a report of a task that is pending again, which is rare.
+func (h *pendingHeap) remove(seq uint64) bool {
+	for i, t := range *h {
+		if t == seq {
+			h.removeAt(i)
+			return true
+		}
+	}
+	return false
+}
+
+func (h *pendingHeap) removeAt(i int) {
+	s := *h
+	n := len(s) - 1
+	s[i] = s[n]
+	s = s[:n]
+	*h = s
+	if i == n {
+		return
+	}
+	// Down, then up: the element moved to i may be larger or smaller than its new parent.
+	j := i
+	for {
+		l := 2*j + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && s[r] < s[l] {
+			m = r
+		}
+		if s[j] <= s[m] {
+			break
+		}
+		s[j], s[m] = s[m], s[j]
+		j = m
+	}
+	for j > 0 {
+		p := (j - 1) / 2
+		if s[p] <= s[j] {
+			break
+		}
+		s[p], s[j] = s[j], s[p]
+		j = p
+	}
 }
 
 // domainHeap orders domains by nextAt.

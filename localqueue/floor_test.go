@@ -1,4 +1,4 @@
-package embedded
+package localqueue
 
 import (
 	"fmt"
@@ -9,54 +9,77 @@ import (
 
 	"downloader"
 	"downloader/clock"
+	"downloader/store/keys"
 )
 
-// checkPendingFloors fails t unless every domain's floor is at or below its first pending
-// index entry and its count matches its entries, and no domain the queue does not know of
-// has an entry: a task below a floor, or of a forgotten domain, would never be leased.
-func checkPendingFloors(t *testing.T, q *Queue, step string) {
+// checkPendingIndex fails t unless the in-memory index holds exactly the stored pending
+// index: every domain's tasks are its stored entries (seq and id), the counts match, and
+// no domain the queue does not know of has an entry. A task missing from memory would
+// never be leased; one in memory only would be leased from nothing.
+func checkPendingIndex(t *testing.T, q *Queue, step string) {
 	t.Helper()
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	iter, err := q.s.db.NewIter(nil)
+	iter, err := q.ks.NewIter(t.Context(), []byte(queuePendPrefix), keys.PrefixEnd(queuePendPrefix))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer iter.Close()
-	entries := map[string][]uint64{}
-	for ok := iter.SeekGE([]byte(queuePendPrefix)); ok && strings.HasPrefix(string(iter.Key()), queuePendPrefix); ok = iter.Next() {
+	entries := map[string][]string{}
+	for ok := iter.First(); ok; ok = iter.Next() {
 		k := string(iter.Key()[len(queuePendPrefix):])
 		i := strings.LastIndexByte(k, ':')
 		var seq uint64
 		if _, err := fmt.Sscanf(k[i+1:], "%x", &seq); err != nil {
 			t.Fatalf("%s: key %q: %v", step, iter.Key(), err)
 		}
-		entries[unescapeDomain(k[:i])] = append(entries[unescapeDomain(k[:i])], seq)
+		name := keys.UnescapeDomain(k[:i])
+		entries[name] = append(entries[name], fmt.Sprintf("%d=%s", seq, iter.Value()))
 	}
-	for name, seqs := range entries {
+	total := 0
+	for name, stored := range entries {
 		d := q.domains[name]
 		if d == nil {
-			t.Fatalf("%s: %s has pending entries %v but the queue does not know the domain", step, name, seqs)
+			t.Fatalf("%s: %s has pending entries %v but the queue does not know the domain", step, name, stored)
 		}
-		if seqs[0] < d.floor {
-			t.Fatalf("%s: %s's first pending entry %d is below its floor %d: hidden", step, name, seqs[0], d.floor)
+		var mem []string
+		for _, seq := range d.tasks {
+			mem = append(mem, fmt.Sprintf("%d=%s", seq, q.taskIDLocked(seq)))
 		}
-		if d.pending != len(seqs) {
-			t.Fatalf("%s: %s counts %d pending, has entries %v", step, name, d.pending, seqs)
+		slices.Sort(mem)
+		slices.Sort(stored)
+		if !slices.Equal(mem, stored) {
+			t.Fatalf("%s: %s holds %v in memory, %v stored", step, name, mem, stored)
 		}
+		if d.tasks[0] != slices.Min(d.tasks) {
+			t.Fatalf("%s: %s's first task %d is not its lowest seq", step, name, d.tasks[0])
+		}
+		total += len(stored)
 	}
 	for name, d := range q.domains {
 		if len(entries[name]) == 0 {
-			t.Fatalf("%s: %s counts %d pending, has no entry", step, name, d.pending)
+			t.Fatalf("%s: %s counts %d pending, has no entry", step, name, d.pending())
 		}
+	}
+	for seq := range q.otherIDs {
+		found := false
+		for _, d := range q.domains {
+			found = found || slices.Contains(d.tasks, seq)
+		}
+		if !found {
+			t.Fatalf("%s: otherIDs holds %d, which no domain has pending", step, seq)
+		}
+	}
+	if want := total + q.retries.Len(); q.counts.PendingCount != want {
+		t.Fatalf("%s: pending_count %d, want %d (index entries and retries)", step, q.counts.PendingCount, want)
 	}
 }
 
-// TestQueuePendingFloor: whatever puts a task back below a domain's floor (a release, a
+// TestQueuePendingFloor: whatever puts a task back before a domain's others (a release, a
 // retry in place, an expired lease, a backoff's end, a submit after the domain drained, a
-// restart), no task is hidden: after every step the floors are at or below the first
-// pending entries, and at the end every unfinished task is leased again, with or without
-// a restart of the queue before.
+// restart), no task is hidden: after every step the in-memory index is the stored one,
+// first submitted first, and at the end every unfinished task is leased again, with or
+// without a restart of the queue before.
 func TestQueuePendingFloor(t *testing.T) {
 	type step struct {
 		op   string // submit, lease, release, own_failure, backoff, done, expire
@@ -134,7 +157,12 @@ func TestQueuePendingFloor(t *testing.T) {
 					case "submit":
 						var tasks []downloader.Task
 						for _, u := range st.urls {
-							tasks = append(tasks, downloader.Task{URL: u})
+							task := downloader.Task{URL: u}
+							if strings.HasPrefix(u, "http://b.test/") {
+								// An id of its own, which the index keeps beside the seq.
+								task.TaskID = "own-" + strings.TrimPrefix(u, "http://b.test/")
+							}
+							tasks = append(tasks, task)
 						}
 						for _, r := range submit(t, q, tasks...) {
 							ids[r.URL] = r.TaskID
@@ -167,7 +195,7 @@ func TestQueuePendingFloor(t *testing.T) {
 							}
 						}
 					}
-					checkPendingFloors(t, q, name)
+					checkPendingIndex(t, q, name)
 				}
 				if restart {
 					if err := s.Close(); err != nil {
@@ -175,7 +203,7 @@ func TestQueuePendingFloor(t *testing.T) {
 					}
 					s = openTest(t, dir)
 					q = openRetryQueue(t, s, clk)
-					checkPendingFloors(t, q, "after the restart")
+					checkPendingIndex(t, q, "after the restart")
 				}
 				clk.Advance(2 * time.Minute) // past every lease and backoff
 				var left, want []string
@@ -185,7 +213,7 @@ func TestQueuePendingFloor(t *testing.T) {
 						break
 					}
 					left = append(left, urls(more)...)
-					checkPendingFloors(t, q, "leasing what is left")
+					checkPendingIndex(t, q, "leasing what is left")
 				}
 				for u := range ids {
 					if !finished[u] {

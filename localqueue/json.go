@@ -1,6 +1,7 @@
-package embedded
+package localqueue
 
 import (
+	"slices"
 	"strconv"
 
 	"downloader"
@@ -62,4 +63,53 @@ func encodeQueueRecord(b []byte, rec *queueRecord) ([]byte, error) {
 		}
 	}
 	return append(b, '}'), nil
+}
+
+// storedCounts is the stored form of Counts (queueCountsKey): the counts no index gives
+// back. appendStoredCounts writes json.Marshal's bytes of it by hand (a table test
+// compares the two): it is encoded with every report.
+type storedCounts struct {
+	DoneCount      int                           `json:"done_count"`
+	SucceededCount int                           `json:"succeeded_count"`
+	SkippedCount   int                           `json:"skipped_count"`
+	RetryCount     int                           `json:"retry_count"`
+	FailedCount    map[downloader.FailReason]int `json:"failed_count"`
+	PageCount      int                           `json:"page_count"`
+}
+
+// appendStoredCounts appends the stored form of c to b, as json.Marshal(storedCounts)
+// would write it (map keys sorted).
+func appendStoredCounts(b []byte, c *Counts) []byte {
+	b = append(b, `{"done_count":`...)
+	b = strconv.AppendInt(b, int64(c.DoneCount), 10)
+	b = append(b, `,"succeeded_count":`...)
+	b = strconv.AppendInt(b, int64(c.SucceededCount), 10)
+	b = append(b, `,"skipped_count":`...)
+	b = strconv.AppendInt(b, int64(c.SkippedCount), 10)
+	b = append(b, `,"retry_count":`...)
+	b = strconv.AppendInt(b, int64(c.RetryCount), 10)
+	b = append(b, `,"failed_count":`...)
+	if c.FailedCount == nil {
+		b = append(b, "null"...)
+	} else {
+		var arr [16]string // no allocation for the usual handful of reasons
+		reasons := arr[:0]
+		for r := range c.FailedCount {
+			reasons = append(reasons, string(r))
+		}
+		slices.Sort(reasons)
+		b = append(b, '{')
+		for i, r := range reasons {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = downloader.AppendJSONString(b, r)
+			b = append(b, ':')
+			b = strconv.AppendInt(b, int64(c.FailedCount[downloader.FailReason(r)]), 10)
+		}
+		b = append(b, '}')
+	}
+	b = append(b, `,"page_count":`...)
+	b = strconv.AppendInt(b, int64(c.PageCount), 10)
+	return append(b, '}')
 }

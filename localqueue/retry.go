@@ -1,4 +1,4 @@
-package embedded
+package localqueue
 
 import (
 	"container/heap"
@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"downloader"
+	"downloader/store/keys"
 )
 
 // Retries. The local queue stands in for the scheduler (SPEC §1), so it follows the
@@ -39,7 +40,7 @@ const (
 	DefaultMaxOwnFailureCount = 10
 )
 
-func (c *QueueConfig) retryDefaults() {
+func (c *Config) retryDefaults() {
 	if c.MaxAttemptCount <= 0 {
 		c.MaxAttemptCount = DefaultMaxAttemptCount
 	}
@@ -97,7 +98,7 @@ func FailureClass(r *downloader.Report) string {
 }
 
 // decide updates rec's attempt counts for the report r and says what to do with it.
-func (c *QueueConfig) decide(rec *queueRecord, r *downloader.Report, now time.Time) retryDecision {
+func (c *Config) decide(rec *queueRecord, r *downloader.Report, now time.Time) retryDecision {
 	rec.NextAttemptAt = time.Time{}
 	class := FailureClass(r)
 	if class == "own" {
@@ -132,7 +133,7 @@ func (c *QueueConfig) decide(rec *queueRecord, r *downloader.Report, now time.Ti
 // at most RetryMaxDelay, of which the upper half is jitter ("equal jitter": never less
 // than half the nominal wait, so that retries of many tasks spread without any coming
 // back early).
-func (c *QueueConfig) backoff(attempt int) time.Duration {
+func (c *Config) backoff(attempt int) time.Duration {
 	d := c.RetryBaseDelay
 	for i := 1; i < attempt && d < c.RetryMaxDelay; i++ {
 		d *= 2
@@ -152,8 +153,7 @@ func retryValue(at time.Time, domain string) []byte {
 
 // loadRetries rebuilds the retry heap from the index. Requires q.mu held.
 func (q *Queue) loadRetries(ctx context.Context) error {
-	iter, err := q.s.db.NewIterWithContext(ctx, &pebble.IterOptions{
-		LowerBound: []byte(queueRetrPrefix), UpperBound: prefixEnd(queueRetrPrefix)})
+	iter, err := q.ks.NewIter(ctx, []byte(queueRetrPrefix), keys.PrefixEnd(queueRetrPrefix))
 	if err != nil {
 		return fmt.Errorf("local queue: scan retries: %w", err)
 	}
@@ -182,7 +182,7 @@ func (q *Queue) promoteRetriesLocked(now time.Time) error {
 	if q.retries.Len() == 0 || q.retries[0].at.After(now) {
 		return nil
 	}
-	b := q.s.db.NewBatch()
+	b := q.ks.NewBatch()
 	defer b.Close()
 	var due []retryEntry
 	for q.retries.Len() > 0 && !q.retries[0].at.After(now) {
@@ -213,14 +213,14 @@ func (q *Queue) promoteRetriesLocked(now time.Time) error {
 			return fmt.Errorf("local queue: promote retries: %w", err)
 		}
 	}
-	if err := q.commit(b, q.counts.clone(), pebble.NoSync); err != nil {
+	if err := q.commit(b, q.counts, pebble.NoSync); err != nil {
 		for _, e := range due {
 			heap.Push(&q.retries, e)
 		}
 		return err
 	}
 	for _, rec := range back {
-		q.addPendingLocked(rec.Domain, rec.Seq, time.Time{})
+		q.addPendingLocked(rec.Domain, rec.Seq, rec.TaskID, time.Time{})
 	}
 	return nil
 }

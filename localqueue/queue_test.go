@@ -1,28 +1,27 @@
-package embedded
+package localqueue
 
 import (
-	"bytes"
 	"fmt"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	"downloader"
 	"downloader/clock"
+	"downloader/store/embedded"
 )
 
 var queueStart = time.Date(2026, 5, 6, 7, 0, 0, 0, time.UTC)
 
 func ms(n int64) *int64 { return &n }
 
-func openQueueTest(t *testing.T, s *Store, clk clock.Clock) *Queue {
+func openQueueTest(t *testing.T, s *embedded.Store, clk clock.Clock) *Queue {
 	t.Helper()
-	q, err := OpenQueue(t.Context(), s, QueueConfig{Clock: clk, LeaseDuration: time.Minute,
+	q, err := Open(t.Context(), s, Config{Clock: clk, LeaseDuration: time.Minute,
 		Lookahead: 500 * time.Millisecond, DefaultMinInterval: 2 * time.Second})
 	if err != nil {
-		t.Fatalf("OpenQueue: %v", err)
+		t.Fatalf("Open: %v", err)
 	}
 	return q
 }
@@ -271,7 +270,7 @@ func TestQueueRelease(t *testing.T) {
 // counts and the done tasks are as they were and every lease of the old run is pending.
 func TestQueueRestart(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
-	s, err := Open(dir, nil)
+	s, err := embedded.Open(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,121 +331,56 @@ func TestQueueRestart(t *testing.T) {
 	}
 }
 
-func TestOutbox(t *testing.T) {
+// TestQueueCountsStored: only a report writes the stored counts, and they hold only what no
+// index gives back; on open the pending and leased counts come from the indexes, whatever
+// a directory written before stored for them.
+func TestQueueCountsStored(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
-	s, err := Open(dir, nil)
+	s, err := embedded.Open(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := t.Context()
-	o := NewOutbox(s)
-	for i := range 5 {
-		if err := o.PutReport(ctx, okReport(fmt.Sprintf("t%d", i), queueStart, "")); err != nil {
+	clk := clock.NewFake(queueStart)
+	q := openQueueTest(t, s, clk)
+	stored := func() string {
+		t.Helper()
+		v, _, err := q.ks.Get([]byte(queueCountsKey))
+		if err != nil {
 			t.Fatal(err)
 		}
+		return string(v)
 	}
-	// A newer report of t1 replaces the older one.
-	newer := failReport("t1", queueStart.Add(time.Second), downloader.FailHTTPStatusError)
-	if err := o.PutReport(ctx, newer); err != nil {
+	submit(t, q, downloader.Task{URL: "http://a.test/1", MinIntervalMs: ms(0)}, downloader.Task{URL: "http://b.test/1", MinIntervalMs: ms(0)},
+		downloader.Task{URL: "http://c.test/1", MinIntervalMs: ms(0)})
+	got := lease(t, q, 2)
+	if v := stored(); v != "" {
+		t.Fatalf("counts stored by a submit or a lease: %s", v)
+	}
+	if err := q.Report(t.Context(), okReport(got[0].TaskID, clk.Now(), "p")); err != nil {
 		t.Fatal(err)
 	}
-	page, err := o.PendingReports(ctx, "", 2)
-	if err != nil || len(page) != 2 || page[0].TaskID != "t0" || page[1].TaskID != "t1" || page[1].FailReason == nil {
-		t.Fatalf("first page = %+v, %v", page, err)
+	want := `{"done_count":1,"succeeded_count":1,"skipped_count":0,"retry_count":0,"failed_count":{},"page_count":1}`
+	if v := stored(); v != want {
+		t.Fatalf("stored counts after a report = %s, want %s", v, want)
 	}
-	rest, err := o.PendingReports(ctx, page[1].TaskID, 10)
-	if err != nil || len(rest) != 3 || rest[0].TaskID != "t2" {
-		t.Fatalf("second page = %+v, %v", rest, err)
+	if err := q.Release(t.Context(), got[1].TaskID, 0); err != nil {
+		t.Fatal(err)
 	}
-	// Deleting the older report of t1 leaves the newer one.
-	if ok, err := o.DeleteReport(ctx, okReport("t1", queueStart, "")); ok || err != nil {
-		t.Fatalf("delete of a replaced report = %v, %v", ok, err)
+	lease(t, q, 1)
+	if v := stored(); v != want {
+		t.Fatalf("stored counts after a release and a lease = %s, want %s (unchanged)", v, want)
 	}
-	if ok, err := o.DeleteReport(ctx, newer); !ok || err != nil {
-		t.Fatalf("delete = %v, %v", ok, err)
-	}
-	if ok, err := o.DeleteReport(ctx, newer); ok || err != nil {
-		t.Fatalf("second delete = %v, %v", ok, err)
-	}
-	if err := o.PutReport(ctx, &downloader.Report{}); downloader.ErrorField(err) != "task_id" {
-		t.Fatalf("report without task id: %v", err)
+	// As a build that stored every count would have left it, stale.
+	old := `{"pending_count":99,"leased_count":7,"done_count":1,"succeeded_count":1,"skipped_count":0,"retry_count":0,"failed_count":{},"page_count":1}`
+	if err := q.ks.Set([]byte(queueCountsKey), []byte(old), nil); err != nil {
+		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	// Durable across a restart.
-	o2 := NewOutbox(openTest(t, dir))
-	if n, err := o2.ReportCount(ctx); n != 4 || err != nil {
-		t.Fatalf("after restart %d reports, %v; want 4", n, err)
-	}
-}
-
-// TestOutboxListingFloor checks that the listing floor (where a listing from the start
-// begins) never hides a report: puts below a raised floor, deletes of the first reports,
-// an emptied outbox and puts after it are all listed.
-func TestOutboxListingFloor(t *testing.T) {
-	s := openTest(t, filepath.Join(t.TempDir(), "store"))
-	ctx := t.Context()
-	o := NewOutbox(s)
-	ids := func() []string {
-		t.Helper()
-		var got []string
-		after := ""
-		for {
-			page, err := o.PendingReports(ctx, after, 2)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(page) == 0 {
-				return got
-			}
-			for _, r := range page {
-				got = append(got, r.TaskID)
-			}
-			after = page[len(page)-1].TaskID
-		}
-	}
-	put := func(ids ...string) {
-		t.Helper()
-		for _, id := range ids {
-			if err := o.PutReport(ctx, okReport(id, queueStart, "")); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	del := func(ids ...string) {
-		t.Helper()
-		var rs []downloader.Report
-		for _, id := range ids {
-			rs = append(rs, *okReport(id, queueStart, ""))
-		}
-		if err := o.DeleteReports(ctx, rs); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, step := range []struct {
-		name  string
-		do    func()
-		want  string
-		floor string // the floor's key after the listings
-	}{
-		{"first puts", func() { put("m", "n", "o", "p") }, "m n o p", outboxPrefix + "m"},
-		{"first two deleted: the floor rises to o", func() { del("m", "n") }, "o p", outboxPrefix + "o"},
-		{"a put below the floor", func() { put("a") }, "a o p", outboxPrefix + "a"},
-		{"a put between", func() { put("n2") }, "a n2 o p", outboxPrefix + "a"},
-		{"everything deleted", func() { del("a", "n2", "o", "p") }, "", string(prefixEnd(outboxPrefix))},
-		{"puts after the outbox was empty", func() { put("z", "b") }, "b z", outboxPrefix + "b"},
-		{"the last deleted", func() { del("z") }, "b", outboxPrefix + "b"},
-	} {
-		step.do()
-		// Twice: the first listing may move the floor, the second starts from it.
-		for range 2 {
-			if got := strings.Join(ids(), " "); got != step.want {
-				t.Fatalf("%s: listed %q, want %q", step.name, got, step.want)
-			}
-		}
-		if !bytes.Equal(o.floor, []byte(step.floor)) {
-			t.Fatalf("%s: floor %q, want %q", step.name, o.floor, step.floor)
-		}
+	q2 := openQueueTest(t, openTest(t, dir), clk)
+	c := q2.Counts()
+	if c.PendingCount != 2 || c.LeasedCount != 0 || c.DoneCount != 1 || c.SucceededCount != 1 || c.PageCount != 1 || c.TotalCount() != 3 {
+		t.Fatalf("counts after reopen = %+v; want 2 pending (one back from its lease), 0 leased, 1 done", c)
 	}
 }
