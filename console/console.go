@@ -23,7 +23,6 @@ package console
 
 import (
 	"embed"
-	"encoding/json"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -35,6 +34,7 @@ import (
 	"time"
 
 	"downloader"
+	"downloader/internal/httpjson"
 	"downloader/clock"
 	"downloader/observe"
 )
@@ -177,10 +177,10 @@ func (c *Console) page(name string, build func(r *http.Request) (any, error)) ht
 	})
 }
 
-type errorBody struct {
-	Error string `json:"error"`
-	Field string `json:"field,omitempty"`
-}
+// errorBody and writeJSON are the service's one error body and JSON answer (httpjson).
+type errorBody = httpjson.ErrorBody
+
+func writeJSON(w http.ResponseWriter, status int, v any) { httpjson.Write(w, status, v) }
 
 // api answers the JSON of f, or its error as {"error", "field"} with the service's codes.
 func (c *Console) api(f func(r *http.Request) (any, error)) http.Handler {
@@ -198,14 +198,6 @@ func (c *Console) api(f func(r *http.Request) (any, error)) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, v)
 	})
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(v)
 }
 
 // intParam reads an integer query parameter in [lo, hi]; absent means def.

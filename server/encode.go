@@ -9,23 +9,16 @@ import (
 	"strings"
 
 	"downloader"
+	"downloader/internal/httpjson"
 )
 
 // maxBodyBytes bounds every request body.
 const maxBodyBytes = 1 << 20
 
-type errorBody struct {
-	Error string `json:"error"`
-	Field string `json:"field,omitempty"`
-}
+// errorBody and writeJSON are the service's one error body and JSON answer (httpjson).
+type errorBody = httpjson.ErrorBody
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(v)
-}
+func writeJSON(w http.ResponseWriter, status int, v any) { httpjson.Write(w, status, v) }
 
 // httpStatus maps the root error codes to HTTP statuses; it is the only such map.
 func httpStatus(code string) int {
