@@ -34,8 +34,8 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/internal/httpjson"
 	"downloader/clock"
+	"downloader/internal/httpjson"
 	"downloader/observe"
 )
 
