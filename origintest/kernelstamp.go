@@ -25,7 +25,9 @@ import (
 // client whose request went out in two writes (net/http sends a body it cannot size in
 // time as chunked, headers first) would be blamed for a gap it never made. So after a
 // claim the connection stamps nothing until the server is done with the request
-// (http.StateIdle), and the next stamp is the next request's first byte.
+// (http.StateIdle), and the next stamp is the next request's first byte. (A next request
+// read together with the previous one's last bytes, as a pipelining client sends it, is
+// then unstamped: counted by UnstampedCount, never stamped early.)
 //
 // The kernel stamps a segment, not a byte, and when segments queue up unread it merges
 // them and keeps the later stamp: a request that came in several segments is stamped no
