@@ -17,6 +17,21 @@ import (
 // received on the socket), not from when the handler goroutine got to run. On a loaded
 // machine the latter lags by whole scheduler slices, differently for new and reused
 // connections, and would blame the client for the server's own scheduling.
+//
+// A stamp belongs to the request whose first bytes it came with. The HTTP origin takes a
+// request's stamp when its handler starts; bytes of that request read after (its body,
+// the terminator of a chunked body, read by the server before it answers) must not stamp
+// the next request on the connection, which would then seem to arrive when they did: a
+// client whose request went out in two writes (net/http sends a body it cannot size in
+// time as chunked, headers first) would be blamed for a gap it never made. So after a
+// claim the connection stamps nothing until the server is done with the request
+// (http.StateIdle), and the next stamp is the next request's first byte. (A next request
+// read together with the previous one's last bytes, as a pipelining client sends it, is
+// then unstamped: counted by UnstampedCount, never stamped early.)
+//
+// The kernel stamps a segment, not a byte, and when segments queue up unread it merges
+// them and keeps the later stamp: a request that came in several segments is stamped no
+// earlier than its first, and at most as late as the last one read with it.
 
 type connKey struct{}
 
@@ -68,6 +83,9 @@ type stampConn struct {
 
 	mu      sync.Mutex
 	pending time.Time
+	// inRequest: an HTTP request's stamp was claimed and the server is not done with it:
+	// what is read meanwhile is still that request's, and stamps nothing.
+	inRequest bool
 }
 
 func (c *stampConn) Read(p []byte) (int, error) {
@@ -94,7 +112,7 @@ func (c *stampConn) Read(p []byte) (int, error) {
 	}
 	if at, ok := receiveTime(oob[:oobn]); ok {
 		c.mu.Lock()
-		if c.pending.IsZero() {
+		if c.pending.IsZero() && !c.inRequest {
 			c.pending = at
 		}
 		c.mu.Unlock()
@@ -102,13 +120,40 @@ func (c *stampConn) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// claim returns the receive time of the current request's first byte and clears it.
+// claim returns the receive time of the first byte read since the last claim and clears
+// it (raw origins: ReceivedAt).
 func (c *stampConn) claim() (time.Time, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	at := c.pending
 	c.pending = time.Time{}
 	return at, !at.IsZero()
+}
+
+// claimRequest is claim for an HTTP request whose handler starts: until requestDone,
+// nothing read stamps the next request.
+func (c *stampConn) claimRequest() (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at := c.pending
+	c.pending, c.inRequest = time.Time{}, true
+	return at, !at.IsZero()
+}
+
+// requestDone is told that the server is done with the connection's request (its answer
+// is written, its body read or given up): the next byte read is the next request's.
+func (c *stampConn) requestDone() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pending, c.inRequest = time.Time{}, false
+}
+
+// connState is the origin's http.Server.ConnState: an idle connection waits for its next
+// request.
+func connState(c net.Conn, s http.ConnState) {
+	if sc, ok := c.(*stampConn); ok && s == http.StateIdle {
+		sc.requestDone()
+	}
 }
 
 func receiveTime(oob []byte) (time.Time, bool) {
@@ -133,7 +178,7 @@ func withConn(ctx context.Context, c net.Conn) context.Context {
 // arrivalTime is the kernel receive time of r's first byte when known (ok), else now.
 func arrivalTime(r *http.Request) (time.Time, bool) {
 	if c, ok := r.Context().Value(connKey{}).(*stampConn); ok {
-		if at, ok := c.claim(); ok {
+		if at, ok := c.claimRequest(); ok {
 			return at, true
 		}
 	}

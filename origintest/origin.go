@@ -16,9 +16,10 @@ import (
 
 // Arrival is one request as the origin saw it.
 type Arrival struct {
-	Host string
-	Path string
-	At   time.Time
+	Host   string
+	Path   string
+	At     time.Time
+	Remote string // the client's address: which connection the request came on
 }
 
 // Origin is a recording origin server. Safe for concurrent use.
@@ -52,6 +53,7 @@ func New(h http.Handler) *Origin {
 	}))
 	o.srv.Listener = newStampListener(o.srv.Listener)
 	o.srv.Config.ConnContext = withConn
+	o.srv.Config.ConnState = connState
 	o.srv.Start()
 	return o
 }
@@ -69,7 +71,7 @@ func (o *Origin) record(r *http.Request) {
 		host = h
 	}
 	o.mu.Lock()
-	o.arrivals = append(o.arrivals, Arrival{Host: strings.ToLower(host), Path: r.URL.Path, At: now})
+	o.arrivals = append(o.arrivals, Arrival{Host: strings.ToLower(host), Path: r.URL.Path, At: now, Remote: r.RemoteAddr})
 	if !isKernelTime {
 		o.unstamped++
 	}
