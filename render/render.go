@@ -146,6 +146,13 @@ type Config struct {
 	// of when its network first goes quiet; only benchmarks set it
 	// (docs/benchmarks-render.md).
 	refillAtLoad bool
+	// debugf, when set, is told every CDP message the local browser's connection sends
+	// ("-> {...}") and receives; only benchmarks set it, to count the protocol calls of a
+	// render (docs/benchmarks-render.md).
+	debugf func(format string, args ...any)
+	// onWipe, when set, is told how long each wipe between two renders of a long-lived
+	// tab took; only benchmarks set it.
+	onWipe func(time.Duration)
 
 	DefaultTimeout time.Duration // a render's timeout when Render is given none
 

@@ -362,7 +362,12 @@ func (p *Pool) reuse(t *tab) {
 	p.mu.Unlock()
 	keep = keep && t.b.alive() && !t.isDetached() && !t.tr.state().crashed && !p.isHeapOver(t)
 	if keep {
-		if err := t.wipe(origins, docOrigins); err != nil {
+		wipeStart := p.clk.Now()
+		err := t.wipe(origins, docOrigins)
+		if p.cfg.onWipe != nil {
+			p.cfg.onWipe(p.clk.Now().Sub(wipeStart))
+		}
+		if err != nil {
 			if t.b.alive() && p.ctx.Err() == nil && !errors.Is(err, errReplaceTab) {
 				p.log.Warn("render: wiping a tab failed; replacing it", "error", err)
 			}
