@@ -200,7 +200,7 @@ func (x *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		x.rp.ServeHTTP(w, r) // a main document: not one of the page's sub-requests
 		return
 	}
-	if st.proxyCounts() && !isMainDocument(r, st.domain) {
+	if st.proxyCounts(r) {
 		if d, err := downloader.NormalizeDomain(r.URL.Host); err == nil && !st.admitSubrequest(d) {
 			x.log.Debug("render sub-request over the render's cap, refused", "domain", d)
 			// Our own limit, as the tracker reads it from the mark.
@@ -346,7 +346,8 @@ type renderState struct {
 	unwiredHops    atomic.Int32    // hops admitted and not yet on the wire
 
 	caps          subrequestCaps
-	pausedCount   bool           // the tab's pauser counts sub-requests (the proxy does not)
+	pausedCount   bool           // the tab's pauser counts the https sub-requests, the proxy the plain-http ones it was not told of
+	decided       map[string]int // plain-http URLs the pauser let through, not yet seen by the proxy
 	atProxy       *proxyHops     // the proxy admits the main document hops (interceptProxy)
 	tunnelCounts  bool           // each CONNECT to another host is a sub-request (interceptProxy)
 	subCount      int            // sub-requests let through
@@ -437,19 +438,49 @@ func (c guardCounts) fill(hs *downloader.HealthSignal) {
 	hs.PopupCount, hs.SkippedFrameCount, hs.CappedSubrequestCount = &c.popups, &c.skippedFrames, &c.capped
 }
 
-// countsAtPauser makes the tab's pauser, which sees every request of the page's frames
-// before it is sent (HTTPS included, where the proxy sees only a tunnel), count the
-// sub-requests instead of the proxy.
+// countsAtPauser makes the tab's pauser count the sub-requests it sees (every https://
+// request of the page's frames, where the proxy sees only a tunnel) and tell the proxy
+// which plain http:// requests it let through (documents): the proxy counts the others.
 func (st *renderState) countsAtPauser() {
 	st.mu.Lock()
 	st.pausedCount = true
 	st.mu.Unlock()
 }
 
-func (st *renderState) proxyCounts() bool {
+// markDecided records that the pauser let the plain http:// request u go on (a document,
+// or a same-host iframe it counted itself): not one for the proxy to count.
+func (st *renderState) markDecided(u string) {
 	st.mu.Lock()
-	defer st.mu.Unlock()
-	return !st.pausedCount
+	if st.decided == nil {
+		st.decided = make(map[string]int)
+	}
+	st.decided[u]++
+	st.mu.Unlock()
+}
+
+// proxyCounts reports whether the proxy counts the plain http:// request r under the
+// render's caps: with a pauser, every one it did not let through itself (the pauser does
+// not pause plain-http sub-requests); without one, every one but a navigation of the
+// page's own host. A document the pauser let through whose request never came leaves a
+// mark that one later request to the same URL uses up: at most one uncounted request per
+// document the pauser admitted or counted.
+func (st *renderState) proxyCounts(r *http.Request) bool {
+	st.mu.Lock()
+	paused := st.pausedCount
+	if paused {
+		u := r.URL.String()
+		if n := st.decided[u]; n > 0 {
+			if n == 1 {
+				delete(st.decided, u)
+			} else {
+				st.decided[u] = n - 1
+			}
+			st.mu.Unlock()
+			return false
+		}
+	}
+	st.mu.Unlock()
+	return paused || !isMainDocument(r, st.domain)
 }
 
 var errReleased = errors.New("render proxy: render over")

@@ -250,19 +250,19 @@ func (p *Pool) newTab(ctx context.Context, b *browser) (*tab, error) {
 	return t, nil
 }
 
-// setSkip makes the browser skip the resource types of set from now on: with a pauser
-// its decision (hops.go; the patterns, every request, stay), else one protocol round trip
-// when they differ from the tab's.
+// setSkip makes the browser skip the resource types of set from now on: one protocol
+// round trip when they differ from the tab's (the Fetch patterns name the types; with a
+// pauser, the decision is its own, hops.go).
 func (t *tab) setSkip(ctx context.Context, set skipSet) error {
 	if slices.Equal(set, t.skipping) {
 		return nil
 	}
-	if t.pause != nil || t.b.prof.interception == interceptProxy {
-		t.skipping = set // the pauser's decision, or none to be had (no Fetch.enable)
+	if t.b.prof.interception == interceptProxy {
+		t.skipping = set // none to be had (no Fetch.enable)
 		return nil
 	}
 	var err error
-	if patterns := fetchPatterns(set, false); len(patterns) == 0 {
+	if patterns := fetchPatterns(set, t.pause != nil); len(patterns) == 0 {
 		_, err = chromedp.Call(ctx, fetch.Disable, cdp.Empty{})
 	} else {
 		_, err = chromedp.Call(ctx, fetch.Enable, fetch.EnableParams{Patterns: patterns})
