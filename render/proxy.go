@@ -52,10 +52,15 @@ type proxy struct {
 	wg      sync.WaitGroup // handlers, tunnels and the server
 }
 
-func (p *Pool) newProxy() (*proxy, error) {
-	ln, err := net.Listen("tcp", net.JoinHostPort(p.cfg.ProxyHost, "0"))
-	if err != nil {
-		return nil, fmt.Errorf("render proxy: listen: %w", err)
+// newProxy makes a render's proxy; with listen, on a listener of its own (else it serves
+// only the connections handed to it: a relay's, the guard proxy's requests).
+func (p *Pool) newProxy(listen bool) (*proxy, error) {
+	var ln net.Listener
+	if listen {
+		var err error
+		if ln, err = net.Listen("tcp", net.JoinHostPort(p.cfg.ProxyHost, "0")); err != nil {
+			return nil, fmt.Errorf("render proxy: listen: %w", err)
+		}
 	}
 	var tok [12]byte
 	rand.Read(tok[:])
@@ -93,11 +98,19 @@ func (p *Pool) newProxy() (*proxy, error) {
 		BaseContext:       func(net.Listener) context.Context { return x.ctx },
 		ErrorLog:          log.New(io.Discard, "", 0),
 	}
-	x.wg.Go(func() { x.srv.Serve(ln) })
+	if ln != nil {
+		x.wg.Go(func() { x.srv.Serve(ln) })
+	}
 	return x, nil
 }
 
-func (x *proxy) addr() string { return x.ln.Addr().String() }
+// addr is the proxy's own listening address; "" for one without a listener.
+func (x *proxy) addr() string {
+	if x.ln == nil {
+		return ""
+	}
+	return x.ln.Addr().String()
+}
 
 // arm makes the proxy serve the render st.
 func (x *proxy) arm(st *renderState) {

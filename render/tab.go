@@ -73,9 +73,11 @@ type tabUse struct {
 
 // newUse makes a use with a new proxy, for a tab whose main frame is not known yet. On a
 // server that cannot pause requests as asked (interceptProxy) there is no pauser: the
-// proxy sees and counts every request.
-func (p *Pool) newUse(parent context.Context, prof profile) (*tabUse, error) {
-	px, err := p.newProxy()
+// proxy sees and counts every request. The proxy listens on an address of its own only
+// when the tab's browser context is pointed at it (listen: a context per render); a
+// long-lived context's relay, or the server-wide guard proxy, hands it its connections.
+func (p *Pool) newUse(parent context.Context, prof profile, listen bool) (*tabUse, error) {
+	px, err := p.newProxy(listen)
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +142,7 @@ func (p *Pool) newTab(ctx context.Context, b *browser) (*tab, error) {
 		c.prof = b.prof
 		t.conn, on = c, c
 	}
-	u, err := p.newUse(on.ctx, b.prof)
+	u, err := p.newUse(on.ctx, b.prof, !p.isWipe(b) && b.prof.proxy == proxyPerContext)
 	if err != nil {
 		if t.conn != nil {
 			t.conn.close()
@@ -377,7 +379,7 @@ func (p *Pool) reuse(t *tab) {
 	var u *tabUse
 	if keep {
 		var err error
-		if u, err = p.newUse(t.ctx, t.b.prof); err != nil {
+		if u, err = p.newUse(t.ctx, t.b.prof, false); err != nil { // a relay's
 			p.log.Warn("render: new proxy", "error", err)
 			keep = false
 		}
