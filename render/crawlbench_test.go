@@ -35,12 +35,15 @@ import (
 //
 // Variants: pool (the service's pool as shipped: IsolationWipe, images, media and fonts
 // skipped, hops admitted, every request through the guarded proxy); pool-context (the
-// same with IsolationContext, for the choice of the default); bare-multisite (plain
+// same with IsolationContext, for the choice of the default); pool-agents (the pool with
+// chromedp's CSS, DOM and Log agents left on, for that choice; not in the default grid); bare-multisite (plain
 // chromedp, a long-lived tab per worker, no isolation, no proxy); shared-context
 // (Crawlee's default: one shared browser context, a new tab per page, closed after).
 // Concurrency 1, 4 and 8. Reported per run: pages/s, p50_ms, cpu_ms/page (every process
 // of the variant's browser, exited renderers included through the reaping zygote, and
-// this process), origin_requests/page, peak_pss_MB.
+// this process), origin_requests/page, peak_pss_MB; for the pool also cdp_calls/page (the
+// CDP commands sent, the tabs' upkeep included; by method with RENDER_BENCH_CDP set) and
+// wipe_ms (the mean wipe between two renders of a tab).
 //
 // RENDER_BENCH_PAGES, RENDER_BENCH_VARIANTS and RENDER_BENCH_CONCURRENCY narrow the grid
 // (space-separated lists).
@@ -97,7 +100,7 @@ func benchCrawl(b *testing.B, o *crawlOrigin, variant, pg string, c int, run int
 	var render func(u string) error
 	startCount := func() {}
 	switch variant {
-	case "pool", "pool-context":
+	case "pool", "pool-context", "pool-agents":
 		iso := IsolationWipe
 		if variant == "pool-context" {
 			iso = IsolationContext
@@ -108,9 +111,10 @@ func benchCrawl(b *testing.B, o *crawlOrigin, variant, pg string, c int, run int
 		p, err := New(Config{
 			Concurrency: c, QueueLength: c, UserAgent: testUserAgent, Guard: o.guard,
 			Logger: slog.New(slog.DiscardHandler), Isolation: iso,
-			Hops:   limiterHops{l: limiter.New(clock.Real{})},
-			debugf: calls.debugf,
-			onWipe: func(d time.Duration) { wipes.Add(1); wipeNanos.Add(int64(d)) },
+			Hops:       limiterHops{l: limiter.New(clock.Real{})},
+			debugf:     calls.debugf,
+			keepAgents: variant == "pool-agents",
+			onWipe:     func(d time.Duration) { wipes.Add(1); wipeNanos.Add(int64(d)) },
 		})
 		if err != nil {
 			b.Fatal(err)

@@ -150,6 +150,9 @@ type Config struct {
 	// ("-> {...}") and receives; only benchmarks set it, to count the protocol calls of a
 	// render (docs/benchmarks-render.md).
 	debugf func(format string, args ...any)
+	// keepAgents leaves the CSS, DOM and Log agents chromedp enables on in the pool's tabs
+	// (quietAgents); only benchmarks set it.
+	keepAgents bool
 	// onWipe, when set, is told how long each wipe between two renders of a long-lived
 	// tab took; only benchmarks set it.
 	onWipe func(time.Duration)

@@ -11,8 +11,11 @@ import (
 
 	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/css"
+	"github.com/chromedp/cdproto/dom"
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/fetch"
+	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
@@ -189,6 +192,9 @@ func (p *Pool) newTab(ctx context.Context, b *browser) (*tab, error) {
 			if err := p.setUserAgent(ctx, tg, b.prof); err != nil {
 				return err
 			}
+			if err := p.quietAgents(ctx, tg, b.prof); err != nil {
+				return err
+			}
 			if len(patterns) == 0 {
 				return nil
 			}
@@ -273,6 +279,29 @@ func (t *tab) setSkip(ctx context.Context, set skipSet) error {
 		return fmt.Errorf("skip resource types (Fetch): %w", err)
 	}
 	t.skipping = set
+	return nil
+}
+
+// quietAgents turns off the inspector agents chromedp enables on every tab and the pool
+// never reads: CSS (an event per stylesheet, with its header, and the agent's bookkeeping
+// of every rule), DOM (node ids for the client, and on each new document a
+// DOM.documentUpdated after which chromedp asks for the document again: two to four
+// round trips per render) and Log (an event per console violation or intervention). The
+// page's own work is not touched; measured in docs/benchmarks-render.md. CSS goes before
+// DOM, which it needs. Chromium only (another server keeps what it has).
+func (p *Pool) quietAgents(ctx context.Context, s cdp.Session, prof profile) error {
+	if p.cfg.keepAgents || prof.interception != interceptFetch {
+		return nil
+	}
+	if _, err := cdp.Call(ctx, s, css.Disable, cdp.Empty{}); err != nil {
+		return fmt.Errorf("CSS.disable: %w", err)
+	}
+	if _, err := cdp.Call(ctx, s, dom.Disable, cdp.Empty{}); err != nil {
+		return fmt.Errorf("DOM.disable: %w", err)
+	}
+	if _, err := cdp.Call(ctx, s, cdplog.Disable, cdp.Empty{}); err != nil {
+		return fmt.Errorf("Log.disable: %w", err)
+	}
 	return nil
 }
 
@@ -362,10 +391,17 @@ func (p *Pool) reuse(t *tab) {
 	}
 	keep := !p.closed && p.cur == t.b && t.sc.renders < p.cfg.MaxContextRenders
 	p.mu.Unlock()
-	keep = keep && t.b.alive() && !t.isDetached() && !t.tr.state().crashed && !p.isHeapOver(t)
+	keep = keep && t.b.alive() && !t.isDetached() && !t.tr.state().crashed
 	if keep {
 		wipeStart := p.clk.Now()
+		// The heap is asked for beside the wipe, not before it (one round trip less); a
+		// tab over the bound is replaced, its wipe wasted.
+		heapOver := make(chan bool, 1)
+		go func() { heapOver <- p.isHeapOver(t) }()
 		err := t.wipe(origins, docOrigins)
+		if <-heapOver {
+			keep = false
+		}
 		if p.cfg.onWipe != nil {
 			p.cfg.onWipe(p.clk.Now().Sub(wipeStart))
 		}
