@@ -213,6 +213,15 @@ func (x *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		x.rp.ServeHTTP(w, r) // a main document: not one of the page's sub-requests
 		return
 	}
+	if isSpeculativeRequest(r) {
+		// A prefetch the pauser did not see (a plain-http subresource prefetch: Chromium's
+		// Fetch filter takes no Prefetch type): a load of a page nobody asked for, sent
+		// nowhere, as the pauser fails the ones it sees (hops.go, isSpeculative).
+		x.log.Debug("render prefetch refused", "host", r.URL.Host)
+		w.Header().Set(proxyErrorHeader, x.token+" "+string(downloader.FailSelfRateLimited))
+		w.WriteHeader(http.StatusForbidden)
+		return
+	}
 	if st.proxyCounts(r) {
 		if d, err := downloader.NormalizeDomain(r.URL.Host); err == nil && !st.admitSubrequest(d) {
 			x.log.Debug("render sub-request over the render's cap, refused", "domain", d)
@@ -224,6 +233,17 @@ func (x *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	x.rp.ServeHTTP(w, r)
+}
+
+// isSpeculativeRequest reports whether a plain-http request is a speculative load, by the
+// header the browser marks prefetches with (Sec-Purpose, or the older Purpose).
+func isSpeculativeRequest(r *http.Request) bool {
+	for _, k := range []string{"Sec-Purpose", "Purpose"} {
+		if strings.Contains(strings.ToLower(r.Header.Get(k)), "prefetch") {
+			return true
+		}
+	}
+	return false
 }
 
 // isMainDocument tells, without a pauser, a navigation of the page's own host (the main
