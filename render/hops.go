@@ -40,8 +40,8 @@ var errHopRefused = errors.New("render: a main document hop was not admitted bef
 // request, whose sub-requests the proxy cannot count inside a CONNECT tunnel. A plain
 // http:// sub-request is not paused: the proxy sees it as a request of its own and counts
 // it under the render's caps (renderState.proxyCounts), so the caps stay exact without a
-// round trip. (A plain-http prefetch, which the local browser's flags turn off, is then
-// one more capped sub-request rather than failed; the filter takes no Prefetch type.)
+// round trip. (A plain-http prefetch, which the filter cannot name, the filter taking no
+// Prefetch type, is refused by the proxy from its Sec-Purpose header.)
 func pausePatterns(skip skipSet) []*fetch.RequestPattern {
 	out := []*fetch.RequestPattern{
 		{URLPattern: "*", ResourceType: network.ResourceTypeDocument, RequestStage: fetch.RequestStageRequest},

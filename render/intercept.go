@@ -76,9 +76,9 @@ func fetchPatterns(skip skipSet, withPauser bool) []*fetch.RequestPattern {
 }
 
 // typePattern is the Fetch pattern of the requests of type t; none for Prefetch, which
-// Chromium's filter refuses ("Unknown resource type in fetch filter"): a skipped prefetch
-// is then caught only where every request is paused (https://, hops.go), and the local
-// browser's flags turn prefetching off.
+// Chromium's filter refuses ("Unknown resource type in fetch filter"): a prefetch is
+// caught where every request is paused (https://, hops.go) and, over plain http, refused
+// by the proxy from its Sec-Purpose header; the local browser's flags turn prefetching off.
 func typePattern(t network.ResourceType) []*fetch.RequestPattern {
 	if t == network.ResourceTypePrefetch {
 		return nil
