@@ -217,7 +217,11 @@ func (p *Pool) launch(gen int) (*browser, error) {
 	errf := func(format string, args ...any) {
 		p.log.Debug("chromedp error", "message", fmt.Sprintf(format, args...))
 	}
-	rootCtx, rootCancel := chromedp.NewContext(allocCtx, chromedp.WithLogf(logf), chromedp.WithErrorf(errf))
+	ctxOpts := []chromedp.ContextOption{chromedp.WithLogf(logf), chromedp.WithErrorf(errf)}
+	if p.cfg.debugf != nil {
+		ctxOpts = append(ctxOpts, chromedp.WithDebugf(p.cfg.debugf))
+	}
+	rootCtx, rootCancel := chromedp.NewContext(allocCtx, ctxOpts...)
 	// closeFn runs once: chromedp's cancel waits for its allocation token, and when no
 	// browser was ever allocated (the pool closed during the launch) a second call waits
 	// for a token that the first one took, for ever.

@@ -1,12 +1,16 @@
 package render
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -31,12 +35,15 @@ import (
 //
 // Variants: pool (the service's pool as shipped: IsolationWipe, images, media and fonts
 // skipped, hops admitted, every request through the guarded proxy); pool-context (the
-// same with IsolationContext, for the choice of the default); bare-multisite (plain
+// same with IsolationContext, for the choice of the default); pool-agents (the pool with
+// chromedp's CSS, DOM and Log agents left on, for that choice; not in the default grid); bare-multisite (plain
 // chromedp, a long-lived tab per worker, no isolation, no proxy); shared-context
 // (Crawlee's default: one shared browser context, a new tab per page, closed after).
 // Concurrency 1, 4 and 8. Reported per run: pages/s, p50_ms, cpu_ms/page (every process
 // of the variant's browser, exited renderers included through the reaping zygote, and
-// this process), origin_requests/page, peak_pss_MB.
+// this process), origin_requests/page, peak_pss_MB; for the pool also cdp_calls/page (the
+// CDP commands sent, the tabs' upkeep included; by method with RENDER_BENCH_CDP set) and
+// wipe_ms (the mean wipe between two renders of a tab).
 //
 // RENDER_BENCH_PAGES, RENDER_BENCH_VARIANTS and RENDER_BENCH_CONCURRENCY narrow the grid
 // (space-separated lists).
@@ -91,21 +98,37 @@ func crawlURL(pg string, run, i int64) string {
 
 func benchCrawl(b *testing.B, o *crawlOrigin, variant, pg string, c int, run int64) {
 	var render func(u string) error
+	startCount := func() {}
 	switch variant {
-	case "pool", "pool-context":
+	case "pool", "pool-context", "pool-agents":
 		iso := IsolationWipe
 		if variant == "pool-context" {
 			iso = IsolationContext
 		}
+		calls := newCDPCounter()
+		var wipes atomic.Int64
+		var wipeNanos atomic.Int64
 		p, err := New(Config{
 			Concurrency: c, QueueLength: c, UserAgent: testUserAgent, Guard: o.guard,
 			Logger: slog.New(slog.DiscardHandler), Isolation: iso,
-			Hops: limiterHops{l: limiter.New(clock.Real{})},
+			Hops:       limiterHops{l: limiter.New(clock.Real{})},
+			debugf:     calls.debugf,
+			keepAgents: variant == "pool-agents",
+			onWipe:     func(d time.Duration) { wipes.Add(1); wipeNanos.Add(int64(d)) },
 		})
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer p.Close()
+		defer func() {
+			// Counted from the warm-up's end: the calls of b.N renders and of their tabs'
+			// upkeep (wipes, replacements).
+			calls.report(b, b.N)
+			if n := wipes.Load(); n > 0 {
+				b.ReportMetric(float64(wipeNanos.Load())/float64(n)/1e6, "wipe_ms")
+			}
+		}()
+		startCount = func() { calls.reset(); wipes.Store(0); wipeNanos.Store(0) }
 		render = func(u string) error {
 			out := p.Render(context.Background(), o.url(u), nil, 30*time.Second)
 			if out.FailReason != "" || deref(out.TextLength) <= 0 {
@@ -123,6 +146,7 @@ func benchCrawl(b *testing.B, o *crawlOrigin, variant, pg string, c int, run int
 		b.Fatal(err)
 	}
 	var seq atomic.Int64
+	startCount()
 	before := o.requests.Load()
 	runBench(b, c, func() error { return render(crawlURL(pg, run, seq.Add(1)-1)) })
 	b.ReportMetric(float64(o.requests.Load()-before)/float64(b.N), "origin_requests/page")
@@ -189,5 +213,57 @@ func bareCrawler(b *testing.B, o *crawlOrigin, variant string, c int) func(u str
 			return fmt.Errorf("%s %s: fail_reason=%s text_length=%d", variant, u, failReason(out), deref(out.TextLength))
 		}
 		return nil
+	}
+}
+
+// cdpCounter counts the CDP commands a pool's browser connection sends, by method
+// (Config.debugf sees each message sent as "-> {json}").
+type cdpCounter struct {
+	mu       sync.Mutex
+	byMethod map[string]int
+}
+
+func newCDPCounter() *cdpCounter { return &cdpCounter{byMethod: make(map[string]int)} }
+
+func (c *cdpCounter) debugf(format string, args ...any) {
+	if !strings.HasPrefix(format, "->") || len(args) == 0 {
+		return
+	}
+	msg, ok := args[0].([]byte)
+	if !ok {
+		return
+	}
+	_, rest, ok := bytes.Cut(msg, []byte(`"method":"`))
+	if !ok {
+		return
+	}
+	m, _, _ := bytes.Cut(rest, []byte(`"`))
+	c.mu.Lock()
+	c.byMethod[string(m)]++
+	c.mu.Unlock()
+}
+
+func (c *cdpCounter) reset() {
+	c.mu.Lock()
+	clear(c.byMethod)
+	c.mu.Unlock()
+}
+
+// report gives the commands per render, in total and, with RENDER_BENCH_CDP set, by
+// method on the log.
+func (c *cdpCounter) report(b *testing.B, n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	total := 0
+	for _, v := range c.byMethod {
+		total += v
+	}
+	b.ReportMetric(float64(total)/float64(n), "cdp_calls/page")
+	if os.Getenv("RENDER_BENCH_CDP") != "" {
+		var sb strings.Builder
+		for _, m := range slices.Sorted(maps.Keys(c.byMethod)) {
+			fmt.Fprintf(&sb, " %s=%.2f", m, float64(c.byMethod[m])/float64(n))
+		}
+		b.Logf("cdp calls per page (N=%d):%s", n, sb.String())
 	}
 }

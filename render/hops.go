@@ -27,14 +27,27 @@ type HopAdmitter = limiter.HopAdmitter
 // errHopRefused ends a render whose main document could not be admitted in time.
 var errHopRefused = errors.New("render: a main document hop was not admitted before the deadline")
 
-// pausePatterns makes the browser pause every request of the tab's frames before it is
-// sent, until we continue or fail it (Fetch.requestPaused): documents for the hops and
-// frames, the rest for the render's sub-request caps, which the proxy cannot count inside
-// a CONNECT tunnel.
-var pausePatterns = []*fetch.RequestPattern{{
-	URLPattern:   "*",
-	RequestStage: fetch.RequestStageRequest,
-}}
+// pausePatterns are the patterns of a tab with a pauser: the browser pauses, before they
+// are sent, the requests the pauser must decide on, and no other (each paused request
+// costs a CDP round trip on its way out, measured in docs/benchmarks-render.md): every
+// document (the hops and frames), every request of a skipped type, and every https://
+// request, whose sub-requests the proxy cannot count inside a CONNECT tunnel. A plain
+// http:// sub-request is not paused: the proxy sees it as a request of its own and counts
+// it under the render's caps (renderState.proxyCounts), so the caps stay exact without a
+// round trip. (A plain-http prefetch, which the filter cannot name, the filter taking no
+// Prefetch type, is refused by the proxy from its Sec-Purpose header.)
+func pausePatterns(skip skipSet) []*fetch.RequestPattern {
+	out := []*fetch.RequestPattern{
+		{URLPattern: "*", ResourceType: network.ResourceTypeDocument, RequestStage: fetch.RequestStageRequest},
+		{URLPattern: "https://*", RequestStage: fetch.RequestStageRequest},
+	}
+	for _, t := range skip {
+		if t != network.ResourceTypeDocument {
+			out = append(out, typePattern(t)...)
+		}
+	}
+	return out
+}
 
 // frameMode is what the pauser does with an iframe's document request to a host other
 // than the main document's. Only frameAdmitNow (the zero value) is used by the service;
@@ -205,7 +218,7 @@ func (p *pauser) handle(tctx context.Context, e *fetch.EventRequestPaused) {
 	r, domain, d := p.decide(e)
 	switch d {
 	case decideContinue:
-		p.resume(tctx, e.RequestID)
+		p.pass(tctx, r, e)
 		return
 	case decideFail:
 		p.fail(tctx, e.RequestID)
@@ -218,13 +231,13 @@ func (p *pauser) handle(tctx context.Context, e *fetch.EventRequestPaused) {
 		p.wg.Go(func() { p.fail(tctx, e.RequestID) })
 		return
 	case decideAdmitFrame:
-		p.wg.Go(func() { p.admitFrame(tctx, r, e.RequestID, domain) })
+		p.wg.Go(func() { p.admitFrame(tctx, r, e, domain) })
 		return
 	case decideSubrequest:
 		// Not on the queue's goroutine: a page's burst of sub-requests would wait for one
 		// CDP round trip after another.
 		if r.st.admitSubrequest(domain) {
-			p.wg.Go(func() { p.resume(tctx, e.RequestID) })
+			p.wg.Go(func() { p.pass(tctx, r, e) })
 		} else {
 			p.wg.Go(func() { p.fail(tctx, e.RequestID) })
 		}
@@ -233,17 +246,18 @@ func (p *pauser) handle(tctx context.Context, e *fetch.EventRequestPaused) {
 	if r.st.coveredByFirst(domain) {
 		// Nothing of the page's own request went on the wire yet (the browser upgraded
 		// it to HTTPS by itself, say): the caller's admission covers this one.
-		p.resume(tctx, e.RequestID)
+		p.pass(tctx, r, e)
 		return
 	}
 	// Waiting here would hold up the queue: an iframe's request paused meanwhile would
 	// wait for the main frame's turn.
-	p.wg.Go(func() { p.admit(tctx, r, e.RequestID, domain) })
+	p.wg.Go(func() { p.admit(tctx, r, e, domain) })
 }
 
 // admitFrame admits an iframe's document request (frameAdmitNow, frameAdmitWait), or
 // fails it and counts it skipped; the render goes on either way.
-func (p *pauser) admitFrame(tctx context.Context, r *hopRender, id fetch.RequestID, domain string) {
+func (p *pauser) admitFrame(tctx context.Context, r *hopRender, e *fetch.EventRequestPaused, domain string) {
+	id := e.RequestID
 	ctx, cancel := context.WithCancel(r.ctx)
 	defer cancel()
 	stop := context.AfterFunc(tctx, cancel)
@@ -260,12 +274,13 @@ func (p *pauser) admitFrame(tctx context.Context, r *hopRender, id fetch.Request
 		p.fail(tctx, id)
 		return
 	}
-	p.resume(tctx, id)
+	p.pass(tctx, r, e)
 }
 
 // admit waits for the hop's admission and lets the request go on, or fails it and ends
 // the render.
-func (p *pauser) admit(tctx context.Context, r *hopRender, id fetch.RequestID, domain string) {
+func (p *pauser) admit(tctx context.Context, r *hopRender, e *fetch.EventRequestPaused, domain string) {
+	id := e.RequestID
 	ctx, cancel := context.WithCancel(r.ctx)
 	defer cancel()
 	stop := context.AfterFunc(tctx, cancel)
@@ -288,7 +303,17 @@ func (p *pauser) admit(tctx context.Context, r *hopRender, id fetch.RequestID, d
 		p.fail(tctx, id) // the render ended meanwhile; addHop gave the admission back
 		return
 	}
-	p.resume(tctx, id)
+	p.pass(tctx, r, e)
+}
+
+// pass lets a paused request go on. A plain http:// one (a document: only those and the
+// skipped types are paused over http) is marked decided first, so that the proxy, which
+// counts the plain-http requests it was not told of as sub-requests, does not count it.
+func (p *pauser) pass(tctx context.Context, r *hopRender, e *fetch.EventRequestPaused) {
+	if e.Request != nil && strings.HasPrefix(e.Request.URL, "http://") {
+		r.st.markDecided(e.Request.URL)
+	}
+	p.resume(tctx, e.RequestID)
 }
 
 func (p *pauser) resume(tctx context.Context, id fetch.RequestID) {

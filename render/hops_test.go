@@ -630,3 +630,90 @@ func TestRenderHopsHTTPS(t *testing.T) {
 		}
 	}
 }
+
+// TestPauserPausesOnlyWhatItDecides: over plain http, a tab with a pauser pauses its
+// documents (and the skipped types) only, one CDP round trip each, and its sub-requests go
+// unpaused to the proxy, which counts them under the render's caps: the documents the
+// pauser let through (the page, a same-host iframe the pauser counts itself) are counted
+// once, so exactly the total cap of sub-requests reaches the origin.
+func TestPauserPausesOnlyWhatItDecides(t *testing.T) {
+	const total, fetches = 4, 7
+	f := getFixture(t)
+	o := origintest.New(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		switch {
+		case r.URL.Path == "/":
+			fmt.Fprint(w, `<!doctype html><html><body><p>A page with a frame and a burst.</p><p id="n"></p>
+<iframe src="/frame"></iframe>
+<script>
+let ok = 0;
+const all = [];
+for (let i = 0; i < `+fmt.Sprint(fetches)+`; i++) all.push(fetch("/api/" + i).then(r => { if (r.ok) ok++; }, () => {}));
+Promise.all(all).then(() => { document.getElementById("n").textContent = "answered " + ok; });
+</script></body></html>`)
+		case r.URL.Path == "/frame":
+			fmt.Fprint(w, `<p>frame</p>`)
+		case strings.HasPrefix(r.URL.Path, "/api/"):
+			fmt.Fprint(w, `{}`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(o.Close)
+	rule, err := netguard.ParseConnectTo(o.ConnectTo())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	sent := make(map[string]int)
+	l := limiter.New(clock.Real{})
+	p, err := New(Config{
+		Concurrency: 1, WarmTabs: 1, UserAgent: testUserAgent, Logger: testLogger(t),
+		Guard:              netguard.New(netguard.Config{ConnectTo: []netguard.Rule{rule}, Resolver: fakeResolver{}, Dialer: loopbackOnly{f}}),
+		Hops:               limiterHops{l: l},
+		MaxSubrequestCount: total,
+		debugf: func(format string, args ...any) {
+			if msg, ok := args[0].([]byte); ok && strings.HasPrefix(format, "->") {
+				for _, m := range []string{"Fetch.continueRequest", "Fetch.failRequest"} {
+					if strings.Contains(string(msg), `"method":"`+m+`"`) {
+						mu.Lock()
+						sent[m]++
+						mu.Unlock()
+					}
+				}
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	e := &hopEnv{o: o, l: l, p: p}
+	mu.Lock()
+	clear(sent) // the warm tab's own
+	mu.Unlock()
+	out := e.render(t, "paused.test/", 0, 20*time.Second)
+	if out.FailReason != "" || out.HTTPStatus != 200 {
+		t.Fatalf("fail_reason=%s http_status=%d", failReason(out), out.HTTPStatus)
+	}
+	frames, apis := 0, 0
+	for _, a := range o.Arrivals() {
+		switch {
+		case a.Path == "/frame":
+			frames++
+		case strings.HasPrefix(a.Path, "/api/"):
+			apis++
+		}
+	}
+	if frames != 1 || frames+apis != total {
+		t.Errorf("the origin got the frame %d times and %d API requests, want the frame once and %d sub-requests in all", frames, apis, total)
+	}
+	if n := deref(out.HealthSignal.CappedSubrequestCount); n != 1+fetches-total {
+		t.Errorf("capped_subrequest_count=%d, want %d", n, 1+fetches-total)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if sent["Fetch.continueRequest"] != 2 || sent["Fetch.failRequest"] != 0 {
+		t.Errorf("paused requests answered: %v, want 2 continued (the page, its frame) and none failed", sent)
+	}
+}

@@ -16,9 +16,10 @@ import (
 // type is failed in the browser before it is sent, as blocked by the client: it never
 // reaches our proxy or the origin, and it is counted in skipped_request_count (not in
 // subrequest_count, capped_subrequest_count or blocked_request_count). When the pool
-// admits hops, the tab's pauser already pauses every request (pausePatterns), and a tab
-// has one set of Fetch patterns (a second Fetch.enable replaces the first's): skipping is
-// then one of the pauser's decisions (hops.go), for the render's own set. Without a pauser
+// admits hops, the tab's pauser pauses documents, https requests and the skipped types
+// (pausePatterns), and a tab has one set of Fetch patterns (a second Fetch.enable replaces
+// the first's): skipping is then one of the pauser's decisions (hops.go), for the render's
+// own set, whose patterns the tab takes when the set changes. Without a pauser
 // (Config.Hops nil: tests, benchmarks) the browser pauses only the requests of the
 // skipped types (one pattern per type) and the skipper fails each at once, so a request
 // of any other type costs no protocol round trip. Network.setBlockedURLs, the mechanism
@@ -61,17 +62,28 @@ func (s skipSet) has(t network.ResourceType) bool {
 	return slices.Contains(s, t)
 }
 
-// fetchPatterns are the Fetch.enable patterns of a tab: every request when a pauser
-// decides on them (skipped types included), else its skipped types.
+// fetchPatterns are the Fetch.enable patterns of a tab: what its pauser decides on
+// (pausePatterns: documents, https requests, skipped types), else its skipped types.
 func fetchPatterns(skip skipSet, withPauser bool) []*fetch.RequestPattern {
 	if withPauser {
-		return pausePatterns
+		return pausePatterns(skip)
 	}
 	var out []*fetch.RequestPattern
 	for _, t := range skip {
-		out = append(out, &fetch.RequestPattern{URLPattern: "*", ResourceType: t, RequestStage: fetch.RequestStageRequest})
+		out = append(out, typePattern(t)...)
 	}
 	return out
+}
+
+// typePattern is the Fetch pattern of the requests of type t; none for Prefetch, which
+// Chromium's filter refuses ("Unknown resource type in fetch filter"): a prefetch is
+// caught where every request is paused (https://, hops.go) and, over plain http, refused
+// by the proxy from its Sec-Purpose header; the local browser's flags turn prefetching off.
+func typePattern(t network.ResourceType) []*fetch.RequestPattern {
+	if t == network.ResourceTypePrefetch {
+		return nil
+	}
+	return []*fetch.RequestPattern{{URLPattern: "*", ResourceType: t, RequestStage: fetch.RequestStageRequest}}
 }
 
 // skipper fails a pauser-less tab's paused requests (all of skipped types) and tells the

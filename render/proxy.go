@@ -52,10 +52,15 @@ type proxy struct {
 	wg      sync.WaitGroup // handlers, tunnels and the server
 }
 
-func (p *Pool) newProxy() (*proxy, error) {
-	ln, err := net.Listen("tcp", net.JoinHostPort(p.cfg.ProxyHost, "0"))
-	if err != nil {
-		return nil, fmt.Errorf("render proxy: listen: %w", err)
+// newProxy makes a render's proxy; with listen, on a listener of its own (else it serves
+// only the connections handed to it: a relay's, the guard proxy's requests).
+func (p *Pool) newProxy(listen bool) (*proxy, error) {
+	var ln net.Listener
+	if listen {
+		var err error
+		if ln, err = net.Listen("tcp", net.JoinHostPort(p.cfg.ProxyHost, "0")); err != nil {
+			return nil, fmt.Errorf("render proxy: listen: %w", err)
+		}
 	}
 	var tok [12]byte
 	rand.Read(tok[:])
@@ -93,11 +98,19 @@ func (p *Pool) newProxy() (*proxy, error) {
 		BaseContext:       func(net.Listener) context.Context { return x.ctx },
 		ErrorLog:          log.New(io.Discard, "", 0),
 	}
-	x.wg.Go(func() { x.srv.Serve(ln) })
+	if ln != nil {
+		x.wg.Go(func() { x.srv.Serve(ln) })
+	}
 	return x, nil
 }
 
-func (x *proxy) addr() string { return x.ln.Addr().String() }
+// addr is the proxy's own listening address; "" for one without a listener.
+func (x *proxy) addr() string {
+	if x.ln == nil {
+		return ""
+	}
+	return x.ln.Addr().String()
+}
 
 // arm makes the proxy serve the render st.
 func (x *proxy) arm(st *renderState) {
@@ -210,7 +223,16 @@ func (x *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusForbidden)
 		return
 	}
-	if st.proxyCounts() && !isMainDocument(r, st.domain) {
+	if isSpeculativeRequest(r) {
+		// A prefetch the pauser did not see (a plain-http subresource prefetch: Chromium's
+		// Fetch filter takes no Prefetch type): a load of a page nobody asked for, sent
+		// nowhere, as the pauser fails the ones it sees (hops.go, isSpeculative).
+		x.log.Debug("render prefetch refused", "host", r.URL.Host)
+		w.Header().Set(proxyErrorHeader, x.token+" "+string(downloader.FailSelfRateLimited))
+		w.WriteHeader(http.StatusForbidden)
+		return
+	}
+	if st.proxyCounts(r) {
 		if d, err := downloader.NormalizeDomain(r.URL.Host); err == nil && !st.admitSubrequest(d) {
 			x.log.Debug("render sub-request over the render's cap, refused", "domain", d)
 			// Our own limit, as the tracker reads it from the mark.
@@ -221,6 +243,17 @@ func (x *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	x.rp.ServeHTTP(w, r)
+}
+
+// isSpeculativeRequest reports whether a plain-http request is a speculative load, by the
+// header the browser marks prefetches with (Sec-Purpose, or the older Purpose).
+func isSpeculativeRequest(r *http.Request) bool {
+	for _, k := range []string{"Sec-Purpose", "Purpose"} {
+		if strings.Contains(strings.ToLower(r.Header.Get(k)), "prefetch") {
+			return true
+		}
+	}
+	return false
 }
 
 // isMainDocument tells, without a pauser, a navigation of the page's own host (the main
@@ -355,7 +388,8 @@ type renderState struct {
 	unwiredHops    atomic.Int32    // hops admitted and not yet on the wire
 
 	caps           subrequestCaps
-	pausedCount    bool           // the tab's pauser counts sub-requests (the proxy does not)
+	pausedCount    bool           // the tab's pauser counts the https sub-requests, the proxy the plain-http ones it was not told of
+	decided        map[string]int // plain-http URLs the pauser let through, not yet seen by the proxy
 	atProxy        *proxyHops     // the proxy admits the main document hops (interceptProxy)
 	tunnelCounts   bool           // each CONNECT to another host is a sub-request (interceptProxy)
 	subCount       int            // sub-requests let through
@@ -449,19 +483,49 @@ func (c guardCounts) fill(hs *downloader.HealthSignal) {
 	hs.PopupCount, hs.SkippedFrameCount, hs.CappedSubrequestCount = &c.popups, &c.skippedFrames, &c.capped
 }
 
-// countsAtPauser makes the tab's pauser, which sees every request of the page's frames
-// before it is sent (HTTPS included, where the proxy sees only a tunnel), count the
-// sub-requests instead of the proxy.
+// countsAtPauser makes the tab's pauser count the sub-requests it sees (every https://
+// request of the page's frames, where the proxy sees only a tunnel) and tell the proxy
+// which plain http:// requests it let through (documents): the proxy counts the others.
 func (st *renderState) countsAtPauser() {
 	st.mu.Lock()
 	st.pausedCount = true
 	st.mu.Unlock()
 }
 
-func (st *renderState) proxyCounts() bool {
+// markDecided records that the pauser let the plain http:// request u go on (a document,
+// or a same-host iframe it counted itself): not one for the proxy to count.
+func (st *renderState) markDecided(u string) {
 	st.mu.Lock()
-	defer st.mu.Unlock()
-	return !st.pausedCount
+	if st.decided == nil {
+		st.decided = make(map[string]int)
+	}
+	st.decided[u]++
+	st.mu.Unlock()
+}
+
+// proxyCounts reports whether the proxy counts the plain http:// request r under the
+// render's caps: with a pauser, every one it did not let through itself (the pauser does
+// not pause plain-http sub-requests); without one, every one but a navigation of the
+// page's own host. A document the pauser let through whose request never came leaves a
+// mark that one later request to the same URL uses up: at most one uncounted request per
+// document the pauser admitted or counted.
+func (st *renderState) proxyCounts(r *http.Request) bool {
+	st.mu.Lock()
+	paused := st.pausedCount
+	if paused {
+		u := r.URL.String()
+		if n := st.decided[u]; n > 0 {
+			if n == 1 {
+				delete(st.decided, u)
+			} else {
+				st.decided[u] = n - 1
+			}
+			st.mu.Unlock()
+			return false
+		}
+	}
+	st.mu.Unlock()
+	return paused || !isMainDocument(r, st.domain)
 }
 
 var errReleased = errors.New("render proxy: render over")

@@ -149,6 +149,16 @@ type Config struct {
 	// of when its network first goes quiet; only benchmarks set it
 	// (docs/benchmarks-render.md).
 	refillAtLoad bool
+	// debugf, when set, is told every CDP message the local browser's connection sends
+	// ("-> {...}") and receives; only benchmarks set it, to count the protocol calls of a
+	// render (docs/benchmarks-render.md).
+	debugf func(format string, args ...any)
+	// keepAgents leaves the CSS, DOM and Log agents chromedp enables on in the pool's tabs
+	// (quietAgents); only benchmarks set it.
+	keepAgents bool
+	// onWipe, when set, is told how long each wipe between two renders of a long-lived
+	// tab took; only benchmarks set it.
+	onWipe func(time.Duration)
 
 	DefaultTimeout time.Duration // a render's timeout when Render is given none
 

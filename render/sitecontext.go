@@ -127,52 +127,58 @@ var errReplaceTab = errors.New("render: a document origin of the render has no f
 // scripts (nothing more is written, no unload handler runs), clears the sessionStorage of
 // every origin the render had a document of (it belongs to this tab, and can be reached
 // only through a frame of that origin: errReplaceTab when one is gone), leaves the page
-// (about:blank) and forgets the tab's history (a later page can go back to none of it).
-// Then it clears every cookie of the context (set by JavaScript or Set-Cookie), the
-// storage of every origin the render touched, and the permissions granted. The HTTP cache
-// and the code cache are not storage types and stay. Storage.clearDataForOrigin acts on
-// its target's storage partition, the context's.
+// (about:blank) and, once about:blank has committed (the page's workers are gone with its
+// document), clears every cookie of the context (set by JavaScript or Set-Cookie), the
+// storage of every origin the render touched and the permissions granted, and forgets the
+// tab's history (a later page can go back to none of it). The HTTP cache and the code
+// cache are not storage types and stay. Storage.clearDataForOrigin acts on its target's
+// storage partition, the context's.
+//
+// The commands go in five rounds; the commands of a round do not depend on each other and
+// are sent together (CDP answers each on its own), so a wipe costs five round trips, not
+// one per command (docs/benchmarks-render.md). The proxy of the render is closed before
+// (tab.end): no response can set a cookie meanwhile.
 func (t *tab) wipe(origins, docOrigins []string) error {
 	ctx, cancel := context.WithTimeout(t.ctx, closeTimeout)
 	defer cancel()
-	if _, err := chromedp.Call(ctx, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: true}); err != nil {
-		return fmt.Errorf("wipe: stop scripts: %w", err)
-	}
-	tree, err := chromedp.Call(ctx, page.GetFrameTree, cdp.Empty{})
-	if err != nil {
-		return fmt.Errorf("wipe: frames: %w", err)
+	sc := t.sc
+	var tree page.GetFrameTreeResult
+	if err := together(
+		func() error {
+			_, err := chromedp.Call(ctx, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: true})
+			return wrapErr("wipe: stop scripts", err)
+		},
+		func() error {
+			// Sent after the command above on the same session, so read once scripts stop.
+			var err error
+			tree, err = chromedp.Call(ctx, page.GetFrameTree, cdp.Empty{})
+			return wrapErr("wipe: frames", err)
+		},
+	); err != nil {
+		return err
 	}
 	framed := frameOrigins(tree.FrameTree, nil)
+	var clears []func() error
 	for _, o := range docOrigins {
 		if !slices.Contains(framed, o) {
 			return errReplaceTab
 		}
-		if _, err := chromedp.Call(ctx, domstorage.Clear, domstorage.ClearParams{StorageID: &domstorage.StorageID{SecurityOrigin: o, IsLocalStorage: false}}); err != nil {
-			return fmt.Errorf("wipe %s: sessionStorage: %w", o, err)
-		}
+		clears = append(clears, func() error {
+			_, err := chromedp.Call(ctx, domstorage.Clear, domstorage.ClearParams{StorageID: &domstorage.StorageID{SecurityOrigin: o, IsLocalStorage: false}})
+			return wrapErr("wipe "+o+": sessionStorage", err)
+		})
 	}
-	// Leave the page without waiting for about:blank's load: the context-wide clearing
-	// below goes on meanwhile, and the tab's history is reset last, once it has committed
-	// (until then the tab's session may be between two documents).
-	if _, err := chromedp.Call(ctx, page.Navigate, page.NavigateParams{URL: "about:blank"}); err != nil {
-		return fmt.Errorf("wipe: leave the page: %w", err)
+	if err := together(clears...); err != nil {
+		return err
 	}
-	if err := t.setCacheDisabled(ctx, false); err != nil {
-		return fmt.Errorf("wipe: %w", err)
-	}
-	sc := t.sc
-	if _, err := cdp.Call(ctx, sc.b.b, storage.ClearCookies, storage.ClearCookiesParams{BrowserContextID: sc.id}); err != nil {
-		return fmt.Errorf("wipe: cookies: %w", err)
-	}
-	for _, o := range origins {
-		if _, err := chromedp.Call(ctx, storage.ClearDataForOrigin, storage.ClearDataForOriginParams{Origin: o, StorageTypes: wipeStorageTypes}); err != nil {
-			return fmt.Errorf("wipe %s: %w", o, err)
-		}
-	}
-	if len(origins) > 0 {
-		if _, err := cdp.Call(ctx, sc.b.b, cdpbrowser.ResetPermissions, cdpbrowser.ResetPermissionsParams{BrowserContextID: sc.id}); err != nil {
-			return fmt.Errorf("wipe: permissions: %w", err)
-		}
+	if err := together(
+		func() error {
+			_, err := chromedp.Call(ctx, page.Navigate, page.NavigateParams{URL: "about:blank"})
+			return wrapErr("wipe: leave the page", err)
+		},
+		func() error { return wrapErr("wipe", t.setCacheDisabled(ctx, false)) },
+	); err != nil {
+		return err
 	}
 	// The render's tracker still follows the tab: about:blank's commit is in it.
 	for t.tr.main().committed != "about:blank" {
@@ -182,13 +188,62 @@ func (t *tab) wipe(origins, docOrigins []string) error {
 			return fmt.Errorf("wipe: about:blank: %w", context.Cause(ctx))
 		}
 	}
-	if _, err := chromedp.Call(ctx, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: false}); err != nil {
-		return fmt.Errorf("wipe: scripts back on: %w", err)
+	last := []func() error{
+		func() error {
+			_, err := cdp.Call(ctx, sc.b.b, storage.ClearCookies, storage.ClearCookiesParams{BrowserContextID: sc.id})
+			return wrapErr("wipe: cookies", err)
+		},
+		func() error {
+			_, err := chromedp.Call(ctx, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: false})
+			return wrapErr("wipe: scripts back on", err)
+		},
 	}
-	if _, err := chromedp.Call(ctx, page.ResetNavigationHistory, cdp.Empty{}); err != nil {
-		return fmt.Errorf("wipe: history: %w", err)
+	for _, o := range origins {
+		last = append(last, func() error {
+			_, err := chromedp.Call(ctx, storage.ClearDataForOrigin, storage.ClearDataForOriginParams{Origin: o, StorageTypes: wipeStorageTypes})
+			return wrapErr("wipe "+o, err)
+		})
+	}
+	if len(origins) > 0 {
+		last = append(last, func() error {
+			_, err := cdp.Call(ctx, sc.b.b, cdpbrowser.ResetPermissions, cdpbrowser.ResetPermissionsParams{BrowserContextID: sc.id})
+			return wrapErr("wipe: permissions", err)
+		})
+	}
+	if err := together(last...); err != nil {
+		return err
+	}
+	// Last and alone: right after about:blank's commit the browser may still be attaching
+	// the tab's session to the new document ("Not attached to an active page").
+	_, err := chromedp.Call(ctx, page.ResetNavigationHistory, cdp.Empty{})
+	return wrapErr("wipe: history", err)
+}
+
+// together runs fns at once and returns the first error of theirs, once all have ended.
+func together(fns ...func() error) error {
+	if len(fns) == 1 {
+		return fns[0]()
+	}
+	errs := make([]error, len(fns))
+	var wg sync.WaitGroup
+	for i, fn := range fns {
+		wg.Go(func() { errs[i] = fn() })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// wrapErr is err with what failed in front; nil for nil.
+func wrapErr(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 // frameOrigins adds the security origins of the frames of ft to out.

@@ -11,8 +11,11 @@ import (
 
 	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/css"
+	"github.com/chromedp/cdproto/dom"
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/fetch"
+	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
@@ -73,9 +76,11 @@ type tabUse struct {
 
 // newUse makes a use with a new proxy, for a tab whose main frame is not known yet. On a
 // server that cannot pause requests as asked (interceptProxy) there is no pauser: the
-// proxy sees and counts every request.
-func (p *Pool) newUse(parent context.Context, prof profile) (*tabUse, error) {
-	px, err := p.newProxy()
+// proxy sees and counts every request. The proxy listens on an address of its own only
+// when the tab's browser context is pointed at it (listen: a context per render); a
+// long-lived context's relay, or the server-wide guard proxy, hands it its connections.
+func (p *Pool) newUse(parent context.Context, prof profile, listen bool) (*tabUse, error) {
+	px, err := p.newProxy(listen)
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +145,7 @@ func (p *Pool) newTab(ctx context.Context, b *browser) (*tab, error) {
 		c.prof = b.prof
 		t.conn, on = c, c
 	}
-	u, err := p.newUse(on.ctx, b.prof)
+	u, err := p.newUse(on.ctx, b.prof, !p.isWipe(b) && b.prof.proxy == proxyPerContext)
 	if err != nil {
 		if t.conn != nil {
 			t.conn.close()
@@ -185,6 +190,9 @@ func (p *Pool) newTab(ctx context.Context, b *browser) (*tab, error) {
 	go func() {
 		done <- chromedp.Do(tctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
 			if err := p.setUserAgent(ctx, tg, b.prof); err != nil {
+				return err
+			}
+			if err := p.quietAgents(ctx, tg, b.prof); err != nil {
 				return err
 			}
 			if len(patterns) == 0 {
@@ -250,19 +258,19 @@ func (p *Pool) newTab(ctx context.Context, b *browser) (*tab, error) {
 	return t, nil
 }
 
-// setSkip makes the browser skip the resource types of set from now on: with a pauser
-// its decision (hops.go; the patterns, every request, stay), else one protocol round trip
-// when they differ from the tab's.
+// setSkip makes the browser skip the resource types of set from now on: one protocol
+// round trip when they differ from the tab's (the Fetch patterns name the types; with a
+// pauser, the decision is its own, hops.go).
 func (t *tab) setSkip(ctx context.Context, set skipSet) error {
 	if slices.Equal(set, t.skipping) {
 		return nil
 	}
-	if t.pause != nil || t.b.prof.interception == interceptProxy {
-		t.skipping = set // the pauser's decision, or none to be had (no Fetch.enable)
+	if t.b.prof.interception == interceptProxy {
+		t.skipping = set // none to be had (no Fetch.enable)
 		return nil
 	}
 	var err error
-	if patterns := fetchPatterns(set, false); len(patterns) == 0 {
+	if patterns := fetchPatterns(set, t.pause != nil); len(patterns) == 0 {
 		_, err = chromedp.Call(ctx, fetch.Disable, cdp.Empty{})
 	} else {
 		_, err = chromedp.Call(ctx, fetch.Enable, fetch.EnableParams{Patterns: patterns})
@@ -271,6 +279,29 @@ func (t *tab) setSkip(ctx context.Context, set skipSet) error {
 		return fmt.Errorf("skip resource types (Fetch): %w", err)
 	}
 	t.skipping = set
+	return nil
+}
+
+// quietAgents turns off the inspector agents chromedp enables on every tab and the pool
+// never reads: CSS (an event per stylesheet, with its header, and the agent's bookkeeping
+// of every rule), DOM (node ids for the client, and on each new document a
+// DOM.documentUpdated after which chromedp asks for the document again: two to four
+// round trips per render) and Log (an event per console violation or intervention). The
+// page's own work is not touched; measured in docs/benchmarks-render.md. CSS goes before
+// DOM, which it needs. Chromium only (another server keeps what it has).
+func (p *Pool) quietAgents(ctx context.Context, s cdp.Session, prof profile) error {
+	if p.cfg.keepAgents || prof.interception != interceptFetch {
+		return nil
+	}
+	if _, err := cdp.Call(ctx, s, css.Disable, cdp.Empty{}); err != nil {
+		return fmt.Errorf("CSS.disable: %w", err)
+	}
+	if _, err := cdp.Call(ctx, s, dom.Disable, cdp.Empty{}); err != nil {
+		return fmt.Errorf("DOM.disable: %w", err)
+	}
+	if _, err := cdp.Call(ctx, s, cdplog.Disable, cdp.Empty{}); err != nil {
+		return fmt.Errorf("Log.disable: %w", err)
+	}
 	return nil
 }
 
@@ -360,9 +391,21 @@ func (p *Pool) reuse(t *tab) {
 	}
 	keep := !p.closed && p.cur == t.b && t.sc.renders < p.cfg.MaxContextRenders
 	p.mu.Unlock()
-	keep = keep && t.b.alive() && !t.isDetached() && !t.tr.state().crashed && !p.isHeapOver(t)
+	keep = keep && t.b.alive() && !t.isDetached() && !t.tr.state().crashed
 	if keep {
-		if err := t.wipe(origins, docOrigins); err != nil {
+		wipeStart := p.clk.Now()
+		// The heap is asked for beside the wipe, not before it (one round trip less); a
+		// tab over the bound is replaced, its wipe wasted.
+		heapOver := make(chan bool, 1)
+		go func() { heapOver <- p.isHeapOver(t) }()
+		err := t.wipe(origins, docOrigins)
+		if <-heapOver {
+			keep = false
+		}
+		if p.cfg.onWipe != nil {
+			p.cfg.onWipe(p.clk.Now().Sub(wipeStart))
+		}
+		if err != nil {
 			if t.b.alive() && p.ctx.Err() == nil && !errors.Is(err, errReplaceTab) {
 				p.log.Warn("render: wiping a tab failed; replacing it", "error", err)
 			}
@@ -372,7 +415,7 @@ func (p *Pool) reuse(t *tab) {
 	var u *tabUse
 	if keep {
 		var err error
-		if u, err = p.newUse(t.ctx, t.b.prof); err != nil {
+		if u, err = p.newUse(t.ctx, t.b.prof, false); err != nil { // a relay's
 			p.log.Warn("render: new proxy", "error", err)
 			keep = false
 		}
