@@ -209,7 +209,14 @@ func TestObscuraConnectionDropped(t *testing.T) {
 	if out.FailReason != downloader.FailRendererCrashed && out.FailReason != downloader.FailRendererUnavailable {
 		t.Errorf("fail_reason=%s, want renderer_crashed or renderer_unavailable", failReason(out))
 	}
-	if out := render(t, s.p, "js.test/", 30*time.Second); out.FailReason != "" {
+	// The pool then connects again. A render that comes before it has seen the endpoint's
+	// own connection go may still be handed the lost one (renderer_crashed, as it is); the
+	// one after must render.
+	out = render(t, s.p, "js.test/", 30*time.Second)
+	if out.FailReason == downloader.FailRendererCrashed || out.FailReason == downloader.FailRendererUnavailable {
+		out = render(t, s.p, "js.test/", 30*time.Second)
+	}
+	if out.FailReason != "" {
 		t.Errorf("the render after the drop: fail_reason=%s", failReason(out))
 	}
 }

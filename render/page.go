@@ -360,11 +360,12 @@ func (j *renderJob) stopped(runCtx context.Context, t *tab, err error) downloade
 		return downloader.FailRendererCrashed
 	case errors.Is(cause, errRenderTimeout), errors.Is(cause, context.DeadlineExceeded):
 		return downloader.FailRenderTimeout
-	case errors.Is(cause, errPoolClosed):
-		return downloader.FailShuttingDown
+	case errors.Is(cause, errPoolClosed), j.p.ctx.Err() != nil:
+		return downloader.FailShuttingDown // the pool closing also ends its tabs, in any order
 	case errors.Is(cause, errHopRefused):
 		return downloader.FailSelfRateLimited
-	case !t.b.alive(), t.isDetached(), t.tr.state().crashed, isBrowserGone(err):
+	case !t.b.alive(), t.isDetached(), t.tr.state().crashed, isBrowserGone(err),
+		t.ctx.Err() != nil: // the tab, or its own connection (a remote server's), ended under the render
 		return downloader.FailRendererCrashed
 	case runCtx.Err() != nil:
 		return downloader.FailShuttingDown

@@ -145,7 +145,11 @@ func (p *Pool) newTab(ctx context.Context, b *browser) (*tab, error) {
 		c.prof = b.prof
 		t.conn, on = c, c
 	}
-	u, err := p.newUse(on.ctx, b.prof, !p.isWipe(b) && b.prof.proxy == proxyPerContext)
+	// The render's proxy listens when the tab's context is pointed at it (a context per
+	// render), and on a server-wide proxy too: there our own redirect-chain requests go
+	// through it (obscura_chain.go) while the guard proxy hands it the server's.
+	listen := !p.isWipe(b) && b.prof.proxy == proxyPerContext || b.prof.proxy == proxyServerWide
+	u, err := p.newUse(on.ctx, b.prof, listen)
 	if err != nil {
 		if t.conn != nil {
 			t.conn.close()
@@ -448,7 +452,7 @@ func (p *Pool) takeTab(ctx context.Context, b *browser, site string) (*tab, erro
 		p.mu.Lock()
 		kept := p.spares[:0]
 		for _, s := range p.spares {
-			if s.b != b || !b.alive() || s.isDetached() || s.tr.state().crashed {
+			if s.b != b || !b.alive() || s.isDetached() || s.tr.state().crashed || s.isGone() {
 				p.wg.Go(s.close) // an old browser's or a dead tab; p.mu held, so not closed yet
 				continue
 			}
@@ -518,6 +522,12 @@ func (p *Pool) wipingHasSiteLocked(site string) bool {
 		}
 	}
 	return false
+}
+
+// isGone reports whether the tab's context ended, or its own connection (a remote
+// server's warm connection) was lost, while it waited as a spare.
+func (t *tab) isGone() bool {
+	return t.ctx.Err() != nil || t.conn != nil && !t.conn.alive()
 }
 
 func (t *tab) isDetached() bool {
