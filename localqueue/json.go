@@ -1,8 +1,11 @@
 package localqueue
 
 import (
+	"encoding/json"
 	"slices"
 	"strconv"
+	"time"
+	"unicode/utf8"
 
 	"downloader"
 )
@@ -12,7 +15,7 @@ import (
 // time fields' MarshalJSON) was the largest part of the queue's CPU. The report is
 // Report.AppendJSON's; a string or time that needs more than the plain form (escapes, a
 // year outside 0..9999) is left to encoding/json by the root package's helpers, so the
-// output stays exactly what json.Marshal gives (the table test in queue_json_test.go
+// output stays exactly what json.Marshal gives (the table test in json_test.go
 // compares the two). It appends to b.
 func encodeQueueRecord(b []byte, rec *queueRecord) ([]byte, error) {
 	var err error
@@ -112,4 +115,179 @@ func appendStoredCounts(b []byte, c *Counts) []byte {
 	b = append(b, `,"page_count":`...)
 	b = strconv.AppendInt(b, int64(c.PageCount), 10)
 	return append(b, '}')
+}
+
+// decodeQueueRecord is json.Unmarshal(v, rec) for a fresh rec. Every Lease decodes the
+// record it hands out, and encoding/json's reflection was most of that decode. Records the
+// queue wrote itself (encodeQueueRecord: fixed key order, no spaces) without a report and
+// whose strings are plain ASCII are read by hand (decodeQueueRecordPlain); anything else (a
+// report, an escape, non-ASCII, an older layout, a damaged value) goes to encoding/json, so
+// the result is always what json.Unmarshal gives (the table test in json_test.go compares
+// them field by field).
+func decodeQueueRecord(v []byte, rec *queueRecord) error {
+	if decodeQueueRecordPlain(v, rec) {
+		return nil
+	}
+	*rec = queueRecord{}
+	return json.Unmarshal(v, rec)
+}
+
+// decodeQueueRecordPlain reads v into rec if v has exactly encodeQueueRecord's layout with
+// no report, and reports whether it did; on false rec holds garbage.
+func decodeQueueRecordPlain(v []byte, rec *queueRecord) bool {
+	d := plainDecoder{v: v}
+	var ms int64
+	hasMs := false
+	ok := d.key(`{"task_id":`) && d.str(&rec.TaskID) &&
+		d.key(`,"url":`) && d.str(&rec.URL) &&
+		d.key(`,"domain":`) && d.str(&rec.Domain) &&
+		d.key(`,"min_interval_ms":`) && d.nullableInt(&ms, &hasMs) &&
+		d.key(`,"should_render":`) && d.boolean(&rec.ShouldRender) &&
+		d.key(`,"should_store":`) && d.boolean(&rec.ShouldStore) &&
+		d.key(`,"lease_expires_at":`) && d.time(&rec.LeaseExpiresAt) &&
+		d.key(`,"seq":`) && d.uint(&rec.Seq) &&
+		d.key(`,"state":`) && d.str(&rec.State) &&
+		d.key(`,"submitted_at":`) && d.time(&rec.SubmittedAt) &&
+		d.key(`,"lease_count":`) && d.int(&rec.LeaseCount) &&
+		d.key(`,"attempt_count":`) && d.int(&rec.AttemptCount) &&
+		d.key(`,"own_failure_count":`) && d.int(&rec.OwnFailureCount)
+	if !ok {
+		return false
+	}
+	if d.key(`,"next_attempt_at":`) && !d.time(&rec.NextAttemptAt) {
+		return false
+	}
+	if !d.key(`}`) || d.i != len(d.v) {
+		return false
+	}
+	rec.Report = nil
+	rec.MinIntervalMs = nil
+	if hasMs {
+		rec.MinIntervalMs = &ms
+	}
+	return true
+}
+
+// plainDecoder walks a value left to right; every method consumes what it accepts and
+// reports false on anything outside the plain layout.
+type plainDecoder struct {
+	v []byte
+	i int
+}
+
+func (d *plainDecoder) key(k string) bool {
+	if len(d.v)-d.i < len(k) || string(d.v[d.i:d.i+len(k)]) != k {
+		return false
+	}
+	d.i += len(k)
+	return true
+}
+
+// str reads a quoted string of printable ASCII without escapes.
+func (d *plainDecoder) str(s *string) bool {
+	if d.i >= len(d.v) || d.v[d.i] != '"' {
+		return false
+	}
+	for j := d.i + 1; j < len(d.v); j++ {
+		c := d.v[j]
+		switch {
+		case c == '"':
+			*s = string(d.v[d.i+1 : j])
+			d.i = j + 1
+			return true
+		case c < 0x20 || c >= utf8.RuneSelf || c == '\\':
+			return false
+		}
+	}
+	return false
+}
+
+// digits returns the run of an optional '-' and decimal digits at the cursor, as
+// encoding/json's number grammar allows it (no leading zero but a lone 0, no fraction or
+// exponent: those go to encoding/json, which refuses them for integer fields).
+func (d *plainDecoder) digits(signed bool) ([]byte, bool) {
+	j := d.i
+	if signed && j < len(d.v) && d.v[j] == '-' {
+		j++
+	}
+	start := j
+	for j < len(d.v) && d.v[j] >= '0' && d.v[j] <= '9' {
+		j++
+	}
+	if j == start || (d.v[start] == '0' && j-start > 1) {
+		return nil, false
+	}
+	if j < len(d.v) && (d.v[j] == '.' || d.v[j] == 'e' || d.v[j] == 'E') {
+		return nil, false
+	}
+	n := d.v[d.i:j]
+	d.i = j
+	return n, true
+}
+
+func (d *plainDecoder) int(n *int) bool {
+	b, ok := d.digits(true)
+	if !ok {
+		return false
+	}
+	x, err := strconv.ParseInt(string(b), 10, strconv.IntSize)
+	*n = int(x)
+	return err == nil
+}
+
+func (d *plainDecoder) uint(n *uint64) bool {
+	b, ok := d.digits(false)
+	if !ok {
+		return false
+	}
+	x, err := strconv.ParseUint(string(b), 10, 64)
+	*n = x
+	return err == nil
+}
+
+func (d *plainDecoder) nullableInt(n *int64, has *bool) bool {
+	if d.key("null") {
+		*has = false
+		return true
+	}
+	b, ok := d.digits(true)
+	if !ok {
+		return false
+	}
+	x, err := strconv.ParseInt(string(b), 10, 64)
+	*n, *has = x, true
+	return err == nil
+}
+
+func (d *plainDecoder) boolean(b *bool) bool {
+	switch {
+	case d.key("true"):
+		*b = true
+	case d.key("false"):
+		*b = false
+	default:
+		return false
+	}
+	return true
+}
+
+// time reads a quoted time through time.Time.UnmarshalJSON, as encoding/json does.
+func (d *plainDecoder) time(t *time.Time) bool {
+	if d.i >= len(d.v) || d.v[d.i] != '"' {
+		return false
+	}
+	for j := d.i + 1; j < len(d.v); j++ {
+		c := d.v[j]
+		if c == '"' {
+			if t.UnmarshalJSON(d.v[d.i:j+1]) != nil {
+				return false
+			}
+			d.i = j + 1
+			return true
+		}
+		if c < 0x20 || c >= utf8.RuneSelf || c == '\\' {
+			return false
+		}
+	}
+	return false
 }

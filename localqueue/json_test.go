@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -80,5 +81,75 @@ func TestAppendStoredCountsIsJSONMarshal(t *testing.T) {
 				t.Fatalf("appendStoredCounts =\n%s\njson.Marshal =\n%s", got, want)
 			}
 		})
+	}
+}
+
+func TestDecodeQueueRecordIsJSONUnmarshal(t *testing.T) {
+	at := time.Date(2026, 3, 4, 5, 6, 7, 890123000, time.UTC)
+	ms, zero, neg := int64(1500), int64(0), int64(-3)
+	status, n := 200, 1234
+	fail := downloader.FailReason("http_status_error")
+	every := queueRecord{Task: downloader.Task{TaskID: "t-1", URL: "http://a.test/x?q=1", Domain: "a.test", MinIntervalMs: &ms,
+		ShouldRender: true, ShouldStore: true, LeaseExpiresAt: at.Add(time.Minute)}, Seq: 1<<64 - 1, State: "leased",
+		SubmittedAt: at, LeaseCount: 3, AttemptCount: 2, OwnFailureCount: 1, NextAttemptAt: at.Add(time.Nanosecond)}
+	for _, tc := range []struct {
+		name    string
+		rec     queueRecord
+		isPlain bool // read by hand, not through encoding/json
+	}{
+		{"zero record", queueRecord{}, true},
+		{"every field but the report", every, true},
+		{"pending, zero interval", queueRecord{Task: downloader.Task{TaskID: "t-2", URL: "https://b.test/", Domain: "b.test", MinIntervalMs: &zero}, Seq: 7, State: "pending", SubmittedAt: at}, true},
+		{"negative numbers", queueRecord{Task: downloader.Task{MinIntervalMs: &neg}, LeaseCount: -1, AttemptCount: -2, OwnFailureCount: -3}, true},
+		{"zone offset", queueRecord{SubmittedAt: at.In(time.FixedZone("x", 5*3600+1800)), Task: downloader.Task{LeaseExpiresAt: at.In(time.FixedZone("y", -7200))}}, true},
+		{"escapes go to encoding/json", queueRecord{Task: downloader.Task{TaskID: "a\"b\\c", URL: "http://x.test/?a=<b>&c=\u2028\x01", Domain: "d.test"}, State: "pending"}, false},
+		{"non-ASCII and invalid UTF-8 go to encoding/json", queueRecord{Task: downloader.Task{Domain: "bücher.test\xff"}}, false},
+		{"a report goes to encoding/json", queueRecord{State: "done", Report: &downloader.Report{TaskID: "t-3", Summary: downloader.Summary{Domain: "c.test", HTTPStatus: &status, TextLength: &n, FailReason: &fail}, FetchedAt: at, PageKey: "ab"}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v, err := encodeQueueRecord(nil, &tc.rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var plain queueRecord
+			if got := decodeQueueRecordPlain(v, &plain); got != tc.isPlain {
+				t.Fatalf("decodeQueueRecordPlain(%s) = %v, want %v", v, got, tc.isPlain)
+			}
+			assertDecodesAsJSON(t, v)
+			for i := range v { // every value one byte away from it decodes (or fails) alike
+				for _, c := range []byte(` 0-9e."\}x,`) {
+					w := bytes.Clone(v)
+					w[i] = c
+					assertDecodesAsJSON(t, w)
+				}
+				assertDecodesAsJSON(t, v[:i])
+			}
+		})
+	}
+	for _, v := range []string{
+		`{"task_id":"a","url":"b","domain":"c","min_interval_ms":01,"should_render":false,"should_store":false,"lease_expires_at":"0001-01-01T00:00:00Z","seq":0,"state":"","submitted_at":"0001-01-01T00:00:00Z","lease_count":0,"attempt_count":0,"own_failure_count":0}`,
+		`{"task_id":"a","url":"b","domain":"c","min_interval_ms":1e3,"should_render":false,"should_store":false,"lease_expires_at":"0001-01-01T00:00:00Z","seq":0,"state":"","submitted_at":"0001-01-01T00:00:00Z","lease_count":0,"attempt_count":0,"own_failure_count":0}`,
+		`{"task_id":"a","url":"b","domain":"c","min_interval_ms":9223372036854775808,"should_render":false,"should_store":false,"lease_expires_at":"0001-01-01T00:00:00Z","seq":18446744073709551616,"state":"","submitted_at":"0001-01-01T00:00:00Z","lease_count":0,"attempt_count":0,"own_failure_count":0}`,
+		`{"task_id":"a","url":"b","domain":"c","min_interval_ms":null,"should_render":true,"should_store":false,"lease_expires_at":"2026-13-01T00:00:00Z","seq":-1,"state":"","submitted_at":"0001-01-01T00:00:00Z","lease_count":0,"attempt_count":0,"own_failure_count":0}`,
+		`{"url":"b","task_id":"a","seq":5}`,
+		`{"task_id":"a","url":"b","domain":"c","min_interval_ms":null,"should_render":false,"should_store":false,"lease_expires_at":"0001-01-01T00:00:00Z","seq":0,"state":"","submitted_at":"0001-01-01T00:00:00Z","lease_count":0,"attempt_count":0,"own_failure_count":0,"next_attempt_at":null}`,
+		`{"task_id":"a","url":"b","domain":"c","min_interval_ms":null,"should_render":false,"should_store":false,"lease_expires_at":"0001-01-01T00:00:00Z","seq":0,"state":"","submitted_at":"0001-01-01T00:00:00Z","lease_count":0,"attempt_count":0,"own_failure_count":0} `,
+		`null`, ``,
+	} {
+		assertDecodesAsJSON(t, []byte(v))
+	}
+}
+
+// assertDecodesAsJSON fails unless decodeQueueRecord(v) and json.Unmarshal(v) agree: both
+// fail, or both give the same record field by field.
+func assertDecodesAsJSON(t *testing.T, v []byte) {
+	t.Helper()
+	var got, want queueRecord
+	gotErr, wantErr := decodeQueueRecord(v, &got), json.Unmarshal(v, &want)
+	if (gotErr == nil) != (wantErr == nil) {
+		t.Fatalf("%s: decodeQueueRecord: %v, json.Unmarshal: %v", v, gotErr, wantErr)
+	}
+	if gotErr == nil && !reflect.DeepEqual(got, want) {
+		t.Fatalf("%s:\ndecodeQueueRecord = %+v\njson.Unmarshal    = %+v", v, got, want)
 	}
 }

@@ -2,7 +2,6 @@ package localqueue
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"downloader"
@@ -59,7 +58,7 @@ func (q *Queue) ListTasks(ctx context.Context, state downloader.TaskState, curso
 			return nil, "", fmt.Errorf("local queue: list tasks: %w", err)
 		}
 		var rec queueRecord
-		if err := json.Unmarshal(v, &rec); err != nil {
+		if err := decodeQueueRecord(v, &rec); err != nil {
 			return nil, "", fmt.Errorf("local queue: decode task %s: %w", id, err)
 		}
 		st := rec.taskRecord().TaskStatus()
@@ -109,7 +108,7 @@ func rangeRecords(ctx context.Context, ks *embedded.Keyspace, f func(rec *queueR
 			return fmt.Errorf("local queue: list tasks: %w", err)
 		}
 		var rec queueRecord
-		if err := json.Unmarshal(v, &rec); err != nil {
+		if err := decodeQueueRecord(v, &rec); err != nil {
 			return fmt.Errorf("local queue: decode task at %q: %w", iter.Key(), err)
 		}
 		if !f(&rec) {

@@ -1051,7 +1051,7 @@ func (q *Queue) record(b *pebble.Batch, id string) (*queueRecord, bool, error) {
 		return nil, ok, err
 	}
 	var rec queueRecord
-	if err := json.Unmarshal(v, &rec); err != nil {
+	if err := decodeQueueRecord(v, &rec); err != nil {
 		return nil, false, fmt.Errorf("local queue: decode task %s: %w", id, err)
 	}
 	return &rec, true, nil

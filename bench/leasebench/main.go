@@ -55,7 +55,7 @@ func main() {
 		concurrent = flag.Int("max-concurrent-count", 64, "requests in flight (max_concurrent_count; Colly's Parallelism)")
 	)
 	var opt options
-	flag.StringVar(&opt.only, "only", "", "run only this part: polite-a, polite, throughput, probe, probe-c, cpu, cpu-a (entry A's rows only, for profiles), rss")
+	flag.StringVar(&opt.only, "only", "", "run only this part: polite-a, polite, throughput, probe, probe-c, cpu, cpu-a (entry A's rows only, for profiles), cpu-c (Colly's rows only, for profiles), rss")
 	flag.IntVar(&opt.rssTasks, "rss-task-count", 100000, "memory workload: tasks queued")
 	flag.IntVar(&opt.rssHosts, "rss-host-count", 10000, "memory workload: hosts they are spread over")
 	flag.IntVar(&opt.probeDomains, "probe-domain-count", 10000, "probe workload: domains, one probe each")
@@ -498,8 +498,8 @@ func run(opt options, hosts, pages int, interval, latency time.Duration, runs, t
 	if strings.HasPrefix(opt.only, "probe") {
 		return runProbeTable(opt, latency, concurrent)
 	}
-	if opt.only == "cpu" || opt.only == "cpu-a" {
-		return runCPUTable(tHosts, tPages, latency, concurrent, opt.heldPerSlot, opt.only == "cpu-a")
+	if part, ok := strings.CutPrefix(opt.only, "cpu"); ok && (part == "" || part == "-a" || part == "-c") {
+		return runCPUTable(tHosts, tPages, latency, concurrent, opt.heldPerSlot, strings.TrimPrefix(part, "-"))
 	}
 	if opt.only == "rss" {
 		return runRSSTable(opt.rssTasks, opt.rssHosts)
@@ -534,7 +534,7 @@ func run(opt options, hosts, pages int, interval, latency time.Duration, runs, t
 	if err := runProbeTable(opt, latency, concurrent); err != nil {
 		return err
 	}
-	if err := runCPUTable(tHosts, tPages, latency, concurrent, opt.heldPerSlot, false); err != nil {
+	if err := runCPUTable(tHosts, tPages, latency, concurrent, opt.heldPerSlot, ""); err != nil {
 		return err
 	}
 	return runRSSTable(opt.rssTasks, opt.rssHosts)

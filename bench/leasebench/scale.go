@@ -19,9 +19,10 @@ import (
 // throughput workload, interval 0): entry A with and without stored pages, Colly, and
 // Colly plus a visible-text extraction of each page (htmltext.Text, the work entry A does
 // for every page and Colly does not). getrusage of the process, origin included: the
-// origin's share is the same in every row. With onlyEntryA the Colly rows are left out, so
-// that a profile of the run holds entry A alone (the ratio column is then left empty).
-func runCPUTable(hosts, pages int, latency time.Duration, concurrent, heldPerSlot int, onlyEntryA bool) error {
+// origin's share is the same in every row. With part "a" the Colly rows are left out, so
+// that a profile of the run holds entry A alone (the ratio column is then left empty); with
+// part "c" entry A's rows are, so that a profile holds Colly's alone, to set beside it.
+func runCPUTable(hosts, pages int, latency time.Duration, concurrent, heldPerSlot int, part string) error {
 	out := os.Stdout
 	fmt.Fprintf(out, "\n## CPU per 1,000 plain pages: %d hosts × %d pages, interval 0, origin latency %v, %d in flight\n\n", hosts, pages, latency, concurrent)
 	fmt.Fprintln(out, "| crawler | pages | CPU-seconds per 1,000 pages | ÷ Colly + text extraction |")
@@ -40,8 +41,12 @@ func runCPUTable(hosts, pages int, latency time.Duration, concurrent, heldPerSlo
 			return runCollyText(w, concurrent)
 		}},
 	}
-	if onlyEntryA {
+	onlyEntryA := part == "a"
+	switch part {
+	case "a":
 		rows = rows[:2]
+	case "c":
+		rows = rows[2:]
 	}
 	rs := make([]result, len(rows))
 	for i, r := range rows {
