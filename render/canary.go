@@ -40,7 +40,10 @@ var navigateWaitUntil = cdp.Command[navigateParams, page.NavigateResult]{Method:
 func checkGuard(ctx, browserCtx context.Context, g *guardProxy, prof profile) error {
 	var tok [12]byte
 	rand.Read(tok[:])
-	probe, cancelProbe := g.expectCanary(hex.EncodeToString(tok[:]))
+	// A terminating guard proxy (obscura_tls.go) must also be trusted: the canary's
+	// sub-request is then https://, and reaches us only through our TLS.
+	isTLS := prof.proxy == proxyServerWide && g.ca != nil
+	probe, cancelProbe := g.expectCanary(hex.EncodeToString(tok[:]), isTLS)
 	defer cancelProbe()
 
 	tctx, cancel := chromedp.NewContext(browserCtx, chromedp.WithNewBrowserContext(func(params *target.CreateBrowserContextParams) {
@@ -75,6 +78,9 @@ func checkGuard(ctx, browserCtx context.Context, g *guardProxy, prof profile) er
 	case <-probe.subSeen:
 		return nil
 	case <-ctx.Done():
+		if isTLS {
+			return canaryRefusal(prof, "its https:// sub-request never reached our proxy through our TLS: the server does not trust our CA; start it with SSL_CERT_FILE="+g.ca.certPath(), navErr)
+		}
 		return canaryRefusal(prof, "its sub-request never reached our proxy", navErr)
 	}
 }

@@ -45,6 +45,12 @@ type guardProxy struct {
 	canaries map[string]*canaryProbe // token → the canary being rendered
 
 	refusedCount atomic.Int64 // requests that no render owned
+
+	// With TLS termination (startTermination): our CA, and the inner server of the
+	// requests read inside the CONNECTs. nil: a CONNECT is a tunnel of its render's proxy.
+	ca      *tlsAuthority
+	inner   *http.Server
+	innerLn *connQueue
 }
 
 // newGuardProxy serves on ln until close.
@@ -64,6 +70,9 @@ func (g *guardProxy) addr() string { return g.ln.Addr().String() }
 // close stops serving; the renders' own proxies close their tunnels themselves.
 func (g *guardProxy) close() {
 	g.srv.Close()
+	if g.inner != nil {
+		g.inner.Close()
+	}
 	g.wg.Wait()
 }
 
@@ -124,6 +133,15 @@ func (g *guardProxy) route(r *http.Request) *proxy {
 }
 
 func (g *guardProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodConnect && g.ca != nil {
+		g.terminate(w, r)
+		return
+	}
+	g.serve(w, r)
+}
+
+// serve answers a request of the server's, plain or read inside a terminated CONNECT.
+func (g *guardProxy) serve(w http.ResponseWriter, r *http.Request) {
 	host := r.Host
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
@@ -150,12 +168,14 @@ type canaryProbe struct {
 	onceDoc   sync.Once
 	onceSub   sync.Once
 	hostLabel string
+	isTLS     bool // its sub-request is https://: the server must trust our CA
 }
 
 // expectCanary makes the guard proxy answer the canary host of a new token until the
 // returned cancel is called.
-func (g *guardProxy) expectCanary(token string) (*canaryProbe, func()) {
-	c := &canaryProbe{token: token, document: make(chan struct{}), subSeen: make(chan struct{}), hostLabel: token + canarySuffix}
+// With isTLS its sub-request is https://, which only a terminating guard proxy answers.
+func (g *guardProxy) expectCanary(token string, isTLS bool) (*canaryProbe, func()) {
+	c := &canaryProbe{token: token, document: make(chan struct{}), subSeen: make(chan struct{}), hostLabel: token + canarySuffix, isTLS: isTLS}
 	g.mu.Lock()
 	g.canaries[c.hostLabel] = c
 	g.mu.Unlock()
@@ -182,8 +202,16 @@ func (g *guardProxy) serveCanary(w http.ResponseWriter, r *http.Request, host st
 	case "/":
 		c.onceDoc.Do(func() { close(c.document) })
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		fmt.Fprintf(w, "<!doctype html><html><head><title>canary</title><script src=\"/%s.js\"></script></head><body><p>canary</p></body></html>", c.token)
+		src := "/" + c.token + ".js"
+		if c.isTLS {
+			src = "https://" + c.hostLabel + src
+		}
+		fmt.Fprintf(w, "<!doctype html><html><head><title>canary</title><script src=\"%s\"></script></head><body><p>canary</p></body></html>", src)
 	case "/" + c.token + ".js":
+		if c.isTLS != (r.TLS != nil) {
+			http.NotFound(w, r)
+			return
+		}
 		c.onceSub.Do(func() { close(c.subSeen) })
 		w.Header().Set("Content-Type", "text/javascript")
 		fmt.Fprintf(w, "document.title = %q;", c.token)

@@ -2,9 +2,6 @@ package render
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/cookiejar"
@@ -123,14 +120,7 @@ func (j *renderJob) chainFailure(ctx context.Context, t *tab, u *url.URL, err er
 	if r := j.st.tunnelFailure(hostPort(u.String())); r != "" {
 		return r
 	}
-	var certErr *tls.CertificateVerificationError
-	var unknownAuthority x509.UnknownAuthorityError
-	var hostErr x509.HostnameError
-	var alert tls.AlertError
-	var recordErr tls.RecordHeaderError
-	switch {
-	case errors.As(err, &certErr), errors.As(err, &unknownAuthority), errors.As(err, &hostErr),
-		errors.As(err, &alert), errors.As(err, &recordErr), strings.Contains(err.Error(), "tls: "):
+	if isTLSError(err) {
 		return downloader.FailTLSFailed
 	}
 	return classifyError(err)

@@ -104,9 +104,10 @@ func TestObscuraRedirectChainAdmitted(t *testing.T) {
 
 // TestObscuraSelfNavigation: a page that sends itself to another host (location.href)
 // on Obscura's profile. Over plain HTTP our proxy sees a document request and admits it
-// as a hop before it goes out. Over HTTPS it sees only a CONNECT: the navigation goes
-// out as one of the render's sub-requests, under its caps, without an admission of its
-// host (docs/renderers.md, known gaps); this test pins that down.
+// as a hop before it goes out. Over HTTPS, with the guard proxy not terminating TLS, it
+// sees only a CONNECT: the navigation goes out as one of the render's sub-requests,
+// under its caps, without an admission of its host (docs/renderers.md, known gaps); this
+// test pins that down. With termination it is admitted (TestObscuraTLSSelfNavigationAdmitted).
 func TestObscuraSelfNavigation(t *testing.T) {
 	o := newExampleOrigin(t, chainPages)
 	p, _ := newExamplePool(t, o, nil)

@@ -120,9 +120,15 @@ func (o *exampleOrigin) admittedCount(host string) int {
 // front of a Chromium that takes the test certificate, with the example origin's guard.
 func newExamplePool(t *testing.T, o *exampleOrigin, edit func(*Config)) (*Pool, *obscuraRelay) {
 	t.Helper()
+	return newExamplePoolFlags(t, o, []string{"--ignore-certificate-errors"}, edit)
+}
+
+// newExamplePoolFlags is newExamplePool with the Chromium's certificate flags given.
+func newExamplePoolFlags(t *testing.T, o *exampleOrigin, certFlags []string, edit func(*Config)) (*Pool, *obscuraRelay) {
+	t.Helper()
 	ln := listenLoopback(t)
-	relay := newObscuraRelay(t, startDebugBrowser(t, "relay-browser-", "--remote-allow-origins=*",
-		"--proxy-server=http://"+ln.Addr().String(), "--proxy-bypass-list=<-loopback>", "--ignore-certificate-errors"))
+	relay := newObscuraRelay(t, startDebugBrowser(t, "relay-browser-", append([]string{"--remote-allow-origins=*",
+		"--proxy-server=http://" + ln.Addr().String(), "--proxy-bypass-list=<-loopback>"}, certFlags...)...))
 	cfg := Config{
 		Endpoint:     relay.url(),
 		Concurrency:  1,

@@ -142,6 +142,11 @@ func TestObscuraRenders(t *testing.T) {
 	if got := s.net.unguardedCount(); got != 0 {
 		t.Errorf("%d requests went around the guard: %v", got, s.net.unguarded())
 	}
+	// The text above was right with Obscura's late events: the navigations' events in one
+	// batch, the XHRs reported only once finished (TestRelayBatchesEvents).
+	if b, l := s.relay.batchedCount.Load(), s.relay.lateScriptCount.Load(); b == 0 || l == 0 {
+		t.Errorf("batched_count=%d late_script_count=%d, want both > 0: the relay did not delay the events", b, l)
+	}
 	f.noViolations(t)
 }
 
@@ -174,6 +179,12 @@ func TestObscuraConcurrentRendersDoNotFreeze(t *testing.T) {
 	<-hanging
 	if n := s.relay.connCount.Load(); n < 3 {
 		t.Errorf("connection_count %d, want one per render besides the pool's own", n)
+	}
+	// The relay stops a connection's other pages at each navigation start, as Obscura
+	// does (TestRelaySuspendsOtherPages shows it on a shared connection): with a
+	// websocket per render, no render's page was ever stopped.
+	if n := s.relay.suspendCount.Load(); n != 0 {
+		t.Errorf("suspend_count %d, want 0: a render's page shared its connection", n)
 	}
 }
 

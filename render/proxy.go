@@ -3,6 +3,7 @@ package render
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -44,6 +45,7 @@ type proxy struct {
 	transport *http.Transport
 	ctx       context.Context
 	cancel    context.CancelFunc
+	originTLS *tls.Config // our TLS client's to origins (terminated requests); nil: the system's roots
 
 	mu      sync.Mutex
 	st      *renderState
@@ -70,12 +72,15 @@ func (p *Pool) newProxy(listen bool) (*proxy, error) {
 		token:     hex.EncodeToString(tok[:]),
 		ln:        ln,
 		tunnels:   make(map[net.Conn]struct{}),
+		originTLS: p.cfg.chainTLS,
 	}
 	x.ctx, x.cancel = context.WithCancel(p.ctx)
 	x.transport = &http.Transport{
 		DialContext: func(ctx context.Context, network, address string) (net.Conn, error) {
 			return x.dial(ctx, network, address, false)
 		},
+		// An https:// request is one the guard proxy read inside a CONNECT it terminated.
+		DialTLSContext:      x.dialOriginTLS,
 		Proxy:               nil,
 		DisableCompression:  true, // pass the browser's Accept-Encoding and the body through as they are
 		MaxIdleConnsPerHost: 6,
@@ -198,7 +203,9 @@ func (x *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		x.connect(w, r, st)
 		return
 	}
-	if !r.URL.IsAbs() || r.URL.Scheme != "http" {
+	// https:// only as the guard proxy hands it over, read inside a CONNECT it terminated
+	// (r.TLS set); a client cannot send one in plain text.
+	if !r.URL.IsAbs() || (r.URL.Scheme != "http" && (r.URL.Scheme != "https" || r.TLS == nil)) {
 		http.Error(w, "render proxy: only absolute http:// requests and CONNECT", http.StatusBadRequest)
 		return
 	}
@@ -306,6 +313,13 @@ func (x *proxy) dial(ctx context.Context, network, address string, tunnel bool) 
 // fail answers a request the proxy could not forward, with our mark and the reason.
 func (x *proxy) fail(w http.ResponseWriter, r *http.Request, err error) {
 	reason := classifyError(err)
+	if errors.Is(err, errOriginTLS) {
+		reason = downloader.FailTLSFailed
+	}
+	if st := x.state(); st != nil && r.TLS != nil && r.URL.Scheme == "https" {
+		// A terminated request: kept by host:port as a failed tunnel's is.
+		st.recordTunnelFailure(hostPort(r.URL.String()), reason)
+	}
 	status := http.StatusBadGateway
 	if reason == downloader.FailDestinationForbidden {
 		status = http.StatusForbidden

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,6 +33,14 @@ import (
 //   - Emulation.setUserAgentOverride is a no-op that answers {};
 //   - a navigation failure is a CDP error, not errorText;
 //   - Network.loadingFailed and Inspector.targetCrashed are never sent;
+//   - at each navigation start, the JavaScript of the connection's other pages stops
+//     until that navigation is done (Obscura drops their V8 runtime: suspend_js; the
+//     relay pauses them in the debugger and resumes them after);
+//   - a navigation's Page and Network events come in one batch when it ends, before its
+//     answer, loadEventFired with DOMContentLoaded unless waitUntil asks for more (it
+//     then comes once, at the load);
+//   - a script request (fetch/XHR) is reported only once finished: its requestWillBeSent,
+//     responseReceived and loadingFinished together; a failed one never;
 //   - /json/version answers Obscura's fixed document.
 type obscuraRelay struct {
 	upstream string // the Chromium's browser websocket URL
@@ -65,6 +74,13 @@ type obscuraRelay struct {
 	busyCount          atomic.Int64 // commands answered "Server busy"
 	navErrorCount      atomic.Int64 // navigations answered with a CDP error
 	unsentEventCount   atomic.Int64 // Network.loadingFailed and Inspector.targetCrashed kept from the client
+	suspendCount       atomic.Int64 // other pages' JavaScript stopped at a navigation start
+	pausedCount        atomic.Int64 // of them, Chromium's word that the page's JavaScript stopped (Debugger.paused)
+	batchedCount       atomic.Int64 // Page and Network events held to the end of their navigation
+	lateScriptCount    atomic.Int64 // script requests reported only once finished
+	syntheticLoadCount atomic.Int64 // loadEventFired sent with DOMContentLoaded
+	// paused is told of the session of each page whose JavaScript stopped (tests wait on it).
+	paused chan string
 	// unsent is told of each event kept from the client (tests wait on it).
 	unsent   chan string
 	navCount atomic.Int64
@@ -77,7 +93,8 @@ func newObscuraRelay(t testing.TB, upstream string) *obscuraRelay {
 		t.Fatal(err)
 	}
 	r := &obscuraRelay{upstream: upstream, ln: ln, conns: map[*relayConn]struct{}{},
-		navTimeout: 30 * time.Second, maxDeferred: 256, held: make(chan string, 1024), unsent: make(chan string, 64)}
+		navTimeout: 30 * time.Second, maxDeferred: 256, held: make(chan string, 1024), unsent: make(chan string, 64),
+		paused: make(chan string, 64)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/json/version", r.version)
 	mux.Handle("/devtools/browser", websocket.Server{
@@ -164,11 +181,18 @@ type relayConn struct {
 	closeOnce    sync.Once
 
 	// Owned by run.
-	nextID   int64               // ids of the relay's own commands: above chromedp's, within Chromium's int32
-	internal map[int64]bool      // answers to swallow
-	blocks   map[string][]string // session → Obscura's block patterns (Fetch.enable'd)
-	nav      *relayNav           // the navigation in progress
-	held     []cdpMessage        // commands held back behind it
+	nextID   int64                      // ids of the relay's own commands: above chromedp's, within Chromium's int32
+	internal map[int64]func(cdpMessage) // answers to swallow, and what to do on each (nil: nothing)
+	blocks   map[string][]string        // session → Obscura's block patterns (Fetch.enable'd)
+	nav      *relayNav                  // the navigation in progress
+	held     []cdpMessage               // commands held back behind it
+	sessions map[string]bool            // the pages' sessions the client uses
+	debugger map[string]bool            // sessions the relay enabled the Debugger on
+	frozen   []string                   // sessions whose JavaScript stops until the navigation is done
+	// scripts holds a script request's events until it has finished: session → request
+	// id → its events so far.
+	scripts     map[string]map[string][]cdpMessage
+	swallowLoad map[string]bool // the session's real loadEventFired was already sent with DOMContentLoaded
 }
 
 // relayNav is a navigation in progress on a connection.
@@ -179,6 +203,7 @@ type relayNav struct {
 	waitLoad bool        // waitUntil asks for the load event (or network idle)
 	answer   *cdpMessage // Chromium's answer, held until the page has loaded
 	loaded   bool
+	events   []cdpMessage // its session's Page and Network events, sent when it ends
 	timer    *time.Timer
 }
 
@@ -208,7 +233,9 @@ func (r *obscuraRelay) serve(client *websocket.Conn) {
 	c := &relayConn{
 		r: r, client: client, upstream: upstream,
 		fromClient: make(chan cdpMessage, 64), fromUpstream: make(chan cdpMessage, 64),
-		done: make(chan struct{}), nextID: 1 << 30, internal: map[int64]bool{}, blocks: map[string][]string{},
+		done: make(chan struct{}), nextID: 1 << 30, internal: map[int64]func(cdpMessage){}, blocks: map[string][]string{},
+		sessions: map[string]bool{}, debugger: map[string]bool{}, scripts: map[string]map[string][]cdpMessage{},
+		swallowLoad: map[string]bool{},
 	}
 	r.mu.Lock()
 	if r.closed {
@@ -316,6 +343,9 @@ func (c *relayConn) fromClientMsg(m cdpMessage, timeouts chan navTimedOut) {
 		b, _ := json.Marshal(m)
 		fmt.Fprintf(os.Stderr, "CL %.300s\n", b)
 	}
+	if m.SessionID != "" {
+		c.sessions[m.SessionID] = true
+	}
 	if c.nav != nil && !isFetchResolution(m.Method) {
 		if len(c.held) >= c.r.maxDeferred {
 			c.r.busyCount.Add(1)
@@ -389,6 +419,7 @@ func (c *relayConn) command(m cdpMessage, timeouts chan navTimedOut) {
 		})
 		c.nav = nav
 		c.r.navCount.Add(1)
+		c.suspendOthers(m.SessionID)
 		c.r.mu.Lock()
 		c.r.navURLs = append(c.r.navURLs, p.URL)
 		c.r.mu.Unlock()
@@ -401,8 +432,11 @@ func (c *relayConn) fromUpstreamMsg(m cdpMessage, timeouts chan navTimedOut) {
 		b, _ := json.Marshal(m)
 		fmt.Fprintf(os.Stderr, "UP %.300s\n", b)
 	}
-	if m.ID != 0 && c.internal[m.ID] {
+	if then, ok := c.internal[m.ID]; m.ID != 0 && ok {
 		delete(c.internal, m.ID)
+		if then != nil {
+			then(m)
+		}
 		return
 	}
 	if n := c.nav; n != nil && m.ID == n.id && m.SessionID == n.session {
@@ -423,6 +457,36 @@ func (c *relayConn) fromUpstreamMsg(m cdpMessage, timeouts chan navTimedOut) {
 		}
 		return
 	}
+	if strings.HasPrefix(m.Method, "Debugger.") {
+		// The relay's own, to stop the other pages: the client never asked for them.
+		if m.Method == "Debugger.paused" {
+			c.r.pausedCount.Add(1)
+			select {
+			case c.r.paused <- m.SessionID:
+			default:
+			}
+		}
+		return
+	}
+	if m.Method == "Target.detachedFromTarget" {
+		var p struct {
+			SessionID string `json:"sessionId"`
+		}
+		json.Unmarshal(m.Params, &p)
+		delete(c.sessions, p.SessionID)
+		delete(c.debugger, p.SessionID)
+		delete(c.scripts, p.SessionID)
+	}
+	if m.Method == "Network.loadingFailed" {
+		c.dropScript(m) // a failed script request is never reported
+	}
+	if strings.HasPrefix(m.Method, "Network.") && c.lateScript(m, timeouts) {
+		return
+	}
+	if m.Method == "Page.loadEventFired" && c.swallowLoad[m.SessionID] {
+		delete(c.swallowLoad, m.SessionID) // sent already, with DOMContentLoaded
+		return
+	}
 	switch m.Method {
 	case "Network.loadingFailed", "Inspector.targetCrashed":
 		// Obscura never sends them: a failed request is not reported, and a crash of the
@@ -437,17 +501,93 @@ func (c *relayConn) fromUpstreamMsg(m cdpMessage, timeouts chan navTimedOut) {
 		if c.paused(m) {
 			return
 		}
-	case "Page.domContentEventFired", "Page.loadEventFired":
-		if n := c.nav; n != nil && m.SessionID == n.session && (m.Method == "Page.loadEventFired" || !n.waitLoad) {
-			n.loaded = true
-			if n.answer != nil {
-				c.send(c.client, m)
-				c.endNav(timeouts)
-				return
-			}
+	}
+	c.toClient(m, timeouts)
+}
+
+// toClient sends an event on, or holds it in its navigation's batch: Obscura sends a
+// navigation's Page and Network events once it is done.
+func (c *relayConn) toClient(m cdpMessage, timeouts chan navTimedOut) {
+	n := c.nav
+	if n == nil || m.SessionID != n.session || !(strings.HasPrefix(m.Method, "Page.") || strings.HasPrefix(m.Method, "Network.")) {
+		c.send(c.client, m)
+		return
+	}
+	c.r.batchedCount.Add(1)
+	n.events = append(n.events, m)
+	if m.Method == "Page.loadEventFired" || (m.Method == "Page.domContentEventFired" && !n.waitLoad) {
+		n.loaded = true
+		if n.answer != nil {
+			c.endNav(timeouts)
 		}
 	}
-	c.send(c.client, m)
+}
+
+// suspendOthers stops the JavaScript of the connection's pages other than session's
+// until the navigation is done, as Obscura's suspend_js at a navigation start.
+func (c *relayConn) suspendOthers(session string) {
+	for s := range c.sessions {
+		if s == session {
+			continue
+		}
+		c.frozen = append(c.frozen, s)
+		pause := func(cdpMessage) {
+			if slices.Contains(c.frozen, s) { // the navigation is not done yet
+				c.internalCommand(s, "Debugger.pause", map[string]any{})
+			}
+		}
+		if c.debugger[s] {
+			pause(cdpMessage{})
+			continue
+		}
+		// A pause sent before the agent has answered its enable is refused.
+		c.debugger[s] = true
+		c.internalCommandThen(s, "Debugger.enable", map[string]any{}, pause)
+		c.r.suspendCount.Add(1)
+	}
+}
+
+// scriptEvent is the part of a Network event that tells its request.
+type scriptEvent struct {
+	RequestID string `json:"requestId"`
+	Type      string `json:"type"`
+}
+
+// lateScript holds the events of a script request (fetch/XHR) until its loadingFinished,
+// then sends them together; true: m is held (or was sent with its request's).
+func (c *relayConn) lateScript(m cdpMessage, timeouts chan navTimedOut) bool {
+	var e scriptEvent
+	json.Unmarshal(m.Params, &e)
+	reqs := c.scripts[m.SessionID]
+	if m.Method == "Network.requestWillBeSent" && (e.Type == "XHR" || e.Type == "Fetch") {
+		if reqs == nil {
+			reqs = map[string][]cdpMessage{}
+			c.scripts[m.SessionID] = reqs
+		}
+		reqs[e.RequestID] = append(reqs[e.RequestID], m)
+		return true
+	}
+	held, ok := reqs[e.RequestID]
+	if !ok {
+		return false
+	}
+	if m.Method != "Network.loadingFinished" {
+		reqs[e.RequestID] = append(held, m)
+		return true
+	}
+	delete(reqs, e.RequestID)
+	c.r.lateScriptCount.Add(1)
+	for _, h := range append(held, m) {
+		c.toClient(h, timeouts)
+	}
+	return true
+}
+
+// dropScript forgets the held events of a script request that failed.
+func (c *relayConn) dropScript(m cdpMessage) {
+	var e scriptEvent
+	json.Unmarshal(m.Params, &e)
+	delete(c.scripts[m.SessionID], e.RequestID)
 }
 
 // paused decides on a Fetch.requestPaused as Obscura would; false: pass it to the client.
@@ -476,8 +616,13 @@ func (c *relayConn) paused(m cdpMessage) bool {
 }
 
 func (c *relayConn) internalCommand(session, method string, params any) {
+	c.internalCommandThen(session, method, params, nil)
+}
+
+// internalCommandThen sends a command of the relay's own and runs then on its answer.
+func (c *relayConn) internalCommandThen(session, method string, params any, then func(cdpMessage)) {
 	c.nextID++
-	c.internal[c.nextID] = true
+	c.internal[c.nextID] = then
 	b, _ := json.Marshal(params)
 	c.send(c.upstream, cdpMessage{ID: c.nextID, SessionID: session, Method: method, Params: b})
 }
@@ -496,6 +641,24 @@ func (c *relayConn) endNav(timeouts chan navTimedOut) {
 	n := c.nav
 	n.timer.Stop()
 	c.nav = nil
+	for _, s := range c.frozen {
+		// Not Debugger.resume: a page that ran no JavaScript meanwhile is not paused, and
+		// its pending pause would stop its next script. disable ends both.
+		c.internalCommand(s, "Debugger.disable", map[string]any{})
+		delete(c.debugger, s)
+	}
+	c.frozen = nil
+	// The batch, before the answer (obscura-cdp sends a command's events first);
+	// loadEventFired with DOMContentLoaded unless waitUntil asked for the load.
+	hasLoad := slices.ContainsFunc(n.events, func(e cdpMessage) bool { return e.Method == "Page.loadEventFired" })
+	for _, e := range n.events {
+		c.send(c.client, e)
+		if e.Method == "Page.domContentEventFired" && !hasLoad && n.answer.Error == nil {
+			c.r.syntheticLoadCount.Add(1)
+			c.swallowLoad[n.session] = true
+			c.send(c.client, cdpMessage{SessionID: n.session, Method: "Page.loadEventFired", Params: e.Params})
+		}
+	}
 	c.send(c.client, *n.answer)
 	for len(c.held) > 0 && c.nav == nil {
 		m := c.held[0]

@@ -3,8 +3,11 @@ package render
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -283,4 +286,164 @@ func waitUnsent(t *testing.T, r *obscuraRelay, method string) {
 			t.Fatalf("Chromium never sent %s", method)
 		}
 	}
+}
+
+// TestRelaySuspendsOtherPages: on one connection, a navigation's start stops the
+// JavaScript of the connection's other page (Chromium says so: Debugger.paused) until
+// the navigation is done; then it runs again.
+func TestRelaySuspendsOtherPages(t *testing.T) {
+	s := newRelaySetup(t)
+	a, b := s.tab(t, ""), s.tab(t, "")
+	if err := chromedp.Do(b, chromedp.Navigate(`data:text/html,<p>ticks</p><script>window.n = 0; setInterval(() => n++, 5);</script>`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(b, waitAbove(0)); err != nil {
+		t.Fatal(err)
+	}
+	for len(s.relay.paused) > 0 {
+		<-s.relay.paused
+	}
+	before := s.relay.suspendCount.Load()
+	navDone := make(chan error, 1)
+	go func() { navDone <- chromedp.Do(a, chromedp.Navigate("http://js.test/relay/wait")) }()
+	select {
+	case <-s.net.waitHit:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the navigation did not reach the origin")
+	}
+	select {
+	case <-s.relay.paused: // the other page's JavaScript stopped at its next statement
+	case <-time.After(20 * time.Second):
+		t.Fatal("the other page's JavaScript never stopped during the navigation")
+	}
+	s.net.release()
+	if err := <-navDone; err != nil {
+		t.Fatal(err)
+	}
+	n, err := chromedp.Run(b, chromedp.Evaluate[int](`n`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(b, waitAbove(n)); err != nil {
+		t.Fatalf("the page did not run again after the navigation: %v", err)
+	}
+	// b, and the browser's first tab chromedp attached to: every other page.
+	if got := s.relay.suspendCount.Load() - before; got != 2 {
+		t.Errorf("%d pages suspended at the navigation, want 2 (every other page of the connection)", got)
+	}
+}
+
+// relayEvent is one event as a client received it.
+type relayEvent struct {
+	method, requestID string
+	resourceType      network.ResourceType
+	timestamp         float64
+}
+
+// TestRelayBatchesEvents: a navigation's events come together once it is done, and
+// loadEventFired with DOMContentLoaded: it reaches the client while the page's image is
+// still held at the origin, so before the real load. A script request (XHR) is reported
+// only once finished: its requestWillBeSent, responseReceived and loadingFinished
+// come with no other request's event between them.
+func TestRelayBatchesEvents(t *testing.T) {
+	s := newRelaySetup(t)
+	var mu sync.Mutex
+	var events []relayEvent
+	loaded := make(chan relayEvent, 4)
+	finished := make(chan string, 64)
+	ctx := s.tab(t, "", chromedp.WithListener(func(ev any) {
+		var e relayEvent
+		switch ev := ev.(type) {
+		case *page.EventDomContentEventFired:
+			e = relayEvent{method: "Page.domContentEventFired", timestamp: ev.Timestamp.Float64()}
+		case *page.EventLoadEventFired:
+			e = relayEvent{method: "Page.loadEventFired", timestamp: ev.Timestamp.Float64()}
+			loaded <- e
+		case *network.EventRequestWillBeSent:
+			e = relayEvent{method: "Network.requestWillBeSent", requestID: string(ev.RequestID), resourceType: ev.Type}
+		case *network.EventResponseReceived:
+			e = relayEvent{method: "Network.responseReceived", requestID: string(ev.RequestID)}
+		case *network.EventLoadingFinished:
+			e = relayEvent{method: "Network.loadingFinished", requestID: string(ev.RequestID)}
+		default:
+			return
+		}
+		mu.Lock()
+		events = append(events, e)
+		mu.Unlock()
+		if e.method == "Network.loadingFinished" {
+			select {
+			case finished <- e.requestID:
+			default:
+			}
+		}
+	}))
+	if _, err := chromedp.Call(ctx, network.Enable, network.EnableParams{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Call(ctx, page.Navigate, page.NavigateParams{URL: `data:text/html,<p>An image that never comes.</p><img src="http://js.test/relay/wait">`}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.net.waitHit:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the image never reached the origin")
+	}
+	select {
+	case e := <-loaded: // the image is still held: this is not the real load
+		mu.Lock()
+		var dcl float64
+		for _, x := range events {
+			if x.method == "Page.domContentEventFired" {
+				dcl = x.timestamp
+			}
+		}
+		mu.Unlock()
+		if e.timestamp != dcl {
+			t.Errorf("loadEventFired at %v, want DOMContentLoaded's %v", e.timestamp, dcl)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no loadEventFired while the image was held")
+	}
+	s.net.release()
+	if n := s.relay.syntheticLoadCount.Load(); n != 1 {
+		t.Errorf("synthetic_load_count=%d, want 1", n)
+	}
+
+	if err := chromedp.Do(ctx, chromedp.Navigate("http://js.test/relay/script.html")); err != nil {
+		t.Fatal(err)
+	}
+	for done := false; !done; {
+		var id string
+		select {
+		case id = <-finished:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the XHR's loadingFinished never came")
+		}
+		mu.Lock()
+		evs := slices.Clone(events)
+		mu.Unlock()
+		var xhr []int // indices of the XHR's events
+		for i, e := range evs {
+			if e.requestID == id {
+				xhr = append(xhr, i)
+			}
+		}
+		if len(xhr) == 0 || evs[xhr[0]].method != "Network.requestWillBeSent" || evs[xhr[0]].resourceType != network.ResourceTypeXHR {
+			continue // another request's
+		}
+		done = true
+		if span := xhr[len(xhr)-1] - xhr[0] + 1; span != len(xhr) {
+			t.Errorf("the XHR's events %v are not together: %d other events between them (%+v)", xhr, span-len(xhr), evs)
+		}
+	}
+	if n := s.relay.lateScriptCount.Load(); n < 1 {
+		t.Errorf("late_script_count=%d, want the XHR reported once finished", n)
+	}
+}
+
+// waitAbove waits in the page until its counter n passes k.
+func waitAbove(k int) chromedp.Action[bool] {
+	return chromedp.Evaluate[bool](fmt.Sprintf(`new Promise(r => { const t = setInterval(() => { if (window.n > %d) { clearInterval(t); r(true); } }, 1); })`, k),
+		chromedp.EvalAwaitPromise)
 }

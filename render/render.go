@@ -210,6 +210,11 @@ type Config struct {
 	// proxy there (`obscura serve --proxy http://GuardProxyListen`): until the connect-time
 	// canary's requests reach it, the endpoint is refused (SPEC §3, canary.go).
 	GuardProxyListen string
+	// GuardProxyCADir, when set, makes the guard proxy terminate TLS under a CA of ours
+	// kept there (created once; obscura_tls.go), so that it sees each request inside an
+	// HTTPS CONNECT. The server must trust the CA: `SSL_CERT_FILE=GuardProxyCADir/ca.pem
+	// obscura serve …`. Empty: CONNECTs are tunnels.
+	GuardProxyCADir string
 	// guardProxyLn, when set, is the guard proxy's listener (tests, which must know the
 	// address before they start the server).
 	guardProxyLn net.Listener
@@ -428,6 +433,11 @@ func New(cfg Config) (*Pool, error) {
 			}
 		}
 		p.guard = newGuardProxy(ln, p.log)
+		if err := p.startGuardTLS(); err != nil {
+			p.guard.close()
+			p.cancel()
+			return nil, err
+		}
 	}
 	p.wg.Go(p.supervise)
 	return p, nil

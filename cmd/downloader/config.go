@@ -44,6 +44,8 @@ type config struct {
 	Cluster                   clusterConfig // --store tikv (cluster.go)
 	RendererKind              string
 	RenderGuardProxyListen    string
+	// The guard proxy terminates TLS, its CA in --data-dir (docs/deploy.md).
+	ShouldRenderGuardProxyTerminateTLS bool
 
 	// The render's sub-request caps (SPEC §3), in total and per host other than the page's.
 	RenderMaxSubrequestCount     int
@@ -124,6 +126,7 @@ func newFlagSet(name string, c *config, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.RendererEndpoint, "renderer-endpoint", "", "remote CDP endpoint (e.g. ws://obscura:9222/devtools/browser); empty launches local Chromium")
 	fs.StringVar(&c.RendererKind, "renderer-kind", "auto", "the CDP server behind --renderer-endpoint: auto (told from its /json/version), chromium or obscura (docs/renderers.md)")
 	fs.StringVar(&c.RenderGuardProxyListen, "render-guard-proxy-listen", "", "host:port of the one guard proxy a remote renderer's requests must go through; start Obscura with `serve --proxy http://` this address (default: a free port on 127.0.0.1, shown in the renderer stats)")
+	fs.BoolVar(&c.ShouldRenderGuardProxyTerminateTLS, "should-render-guard-proxy-terminate-tls", false, "the guard proxy terminates TLS under a CA of ours, made once in --data-dir/render-guard-ca, so that it sees every request inside HTTPS (hops admitted, skipped types refused, caps per request); start Obscura with SSL_CERT_FILE=--data-dir/render-guard-ca/ca.pem (docs/deploy.md)")
 	fs.StringVar(&c.ChromiumPath, "chromium-path", "/usr/lib/chromium/chromium-headless-shell", "local headless Chromium binary")
 	fs.Var(levelFlag{&c.LogLevel}, "log-level", "debug, info, warn or error")
 	fs.IntVar(&c.ShutdownGraceSeconds, "shutdown-grace-seconds", 20, "on SIGINT/SIGTERM, how long in-flight requests may finish")

@@ -186,7 +186,7 @@ func dataDirInUse(err error, dataDir string) error {
 var crawlFlagNames = []string{
 	"output", "warc", "data-dir", "default-min-interval-ms", "max-concurrent-count", "should-obey-robots-txt",
 	"max-attempt-count", "user-agent", "request-timeout-ms", "connect-to", "allow-private-networks",
-	"render-concurrency", "renderer-endpoint", "renderer-kind", "render-guard-proxy-listen", "chromium-path", "listen", "shutdown-grace-seconds", "log-level",
+	"render-concurrency", "renderer-endpoint", "renderer-kind", "render-guard-proxy-listen", "should-render-guard-proxy-terminate-tls", "chromium-path", "listen", "shutdown-grace-seconds", "log-level",
 }
 
 // printFlags prints the flags of fs named in names, in that order, as PrintDefaults would.

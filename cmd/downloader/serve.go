@@ -121,7 +121,7 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 		Concurrency: c.RenderConcurrency, QueueLength: c.LocalQueueLength, UserAgent: c.UserAgent,
 		Isolation: render.Isolation(c.RenderIsolation),
 		Scaling:   render.Scaling(c.RenderScaling), MaxContextHeapBytes: c.RenderMaxContextHeapBytes,
-		Kind: rendererKind(c.RendererKind), GuardProxyListen: c.RenderGuardProxyListen,
+		Kind: rendererKind(c.RendererKind), GuardProxyListen: c.RenderGuardProxyListen, GuardProxyCADir: c.guardProxyCADir(),
 		MaxSubrequestCount: c.RenderMaxSubrequestCount, MaxHostSubrequestCount: c.RenderMaxHostSubrequestCount,
 		Guard: guard, DefaultTimeout: c.requestTimeout(), Hops: &engine.Hops{Limiter: lim, DefaultMinInterval: defaultInterval, Shared: shared, DefaultTimeout: c.requestTimeout()},
 	})
@@ -365,4 +365,12 @@ func (s *service) drain() {
 		s.entryA.stopTasks()
 		s.engine.Stop()
 	}
+}
+
+// guardProxyCADir is where the guard proxy's CA lives, empty when it does not terminate TLS.
+func (c *config) guardProxyCADir() string {
+	if !c.ShouldRenderGuardProxyTerminateTLS {
+		return ""
+	}
+	return filepath.Join(c.DataDir, "render-guard-ca")
 }
