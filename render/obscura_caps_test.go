@@ -68,8 +68,9 @@ func TestObscuraTunnelCaps(t *testing.T) {
 		t.Errorf("capped_subrequest_count=%d, want the refused tunnels counted", capped)
 	}
 	// Each fetch either got a tunnel (reaching the origin, on a connection of its own or a
-	// reused one) or was refused at the cap: none went out uncounted.
-	if reqs+capped != 3*tunnelBurst {
+	// reused one) or was refused at the cap: none went out uncounted. (The browser may try a
+	// refused CONNECT once more, which is refused and counted again: at least, not exactly.)
+	if reqs > 3*tunnelBurst || reqs+capped < 3*tunnelBurst {
 		t.Errorf("%d requests reached the other hosts and %d were capped, want %d in all", reqs, capped, 3*tunnelBurst)
 	}
 	t.Logf("other hosts: %d connections carrying %d of %d requests; capped_subrequest_count=%d",
