@@ -1,6 +1,7 @@
 package localqueue
 
 import (
+	"downloader/store/embedded/embeddedtest"
 	"fmt"
 	"slices"
 	"strings"
@@ -145,7 +146,7 @@ func TestQueuePendingFloor(t *testing.T) {
 		for _, restart := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/restart=%v", tc.name, restart), func(t *testing.T) {
 				dir := t.TempDir()
-				s := openTest(t, dir)
+				s := embeddedtest.Open(t, dir)
 				clk := clock.NewFake(queueStart)
 				q := openRetryQueue(t, s, clk)
 				ids := map[string]string{}
@@ -201,7 +202,7 @@ func TestQueuePendingFloor(t *testing.T) {
 					if err := s.Close(); err != nil {
 						t.Fatal(err)
 					}
-					s = openTest(t, dir)
+					s = embeddedtest.Open(t, dir)
 					q = openRetryQueue(t, s, clk)
 					checkPendingIndex(t, q, "after the restart")
 				}

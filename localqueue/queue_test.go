@@ -1,6 +1,7 @@
 package localqueue
 
 import (
+	"downloader/store/embedded/embeddedtest"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -98,7 +99,7 @@ func TestCheckTask(t *testing.T) {
 }
 
 func TestQueueSubmitDeduplicates(t *testing.T) {
-	s := openTest(t, t.TempDir())
+	s := embeddedtest.Open(t, t.TempDir())
 	clk := clock.NewFake(queueStart)
 	q := openQueueTest(t, s, clk)
 	res := submit(t, q,
@@ -142,7 +143,7 @@ func TestQueueSubmitDeduplicates(t *testing.T) {
 // TestQueuePacing: a domain's tasks are handed out no faster than their interval and at
 // most the lookahead early; domains due first come first.
 func TestQueuePacing(t *testing.T) {
-	s := openTest(t, t.TempDir())
+	s := embeddedtest.Open(t, t.TempDir())
 	clk := clock.NewFake(queueStart)
 	q := openQueueTest(t, s, clk)
 	var tasks []downloader.Task
@@ -180,7 +181,7 @@ func TestQueuePacing(t *testing.T) {
 }
 
 func TestQueueLeaseLimitAndOrder(t *testing.T) {
-	s := openTest(t, t.TempDir())
+	s := embeddedtest.Open(t, t.TempDir())
 	clk := clock.NewFake(queueStart)
 	q := openQueueTest(t, s, clk)
 	for d := range 5 {
@@ -203,7 +204,7 @@ func TestQueueLeaseLimitAndOrder(t *testing.T) {
 // TestQueueLeaseExpiry: a lease not reported in time is handed out again; the late report
 // of the first lease still finishes the task, and the second report changes nothing.
 func TestQueueLeaseExpiry(t *testing.T) {
-	s := openTest(t, t.TempDir())
+	s := embeddedtest.Open(t, t.TempDir())
 	clk := clock.NewFake(queueStart)
 	q := openQueueTest(t, s, clk)
 	submit(t, q, downloader.Task{URL: "http://a.test/", MinIntervalMs: ms(0)})
@@ -241,7 +242,7 @@ func TestQueueLeaseExpiry(t *testing.T) {
 
 // TestQueueRelease: a released task is first of its domain again, not before retryAfter.
 func TestQueueRelease(t *testing.T) {
-	s := openTest(t, t.TempDir())
+	s := embeddedtest.Open(t, t.TempDir())
 	clk := clock.NewFake(queueStart)
 	q := openQueueTest(t, s, clk)
 	submit(t, q, downloader.Task{URL: "http://a.test/1", MinIntervalMs: ms(0)}, downloader.Task{URL: "http://a.test/2", MinIntervalMs: ms(0)})
@@ -295,7 +296,7 @@ func TestQueueRestart(t *testing.T) {
 		t.Fatalf("Lease on a closed store: %v", err)
 	}
 
-	s2 := openTest(t, dir)
+	s2 := embeddedtest.Open(t, dir)
 	q2 := openQueueTest(t, s2, clk)
 	c := q2.Counts()
 	if c.DoneCount != 2 || c.PendingCount != 4 || c.LeasedCount != 0 || c.OwnFailureCount() != 1 || c.FailedCount[downloader.FailInvalidTask] != 1 {
@@ -378,7 +379,7 @@ func TestQueueCountsStored(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	q2 := openQueueTest(t, openTest(t, dir), clk)
+	q2 := openQueueTest(t, embeddedtest.Open(t, dir), clk)
 	c := q2.Counts()
 	if c.PendingCount != 2 || c.LeasedCount != 0 || c.DoneCount != 1 || c.SucceededCount != 1 || c.PageCount != 1 || c.TotalCount() != 3 {
 		t.Fatalf("counts after reopen = %+v; want 2 pending (one back from its lease), 0 leased, 1 done", c)

@@ -1,6 +1,7 @@
 package localqueue
 
 import (
+	"downloader/store/embedded/embeddedtest"
 	"path/filepath"
 	"testing"
 	"time"
@@ -93,7 +94,7 @@ func TestBackoff(t *testing.T) {
 // TestQueueRetryOwnFailureInPlace: a failure of our own goes back at once, first of its
 // domain, without counting an attempt; after MaxOwnFailureCount of them it is final.
 func TestQueueRetryOwnFailureInPlace(t *testing.T) {
-	s := openTest(t, t.TempDir())
+	s := embeddedtest.Open(t, t.TempDir())
 	clk := clock.NewFake(queueStart)
 	q := openRetryQueue(t, s, clk)
 	submit(t, q, downloader.Task{URL: "http://a.test/1"}, downloader.Task{URL: "http://a.test/2"})
@@ -127,7 +128,7 @@ func TestQueueRetryOwnFailureInPlace(t *testing.T) {
 // TestQueueRetryBackoff: a 503 comes back after the backoff (not before), with the attempt
 // counted, until MaxAttemptCount; the domain's other tasks are not held by a plain backoff.
 func TestQueueRetryBackoff(t *testing.T) {
-	s := openTest(t, t.TempDir())
+	s := embeddedtest.Open(t, t.TempDir())
 	clk := clock.NewFake(queueStart)
 	q := openRetryQueue(t, s, clk)
 	res := submit(t, q, downloader.Task{URL: "http://a.test/1"}, downloader.Task{URL: "http://a.test/2"})
@@ -218,7 +219,7 @@ func TestQueueRetryAfter(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s2 := openTest(t, dir)
+	s2 := embeddedtest.Open(t, dir)
 	q2 := openRetryQueue(t, s2, clk)
 	clk.Advance(20*time.Second - time.Millisecond)
 	for _, l := range lease(t, q2, 5) {
@@ -240,7 +241,7 @@ func TestQueueRetryAfter(t *testing.T) {
 // TestQueueReportDuplicate: a report repeated after the task went back to pending (same
 // fetched_at) or while it waits out a backoff changes nothing.
 func TestQueueReportDuplicate(t *testing.T) {
-	s := openTest(t, t.TempDir())
+	s := embeddedtest.Open(t, t.TempDir())
 	clk := clock.NewFake(queueStart)
 	q := openRetryQueue(t, s, clk)
 	res := submit(t, q, downloader.Task{URL: "http://a.test/1"}, downloader.Task{URL: "http://b.test/1"})

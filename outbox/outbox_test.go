@@ -2,9 +2,9 @@ package outbox
 
 import (
 	"bytes"
+	"downloader/store/embedded/embeddedtest"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,20 +23,6 @@ func TestMain(m *testing.M) {
 }
 
 var queueStart = time.Date(2026, 5, 6, 7, 0, 0, 0, time.UTC)
-
-func openTest(t *testing.T, dir string) *embedded.Store {
-	t.Helper()
-	s, err := embedded.Open(dir, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return s
-}
 
 func okReport(id string, at time.Time, page string) *downloader.Report {
 	st := 200
@@ -90,7 +76,7 @@ func TestOutbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Durable across a restart.
-	o2 := New(openTest(t, dir))
+	o2 := New(embeddedtest.Open(t, dir))
 	if n, err := o2.ReportCount(ctx); n != 4 || err != nil {
 		t.Fatalf("after restart %d reports, %v; want 4", n, err)
 	}
@@ -100,7 +86,7 @@ func TestOutbox(t *testing.T) {
 // begins) never hides a report: puts below a raised floor, deletes of the first reports,
 // an emptied outbox and puts after it are all listed.
 func TestOutboxListingFloor(t *testing.T) {
-	s := openTest(t, filepath.Join(t.TempDir(), "store"))
+	s := embeddedtest.Open(t, filepath.Join(t.TempDir(), "store"))
 	ctx := t.Context()
 	o := New(s)
 	ids := func() []string {
@@ -169,7 +155,7 @@ func TestOutboxListingFloor(t *testing.T) {
 // TestOutboxReadsUnheadedReports: a report stored as bare JSON (before the fetched_at
 // header) is listed and deleted as before.
 func TestOutboxReadsUnheadedReports(t *testing.T) {
-	s := openTest(t, t.TempDir())
+	s := embeddedtest.Open(t, t.TempDir())
 	o := New(s)
 	at := time.Date(2026, 3, 4, 5, 6, 7, 9, time.UTC)
 	old := downloader.Report{TaskID: "old", FetchedAt: at}

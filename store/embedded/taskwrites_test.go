@@ -2,7 +2,7 @@ package embedded_test
 
 import (
 	"context"
-	"log/slog"
+	"downloader/store/embedded/embeddedtest"
 	"path/filepath"
 	"testing"
 	"time"
@@ -14,20 +14,6 @@ import (
 
 // These tests are of package embedded_test: the task scope is committed by the outbox's
 // PutReport (package outbox, which imports this one).
-
-func openStore(t *testing.T, dir string) *embedded.Store {
-	t.Helper()
-	s, err := embedded.Open(dir, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return s
-}
 
 // putTask stores what the engine stores for one task (a page, a fetch_result) under ctx.
 func putTask(t *testing.T, ctx context.Context, s *embedded.Store, body string, at time.Time) string {
@@ -83,7 +69,7 @@ func TestTaskWritesCommitWithReport(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s = openStore(t, dir)
+	s = embeddedtest.Open(t, dir)
 	if _, err := s.Page(t.Context(), key); err != nil {
 		t.Errorf("page after reopen: %v", err)
 	}
@@ -98,7 +84,7 @@ func TestTaskWritesCommitWithReport(t *testing.T) {
 
 // TestTaskWritesEndWithoutReport: what a task stored without a report is committed by end.
 func TestTaskWritesEndWithoutReport(t *testing.T) {
-	s := openStore(t, t.TempDir())
+	s := embeddedtest.Open(t, t.TempDir())
 	o := outbox.New(s)
 	ctx, end := o.WithTaskWrites(t.Context())
 	key := putTask(t, ctx, s, "<p>two</p>", time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC))
@@ -119,7 +105,7 @@ func TestTaskWritesEndWithoutReport(t *testing.T) {
 // TestTaskWritesSameBody: a page body another task's scope holds is written once, and a
 // writer of the same body returns only after that scope committed it.
 func TestTaskWritesSameBody(t *testing.T) {
-	s := openStore(t, t.TempDir())
+	s := embeddedtest.Open(t, t.TempDir())
 	o := outbox.New(s)
 	at := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
 	ctxA, endA := o.WithTaskWrites(t.Context())
