@@ -115,6 +115,15 @@ func ParseCause(s string) (Cause, bool) {
 	return CauseReported, false
 }
 
+// Causes lists the closed set in the order of its values, CauseReported first.
+func Causes() []Cause {
+	cs := make([]Cause, len(causeReasons))
+	for i := range cs {
+		cs[i] = Cause(i)
+	}
+	return cs
+}
+
 // IsFailure reports whether c is a failure's cause: neither CauseReported (no cause
 // given) nor CauseOK.
 func (c Cause) IsFailure() bool { return c != CauseReported && c != CauseOK }

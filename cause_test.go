@@ -89,12 +89,14 @@ func TestDecideFailReason(t *testing.T) {
 // TestCauseNames: every cause has one stable snake_case name that parses back to it (the
 // renderer's proxy carries causes by name), and nothing else parses.
 func TestCauseNames(t *testing.T) {
-	if len(causeNames) != len(causeReasons) {
-		t.Fatalf("%d cause names, %d causes", len(causeNames), len(causeReasons))
+	if len(causeNames) != len(causeReasons) || len(Causes()) != len(causeReasons) {
+		t.Fatalf("%d cause names, %d listed, %d causes", len(causeNames), len(Causes()), len(causeReasons))
 	}
 	seen := map[string]Cause{}
-	for i := range causeReasons {
-		c := Cause(i)
+	for i, c := range Causes() {
+		if c != Cause(i) {
+			t.Errorf("Causes()[%d] = %d", i, c)
+		}
 		name := c.String()
 		if name == "" || strings.Trim(name, "abcdefghijklmnopqrstuvwxyz_") != "" || strings.HasPrefix(name, "_") || strings.HasSuffix(name, "_") {
 			t.Errorf("cause %d is named %q: want snake_case", i, name)
