@@ -24,6 +24,18 @@ func isFailureCause(c downloader.Cause) bool {
 	return c.IsFailure() && r != "" && r.IsValid()
 }
 
+// checkCause fails t unless out, a render's outcome, carries the cause of how it ended
+// (CauseOK for a page) and the reason that cause means: the engine decides fail_reason from
+// the cause alone.
+func checkCause(t *testing.T, out *downloader.Outcome) {
+	t.Helper()
+	if out.Cause == downloader.CauseReported {
+		t.Errorf("render outcome without a cause (fail_reason %q)", out.FailReason)
+	} else if got := out.Cause.FailReason(); got != out.FailReason {
+		t.Errorf("render outcome with cause %s (%q) but fail_reason %q", out.Cause, got, out.FailReason)
+	}
+}
+
 // TestRenderClassifiersGiveACause: every classifier of a failed render step gives a
 // failure's cause, whatever it is given: the engine then decides fail_reason from the
 // cause alone (downloader.DecideFailReason).

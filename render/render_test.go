@@ -33,6 +33,7 @@ func render(t *testing.T, p *Pool, u string, timeout time.Duration) *downloader.
 	if out == nil {
 		t.Fatal("Render returned nil")
 	}
+	checkCause(t, out)
 	return out
 }
 
