@@ -1,12 +1,19 @@
 package downloader
 
+import "strconv"
+
 // Cause is what ended a fetch or render, as the fetcher or renderer saw it: which step
 // failed, not yet what the scheduler is told. SPEC §4's fail_reason is decided from it
 // once, by DecideFailReason (with what only the caller knows: whether the service is
 // stopping, whether a refused hop was refused by the shared state) and then the egress
-// verdict (package engine runs both, in one place). The zero value, CauseReported, says
-// that no cause was given: the outcome's FailReason stands as its producer set it (test
-// doubles, and the renderer's steps that still classify to a reason directly).
+// verdict (package engine runs both, in one place). The set is closed: every cause has a
+// row in causeReasons and a stable name in causeNames.
+//
+// The zero value, CauseReported, says that no cause was given: the outcome's FailReason
+// stands as it was set. The fetcher and the renderer never leave it on a failure (their
+// classifier tests check it); it is kept for test doubles, and for the outcomes the engine
+// and the server make themselves without fetching (Failed: shutting_down before the
+// request went, invalid_task, runtime_store_unavailable).
 type Cause uint8
 
 const (
@@ -60,6 +67,66 @@ var causeReasons = [...]FailReason{
 	CauseRendererCrashed:      FailRendererCrashed,
 	CauseRenderTimeout:        FailRenderTimeout,
 }
+
+// causeNames are the causes' stable names (snake_case, SPEC §7), for where a cause is
+// carried as text: the renderer's proxy marks its own answers with one (render's
+// proxyErrorHeader) and the render reads the cause back from it. A name, once given, is
+// never reused for another cause.
+var causeNames = [...]string{
+	CauseReported:             "reported",
+	CauseOK:                   "ok",
+	CauseHTTPStatus:           "http_status",
+	CauseDomainNotFound:       "domain_not_found",
+	CauseDestinationForbidden: "destination_forbidden",
+	CauseConnectRefused:       "connect_refused",
+	CauseConnectTimeout:       "connect_timeout",
+	CauseTLSFailed:            "tls_failed",
+	CauseResponseTimeout:      "response_timeout",
+	CauseConnectionReset:      "connection_reset",
+	CauseResolverFailed:       "resolver_failed",
+	CauseOutOfResources:       "out_of_resources",
+	CauseQueueFull:            "queue_full",
+	CauseCancelled:            "cancelled",
+	CauseWireWaitFailed:       "wire_wait_failed",
+	CauseHopRefused:           "hop_refused",
+	CauseHopSharedUnavailable: "hop_shared_unavailable",
+	CauseInvalidURL:           "invalid_url",
+	CauseRendererUnavailable:  "renderer_unavailable",
+	CauseRendererCrashed:      "renderer_crashed",
+	CauseRenderTimeout:        "render_timeout",
+}
+
+// String is c's stable name (causeNames); a value outside the set is "cause(N)", which
+// ParseCause does not accept.
+func (c Cause) String() string {
+	if int(c) < len(causeNames) {
+		return causeNames[c]
+	}
+	return "cause(" + strconv.Itoa(int(c)) + ")"
+}
+
+// ParseCause is the cause named s (Cause.String), and whether s names one.
+func ParseCause(s string) (Cause, bool) {
+	for c, name := range causeNames {
+		if name == s {
+			return Cause(c), true
+		}
+	}
+	return CauseReported, false
+}
+
+// Causes lists the closed set in the order of its values, CauseReported first.
+func Causes() []Cause {
+	cs := make([]Cause, len(causeReasons))
+	for i := range cs {
+		cs[i] = Cause(i)
+	}
+	return cs
+}
+
+// IsFailure reports whether c is a failure's cause: neither CauseReported (no cause
+// given) nor CauseOK.
+func (c Cause) IsFailure() bool { return c != CauseReported && c != CauseOK }
 
 // FailReason is the reason c means on its own (CauseReported and CauseOK: none).
 func (c Cause) FailReason() FailReason {

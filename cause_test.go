@@ -1,6 +1,10 @@
 package downloader
 
-import "testing"
+import (
+	"strconv"
+	"strings"
+	"testing"
+)
 
 // TestCauseReasons: every cause means one reason of the closed set, and causes on our
 // side never count as reaching the origin (SPEC §4).
@@ -78,6 +82,56 @@ func TestDecideFailReason(t *testing.T) {
 	for _, tt := range tests {
 		if got := DecideFailReason(&tt.out, tt.k); got != tt.want {
 			t.Errorf("%s: %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestCauseNames: every cause has one stable snake_case name that parses back to it (the
+// renderer's proxy carries causes by name), and nothing else parses.
+func TestCauseNames(t *testing.T) {
+	if len(causeNames) != len(causeReasons) || len(Causes()) != len(causeReasons) {
+		t.Fatalf("%d cause names, %d listed, %d causes", len(causeNames), len(Causes()), len(causeReasons))
+	}
+	seen := map[string]Cause{}
+	for i, c := range Causes() {
+		if c != Cause(i) {
+			t.Errorf("Causes()[%d] = %d", i, c)
+		}
+		name := c.String()
+		if name == "" || strings.Trim(name, "abcdefghijklmnopqrstuvwxyz_") != "" || strings.HasPrefix(name, "_") || strings.HasSuffix(name, "_") {
+			t.Errorf("cause %d is named %q: want snake_case", i, name)
+		}
+		if prev, dup := seen[name]; dup {
+			t.Errorf("causes %d and %d are both named %q", prev, c, name)
+		}
+		seen[name] = c
+		got, ok := ParseCause(name)
+		if !ok || got != c {
+			t.Errorf("ParseCause(%q) = %d, %v; want %d, true", name, got, ok, c)
+		}
+	}
+	outside := Cause(len(causeReasons))
+	for _, s := range []string{"", "bogus", "Connect_Refused", " connect_refused", outside.String()} {
+		if c, ok := ParseCause(s); ok {
+			t.Errorf("ParseCause(%q) = %d: want no cause", s, c)
+		}
+	}
+	if got := outside.String(); got != "cause("+strconv.Itoa(len(causeReasons))+")" {
+		t.Errorf("a cause outside the set is named %q", got)
+	}
+}
+
+// TestCauseIsFailure: only CauseReported and CauseOK are not failures, and a failure's
+// cause always means a reason.
+func TestCauseIsFailure(t *testing.T) {
+	for i := range causeReasons {
+		c := Cause(i)
+		want := c != CauseReported && c != CauseOK
+		if c.IsFailure() != want {
+			t.Errorf("%s: IsFailure %v, want %v", c, c.IsFailure(), want)
+		}
+		if c.IsFailure() != (c.FailReason() != "") {
+			t.Errorf("%s: IsFailure %v but means %q", c, c.IsFailure(), c.FailReason())
 		}
 	}
 }

@@ -254,7 +254,7 @@ func (e *Engine) run(ctx context.Context, req downloader.Request, u *url.URL, ad
 	var out *downloader.Outcome
 	switch {
 	case req.ShouldRender && e.cfg.Renderer == nil:
-		out = downloader.Failed(downloader.FailRendererUnavailable)
+		out = downloader.FailedBy(downloader.CauseRendererUnavailable)
 	case req.ShouldRender:
 		out = e.cfg.Renderer.RenderInSlot(ctx, u, adm, hops, downloader.RenderOptions{Timeout: timeout, SkipResourceTypes: req.SkipResourceTypes})
 	case req.Entry == downloader.EntryProbe && e.once != nil:

@@ -66,7 +66,7 @@ func TestEntriesSpendTheSlotOnlyWhenSent(t *testing.T) {
 				clk := clock.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
 				lim := limiter.New(clk)
 				clk.Advance(time.Hour)
-				e := New(Config{Clock: clk, Limiter: lim, Gate: limiter.NewGate(8, 8), Fetcher: f,
+				e := New(Config{Clock: clk, Limiter: lim, Gate: limiter.NewGate(8, 8), Fetcher: causeChecked{t: t, f: f},
 					DefaultMinInterval: iv, DefaultTimeout: 10 * time.Second})
 				raw := "http://" + tt.domain + "/"
 				u, _ := url.Parse(raw)

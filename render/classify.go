@@ -15,11 +15,8 @@ import (
 	"downloader/netguard"
 )
 
-// classifyError classifies an error of the proxy's connection to an origin (a Go error),
-// the way plain fetch does (SPEC §4): errorCause, and the reason it means.
-func classifyError(err error) downloader.FailReason { return errorCause(err).FailReason() }
-
-// errorCause is the cause an error of the proxy's connection to an origin tells.
+// errorCause is the cause an error of the proxy's connection to an origin tells (a Go
+// error), the way plain fetch classifies its own (SPEC §4).
 func errorCause(err error) downloader.Cause {
 	var fe *netguard.ForbiddenError
 	var dnsErr *net.DNSError
@@ -85,9 +82,6 @@ var netErrors = map[string]downloader.Cause{
 	"ERR_ABORTED":                 downloader.CauseRendererCrashed,
 }
 
-// classifyNetError classifies a net::ERR_* text: netErrorCause, and the reason it means.
-func classifyNetError(text string) downloader.FailReason { return netErrorCause(text).FailReason() }
-
 // netErrorCause is the cause a net::ERR_* text tells. TLS and certificate errors are
 // TLS failed; an unknown error is connection reset (a failure on the path to the origin).
 func netErrorCause(text string) downloader.Cause {
@@ -103,20 +97,30 @@ func netErrorCause(text string) downloader.Cause {
 	return downloader.CauseConnectionReset
 }
 
-// proxyReasonOf returns the fail reason of an answer that our proxy marked with token,
-// or "" for an answer of the origin.
-func proxyReasonOf(h network.Headers, token string) downloader.FailReason {
-	v := header(h, proxyErrorHeader)
+// proxyCauseOf returns the cause of an answer that our proxy marked with token, or
+// CauseReported (none) for an answer of the origin.
+func proxyCauseOf(h network.Headers, token string) downloader.Cause {
+	return proxyMarkCause(header(h, proxyErrorHeader), token)
+}
+
+// proxyMark is the value of proxyErrorHeader on our proxy's own answer: the proxy's token
+// and the cause's stable name (downloader.Cause.String), so that the render reads back the
+// cause itself rather than a reason.
+func proxyMark(token string, c downloader.Cause) string { return token + " " + c.String() }
+
+// proxyMarkCause is the cause a proxyErrorHeader value v tells: CauseReported (none) unless
+// it carries token; a mark with a name that is not a failure's cause is a broken answer on
+// the path (connection reset).
+func proxyMarkCause(v, token string) downloader.Cause {
 	if v == "" || token == "" {
-		return ""
+		return downloader.CauseReported
 	}
-	tok, reason, ok := strings.Cut(v, " ")
+	tok, name, ok := strings.Cut(v, " ")
 	if !ok || tok != token {
-		return ""
+		return downloader.CauseReported
 	}
-	r := downloader.FailReason(reason)
-	if !r.IsValid() || r == "" {
-		return downloader.FailConnectionReset
+	if c, ok := downloader.ParseCause(name); ok && c.IsFailure() {
+		return c
 	}
-	return r
+	return downloader.CauseConnectionReset
 }

@@ -88,6 +88,7 @@ func TestRenderPageGetsFrames(t *testing.T) {
 	defer p.Close()
 
 	out := p.Render(context.Background(), f.url("frames-run.test/"), nil, 30*time.Second)
+	checkCause(t, out)
 	if out.FailReason != "" {
 		t.Fatalf("fail_reason=%s", failReason(out))
 	}

@@ -303,6 +303,7 @@ func TestRenderSubrequestCapsHTTPS(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := p.Render(context.Background(), f.url("https://tls-burst.test/"), nil, 20*time.Second)
+	checkCause(t, out)
 	if out.FailReason != "" || out.HTTPStatus != 200 {
 		t.Fatalf("fail_reason=%s http_status=%d", failReason(out), out.HTTPStatus)
 	}

@@ -162,7 +162,9 @@ func (e *hopEnv) render(t *testing.T, u string, interval, timeout time.Duration)
 		t.Fatalf("%s not admitted: %v", domain, err)
 	}
 	out := e.p.Render(context.Background(), pu, &adm, timeout)
+	checkCause(t, out)
 	adm.Done()
+	checkCause(t, out)
 	return out
 }
 
@@ -588,6 +590,7 @@ func TestRenderHopsHTTPS(t *testing.T) {
 	}
 	start := time.Now()
 	out := p.Render(context.Background(), f.url("https://secure.test/"), &adm, 20*time.Second)
+	checkCause(t, out)
 	adm.Done()
 	if out.FailReason != "" || out.HTTPStatus != 200 || out.FinalURL != "https://secure-b.test/" {
 		t.Fatalf("fail_reason=%s http_status=%d final_url=%q", failReason(out), out.HTTPStatus, out.FinalURL)
@@ -607,6 +610,7 @@ func TestRenderHopsHTTPS(t *testing.T) {
 		t.Fatal(err)
 	}
 	out = p.Render(context.Background(), f.url("http://hsts.dev/"), &hsts, 20*time.Second)
+	checkCause(t, out)
 	hsts.Done()
 	if out.FailReason != "" || out.FinalURL != "https://hsts.dev/" {
 		t.Errorf("hsts.dev: fail_reason=%s final_url=%q", failReason(out), out.FinalURL)

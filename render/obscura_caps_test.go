@@ -44,6 +44,7 @@ func TestObscuraTunnelCaps(t *testing.T) {
 		c.MaxSubrequestCount = total
 	})
 	out := p.Render(context.Background(), getFixture(t).url("https://start.example.com/tunnels"), nil, 30*time.Second)
+	checkCause(t, out)
 	if out.FailReason != "" || out.HTTPStatus != 200 {
 		t.Fatalf("fail_reason=%s http_status=%d", failReason(out), out.HTTPStatus)
 	}

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
-	"strings"
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/network"
@@ -52,22 +51,22 @@ func (j *renderJob) resolveChain(ctx context.Context, t *tab) (string, *download
 	cur := j.u
 	for hop := 0; ; hop++ {
 		if hop > maxChainHops {
-			return "", downloader.Failed(classifyNetError("ERR_TOO_MANY_REDIRECTS"))
+			return "", downloader.FailedBy(netErrorCause("ERR_TOO_MANY_REDIRECTS"))
 		}
 		domain, err := downloader.NormalizeDomain(cur.Hostname())
 		if err != nil {
-			return "", downloader.Failed(downloader.FailInvalidTask)
+			return "", downloader.FailedBy(downloader.CauseInvalidURL)
 		}
 		if h != nil && !h.admitDomain(domain) {
-			return "", downloader.Failed(downloader.FailSelfRateLimited)
+			return "", downloader.FailedBy(downloader.CauseHopRefused)
 		}
 		resp, err := j.chainRequest(ctx, client, t, cur)
 		if err != nil {
-			return "", downloader.Failed(j.chainFailure(ctx, t, cur, err))
+			return "", downloader.FailedBy(j.chainFailure(ctx, t, cur, err))
 		}
-		if reason := proxyMark(resp.Header, t.proxy.token); reason != "" {
+		if c := proxyMarkCause(resp.Header.Get(proxyErrorHeader), t.proxy.token); c != downloader.CauseReported {
 			resp.Body.Close()
-			return "", downloader.Failed(reason)
+			return "", downloader.FailedBy(c)
 		}
 		for _, c := range resp.Cookies() {
 			cookies = append(cookies, cookieParam(cur, c))
@@ -85,7 +84,7 @@ func (j *renderJob) resolveChain(ctx context.Context, t *tab) (string, *download
 	}
 	if len(cookies) > 0 {
 		if _, err := chromedp.Call(ctx, network.SetCookies, network.SetCookiesParams{Cookies: cookies}); err != nil {
-			return "", downloader.Failed(j.stopped(ctx, t, fmt.Errorf("the redirect chain's cookies: %w", err)))
+			return "", downloader.FailedBy(j.stopped(ctx, t, fmt.Errorf("the redirect chain's cookies: %w", err)))
 		}
 	}
 	if h != nil {
@@ -111,31 +110,19 @@ func (j *renderJob) chainRequest(ctx context.Context, client *http.Client, t *ta
 	return client.Do(req)
 }
 
-// chainFailure is the fail reason of a chain request that got no answer: what our proxy
+// chainFailure is the cause of a chain request that got no answer: what our proxy
 // recorded for the host (a CONNECT it could not make), else the error itself.
-func (j *renderJob) chainFailure(ctx context.Context, t *tab, u *url.URL, err error) downloader.FailReason {
+func (j *renderJob) chainFailure(ctx context.Context, t *tab, u *url.URL, err error) downloader.Cause {
 	if ctx.Err() != nil {
 		return j.stopped(ctx, t, err)
 	}
-	if r := j.st.tunnelFailure(hostPort(u.String())); r != "" {
-		return r
+	if c := j.st.tunnelFailure(hostPort(u.String())); c != downloader.CauseReported {
+		return c
 	}
 	if isTLSError(err) {
-		return downloader.FailTLSFailed
+		return downloader.CauseTLSFailed
 	}
-	return classifyError(err)
-}
-
-// proxyMark is the fail reason our proxy marked an answer with, empty for the origin's.
-func proxyMark(h http.Header, token string) downloader.FailReason {
-	tok, reason, ok := strings.Cut(h.Get(proxyErrorHeader), " ")
-	if !ok || tok != token {
-		return ""
-	}
-	if r := downloader.FailReason(reason); r.IsValid() && r != "" {
-		return r
-	}
-	return downloader.FailConnectionReset
+	return errorCause(err)
 }
 
 func isRedirect(status int) bool {

@@ -55,6 +55,7 @@ func TestObscuraRedirectChainAdmitted(t *testing.T) {
 		hopbBefore := o.admittedCount("hopb.example.com")
 		navBefore := len(relay.navigated())
 		out := p.Render(context.Background(), getFixture(t).url(tt.start), nil, 30*time.Second)
+		checkCause(t, out)
 		if out.FailReason != "" || out.FinalURL != "https://hopb.example.com/final" || out.HTTPStatus != 200 {
 			t.Fatalf("%s: fail_reason=%s final_url=%s http_status=%d, want hopb's final page", tt.start, failReason(out), out.FinalURL, out.HTTPStatus)
 		}
@@ -113,6 +114,7 @@ func TestObscuraSelfNavigation(t *testing.T) {
 	p, _ := newExamplePool(t, o, nil)
 
 	out := p.Render(context.Background(), getFixture(t).url("http://selfnav.example.com/"), nil, 30*time.Second)
+	checkCause(t, out)
 	if out.FailReason != "" {
 		t.Fatalf("http: fail_reason=%s", failReason(out))
 	}
@@ -131,6 +133,7 @@ func TestObscuraSelfNavigation(t *testing.T) {
 
 	before := o.admittedCount("hopb.example.com")
 	out = p.Render(context.Background(), getFixture(t).url("https://selfnav.example.com/"), nil, 30*time.Second)
+	checkCause(t, out)
 	if out.FailReason != "" {
 		t.Fatalf("https: fail_reason=%s", failReason(out))
 	}

@@ -57,6 +57,7 @@ func TestObscuraTLSSelfNavigationAdmitted(t *testing.T) {
 	p, _, _ := newTLSExamplePool(t, o, true, nil)
 	before := o.admittedCount("hopb.example.com")
 	out := p.Render(context.Background(), getFixture(t).url("https://selfnav.example.com/"), nil, 30*time.Second)
+	checkCause(t, out)
 	if out.FailReason != "" {
 		t.Fatalf("fail_reason=%s", failReason(out))
 	}
@@ -93,6 +94,7 @@ func TestObscuraTLSSelfNavigationRefused(t *testing.T) {
 	o := newExampleOrigin(t, chainPages)
 	p, _, _ := newTLSExamplePool(t, o, true, func(c *Config) { c.Hops = refusingHops{} })
 	out := p.Render(context.Background(), getFixture(t).url("https://selfnav.example.com/"), nil, 30*time.Second)
+	checkCause(t, out)
 	if out.FailReason != downloader.FailSelfRateLimited || out.Summary("selfnav.example.com").HasReachedOrigin {
 		t.Errorf("fail_reason=%s, want self_rate_limited with has_reached_origin=false", failReason(out))
 	}
@@ -144,6 +146,7 @@ func TestObscuraTLSCapsExact(t *testing.T) {
 		c.MaxSubrequestCount = total
 	})
 	out := p.Render(context.Background(), getFixture(t).url("https://start.example.com/tunnels"), nil, 30*time.Second)
+	checkCause(t, out)
 	if out.FailReason != "" || out.HTTPStatus != 200 {
 		t.Fatalf("fail_reason=%s http_status=%d", failReason(out), out.HTTPStatus)
 	}
@@ -172,6 +175,7 @@ func TestObscuraTLSCanaryRefusesUntrusted(t *testing.T) {
 	o := newExampleOrigin(t, chainPages)
 	p, _, ca := newTLSExamplePool(t, o, false, nil)
 	out := p.Render(context.Background(), getFixture(t).url("https://selfnav.example.com/"), nil, 30*time.Second)
+	checkCause(t, out)
 	if out.FailReason != downloader.FailRendererUnavailable {
 		t.Errorf("fail_reason=%s, want renderer_unavailable", failReason(out))
 	}

@@ -195,9 +195,9 @@ func (j *renderJob) run(ctx context.Context) {
 		var ue *errUnavailable
 		switch {
 		case errors.As(err, &ue):
-			j.done <- downloader.Failed(downloader.FailRendererUnavailable)
+			j.done <- downloader.FailedBy(downloader.CauseRendererUnavailable)
 		default:
-			j.done <- downloader.Failed(stopReason(ctx))
+			j.done <- downloader.FailedBy(stopCause(ctx))
 		}
 		return
 	}
@@ -208,12 +208,12 @@ func (j *renderJob) run(ctx context.Context) {
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:
-			j.done <- downloader.Failed(stopReason(ctx))
+			j.done <- downloader.FailedBy(stopCause(ctx))
 		case !b.alive():
-			j.done <- downloader.Failed(downloader.FailRendererCrashed)
+			j.done <- downloader.FailedBy(downloader.CauseRendererCrashed)
 		default:
 			p.log.Warn("render: no tab", "error", err)
-			j.done <- downloader.Failed(downloader.FailRendererUnavailable)
+			j.done <- downloader.FailedBy(downloader.CauseRendererUnavailable)
 		}
 		return
 	}
@@ -237,7 +237,7 @@ func (j *renderJob) renderIn(ctx context.Context, t *tab) *downloader.Outcome {
 	if j.st.hopRefused() {
 		// A main document hop was not admitted in time: whatever the browser made of
 		// the failed request, the render is our own limiter's refusal.
-		return downloader.Failed(downloader.FailSelfRateLimited)
+		return downloader.FailedBy(downloader.CauseHopRefused)
 	}
 	return out
 }
@@ -287,7 +287,7 @@ func (j *renderJob) renderTab(ctx context.Context, t *tab) *downloader.Outcome {
 	}()
 
 	if err := t.setSkip(runCtx, j.skip); err != nil {
-		return downloader.Failed(j.stopped(runCtx, t, err))
+		return downloader.FailedBy(j.stopped(runCtx, t, err))
 	}
 	// The main document is always the origin's (SPEC §3), while a long-lived context keeps
 	// its HTTP cache (IsolationWipe): the cache holds only what the context's earlier
@@ -295,7 +295,7 @@ func (j *renderJob) renderTab(ctx context.Context, t *tab) *downloader.Outcome {
 	// cache (its bundles too: the same URL twice in one context is rare).
 	if t.sc != nil && t.sc.hasRequested(j.u.String()) {
 		if err := t.setCacheDisabled(runCtx, true); err != nil {
-			return downloader.Failed(j.stopped(runCtx, t, err))
+			return downloader.FailedBy(j.stopped(runCtx, t, err))
 		}
 	}
 	navURL := j.u.String()
@@ -310,7 +310,7 @@ func (j *renderJob) renderTab(ctx context.Context, t *tab) *downloader.Outcome {
 		if msg, ok := navigationCDPError(err); ok && t.b.prof.navigationErrorIsOrigin && runCtx.Err() == nil {
 			return j.navigationRefused(t, msg)
 		}
-		return downloader.Failed(j.stopped(runCtx, t, err))
+		return downloader.FailedBy(j.stopped(runCtx, t, err))
 	}
 	if nav.ErrorText != "" || nav.IsDownload {
 		return j.navigationFailed(runCtx, t, nav)
@@ -321,21 +321,21 @@ func (j *renderJob) renderTab(ctx context.Context, t *tab) *downloader.Outcome {
 		// is between two documents until then).
 		j.p.log.Debug("render: main document came from the cache; loading it again from the origin", "url", j.u.Redacted())
 		if err := j.waitDOM(runCtx, t); err != nil {
-			return downloader.Failed(j.stopped(runCtx, t, err))
+			return downloader.FailedBy(j.stopped(runCtx, t, err))
 		}
 		if err := t.setCacheDisabled(runCtx, true); err != nil {
-			return downloader.Failed(j.stopped(runCtx, t, err))
+			return downloader.FailedBy(j.stopped(runCtx, t, err))
 		}
 		t.tr.expectNewMain()
 		if nav, err = chromedp.Call(runCtx, page.Navigate, page.NavigateParams{URL: j.u.String()}); err != nil {
-			return downloader.Failed(j.stopped(runCtx, t, fmt.Errorf("load again: %w", err)))
+			return downloader.FailedBy(j.stopped(runCtx, t, fmt.Errorf("load again: %w", err)))
 		}
 		if nav.ErrorText != "" || nav.IsDownload {
 			return j.navigationFailed(runCtx, t, nav)
 		}
 	}
 	if err := j.wait(runCtx, t); err != nil {
-		return downloader.Failed(j.stopped(runCtx, t, err))
+		return downloader.FailedBy(j.stopped(runCtx, t, err))
 	}
 	return j.read(runCtx, t)
 }
@@ -352,26 +352,26 @@ func (j *renderJob) waitDOM(ctx context.Context, t *tab) error {
 	return nil
 }
 
-// stopped is the fail reason of a render that could not go on because of err.
-func (j *renderJob) stopped(runCtx context.Context, t *tab, err error) downloader.FailReason {
+// stopped is the cause of a render that could not go on because of err.
+func (j *renderJob) stopped(runCtx context.Context, t *tab, err error) downloader.Cause {
 	cause := context.Cause(runCtx)
 	switch {
 	case errors.Is(cause, errCrashed):
-		return downloader.FailRendererCrashed
+		return downloader.CauseRendererCrashed
 	case errors.Is(cause, errRenderTimeout), errors.Is(cause, context.DeadlineExceeded):
-		return downloader.FailRenderTimeout
+		return downloader.CauseRenderTimeout
 	case errors.Is(cause, errPoolClosed), j.p.ctx.Err() != nil:
-		return downloader.FailShuttingDown // the pool closing also ends its tabs, in any order
+		return downloader.CauseCancelled // the pool closing also ends its tabs, in any order
 	case errors.Is(cause, errHopRefused):
-		return downloader.FailSelfRateLimited
+		return downloader.CauseHopRefused
 	case !t.b.alive(), t.isDetached(), t.tr.state().crashed, isBrowserGone(err),
 		t.ctx.Err() != nil: // the tab, or its own connection (a remote server's), ended under the render
-		return downloader.FailRendererCrashed
+		return downloader.CauseRendererCrashed
 	case runCtx.Err() != nil:
-		return downloader.FailShuttingDown
+		return downloader.CauseCancelled // the caller gave up
 	}
 	j.p.log.Warn("render: browser error", "url", j.u.String(), "error", err)
-	return downloader.FailRendererCrashed
+	return downloader.CauseRendererCrashed
 }
 
 // wait waits until the page can be read: loaded and quiet, loaded and busy for too long,
@@ -458,7 +458,7 @@ func (j *renderJob) read(ctx context.Context, t *tab) *downloader.Outcome {
 		err = jsonv2.Unmarshal(res.Result.Value, &page)
 	}
 	if err != nil {
-		return downloader.Failed(j.stopped(ctx, t, fmt.Errorf("read the page: %w", err)))
+		return downloader.FailedBy(j.stopped(ctx, t, fmt.Errorf("read the page: %w", err)))
 	}
 	rendered, truncated := capHTML(page.HTML, maxRenderedHTMLBytes)
 	if truncated {
@@ -472,9 +472,9 @@ func (j *renderJob) read(ctx context.Context, t *tab) *downloader.Outcome {
 		// The browser got the page without our proxy: the endpoint ignores per-context
 		// proxies, so nothing it does would obey the guard. Fail closed.
 		j.p.log.Error("render: the browser bypassed the proxy; refusing its result", "url", j.u.String())
-		return downloader.Failed(downloader.FailRendererUnavailable)
+		return downloader.FailedBy(downloader.CauseRendererUnavailable)
 	}
-	if out.FailReason == "" || out.FailReason == downloader.FailHTTPStatusError {
+	if !out.Cause.IsFailure() || out.Cause == downloader.CauseHTTPStatus {
 		j.rawText(ctx, md, out)
 		// What the browser shows, not every text node of the DOM (SPEC §3): an empty shell
 		// with its content in hidden blocks is an empty shell.
@@ -488,10 +488,11 @@ func (j *renderJob) read(ctx context.Context, t *tab) *downloader.Outcome {
 }
 
 // base is the outcome of the main document's response and the page's requests, without
-// content.
+// content: CauseOK, or the failure the response itself tells (our proxy's answer, a
+// non-2xx status).
 func (j *renderJob) base(md mainDocument, t *tab) *downloader.Outcome {
-	out := &downloader.Outcome{HTTPStatus: int(md.status), FinalURL: md.committed}
-	if md.proxyReason != "" {
+	out := &downloader.Outcome{HTTPStatus: int(md.status), FinalURL: md.committed, Cause: downloader.CauseOK}
+	if md.proxyCause.IsFailure() {
 		// Our proxy's own answer: the origin said nothing.
 		out.HTTPStatus = 0
 		md.headers, md.mime = nil, ""
@@ -517,10 +518,10 @@ func (j *renderJob) base(md mainDocument, t *tab) *downloader.Outcome {
 	hs.SkippedRequestCount = &c.skipped
 	j.st.guardCounts().fill(hs)
 	switch {
-	case md.proxyReason != "":
-		out.FailReason = md.proxyReason
+	case md.proxyCause.IsFailure():
+		out.Fail(md.proxyCause)
 	case md.status != 0 && (md.status < 200 || md.status > 299):
-		out.FailReason = downloader.FailHTTPStatusError
+		out.Fail(downloader.CauseHTTPStatus)
 	}
 	return out
 }
@@ -553,8 +554,8 @@ func (j *renderJob) navigationRefused(t *tab, msg string) *downloader.Outcome {
 		target = j.u.String()
 	}
 	out := j.base(md, t)
-	if out.FailReason == "" {
-		out.FailReason = classifyNavigationError(msg, j.st.tunnelFailure(hostPort(target)))
+	if !out.Cause.IsFailure() {
+		out.Fail(classifyNavigationError(msg, j.st.tunnelFailure(hostPort(target))))
 	}
 	j.p.log.Info("render: the renderer refused the navigation", "url", j.u.Redacted(), "error", msg, "fail_reason", string(out.FailReason))
 	return out
@@ -564,8 +565,8 @@ func (j *renderJob) navigationRefused(t *tab, msg string) *downloader.Outcome {
 func (j *renderJob) navigationFailed(ctx context.Context, t *tab, nav page.NavigateResult) *downloader.Outcome {
 	md := t.tr.main()
 	out := j.base(md, t)
-	if out.FailReason != "" {
-		if out.FailReason == downloader.FailHTTPStatusError {
+	if out.Cause.IsFailure() {
+		if out.Cause == downloader.CauseHTTPStatus {
 			j.rawText(ctx, md, out)
 		}
 		return out
@@ -583,15 +584,15 @@ func (j *renderJob) navigationFailed(ctx context.Context, t *tab, nav page.Navig
 		if target == "" {
 			target = j.u.String()
 		}
-		if reason := j.st.tunnelFailure(hostPort(target)); reason != "" {
-			out.FailReason = reason
+		if c := j.st.tunnelFailure(hostPort(target)); c.IsFailure() {
+			out.Fail(c)
 			return out
 		}
-		out.FailReason = downloader.FailRendererUnavailable // our proxy failed us
+		out.Fail(downloader.CauseRendererUnavailable) // our proxy failed us
 		return out
 	}
-	out.FailReason = classifyNetError(nav.ErrorText)
-	if out.FailReason == downloader.FailRendererCrashed {
+	out.Fail(netErrorCause(nav.ErrorText))
+	if out.Cause == downloader.CauseRendererCrashed {
 		// ERR_ABORTED without a response: the navigation was cut short on our side.
 		j.p.log.Warn("render: navigation aborted", "url", j.u.String(), "error_text", nav.ErrorText)
 	}

@@ -179,47 +179,47 @@ func readVersion(ctx context.Context, endpoint string) (browserVersion, error) {
 	return v, nil
 }
 
-// classifyNavigationError is the fail reason (SPEC §4) of a Page.navigate that a server
-// answered with a CDP error, as Obscura answers a navigation that failed. proxyReason is
-// what our proxy recorded for the page's host, if it saw the request fail (the best
-// evidence: it dialled the origin itself); empty when it did not. The message is read only
-// when the proxy has no record. A failure that never reached our proxy is ours
-// (renderer_unavailable): the server could not even ask for the page.
-func classifyNavigationError(message string, proxyReason downloader.FailReason) downloader.FailReason {
-	if proxyReason != "" {
-		return proxyReason
+// classifyNavigationError is the cause (and so SPEC §4's reason) of a Page.navigate that a
+// server answered with a CDP error, as Obscura answers a navigation that failed.
+// proxyCause is what our proxy recorded for the page's host, if it saw the request fail
+// (the best evidence: it dialled the origin itself); CauseReported when it did not. The
+// message is read only when the proxy has no record. A failure that never reached our
+// proxy is ours (renderer_unavailable): the server could not even ask for the page.
+func classifyNavigationError(message string, proxyCause downloader.Cause) downloader.Cause {
+	if proxyCause.IsFailure() {
+		return proxyCause
 	}
 	m := strings.ToLower(message)
 	switch {
 	case strings.Contains(m, "navigation exceeded"), strings.Contains(m, "deadline"):
-		return downloader.FailRenderTimeout
+		return downloader.CauseRenderTimeout
 	case strings.Contains(m, "invalid url"):
-		return downloader.FailInvalidTask
+		return downloader.CauseInvalidURL
 	case strings.Contains(m, "too many redirects"):
-		return downloader.FailHTTPStatusError
+		return downloader.CauseHTTPStatus
 	case strings.Contains(message, "ERR_"):
 		// A Chromium net error name inside the message (net::ERR_…).
 		for f := range strings.FieldsFuncSeq(message, func(r rune) bool { return r == ' ' || r == ':' || r == '(' || r == ')' || r == ',' }) {
 			if !strings.HasPrefix(f, "ERR_") {
 				continue
 			}
-			r := classifyNetError(f)
-			if _, known := netErrors[f]; !known && r == downloader.FailConnectionReset {
+			c := netErrorCause(f)
+			if _, known := netErrors[f]; !known && c == downloader.CauseConnectionReset {
 				break // a name we do not know: not evidence of the origin's failure
 			}
-			if r == downloader.FailRendererCrashed {
-				return downloader.FailRendererUnavailable // aborted on our side
+			if c == downloader.CauseRendererCrashed {
+				return downloader.CauseRendererUnavailable // aborted on our side
 			}
-			return r
+			return c
 		}
 	case strings.Contains(m, "certificate"), strings.Contains(m, "tls"), strings.Contains(m, "ssl"):
-		return downloader.FailTLSFailed
+		return downloader.CauseTLSFailed
 	case strings.Contains(m, "connection refused"):
-		return downloader.FailConnectRefused
+		return downloader.CauseConnectRefused
 	case strings.Contains(m, "connection reset"), strings.Contains(m, "connection closed"):
-		return downloader.FailConnectionReset
+		return downloader.CauseConnectionReset
 	case strings.Contains(m, "timed out"):
-		return downloader.FailResponseTimeout
+		return downloader.CauseResponseTimeout
 	}
-	return downloader.FailRendererUnavailable
+	return downloader.CauseRendererUnavailable
 }

@@ -97,29 +97,29 @@ func TestProfileFor(t *testing.T) {
 func TestClassifyNavigationError(t *testing.T) {
 	tests := []struct {
 		msg   string
-		proxy downloader.FailReason
+		proxy downloader.Cause
 		want  downloader.FailReason
 	}{
 		// Our proxy saw the origin fail: that is the answer, whatever the message says.
-		{"Network error: Network error: http://a.test/: error sending request", downloader.FailConnectRefused, downloader.FailConnectRefused},
-		{"Network error: http://a.test/: net::ERR_TUNNEL_CONNECTION_FAILED", downloader.FailDomainNotFound, downloader.FailDomainNotFound},
+		{"Network error: Network error: http://a.test/: error sending request", downloader.CauseConnectRefused, downloader.FailConnectRefused},
+		{"Network error: http://a.test/: net::ERR_TUNNEL_CONNECTION_FAILED", downloader.CauseDomainNotFound, downloader.FailDomainNotFound},
 		// No record at our proxy: a tunnel failure is ours.
-		{"Network error: http://a.test/: net::ERR_TUNNEL_CONNECTION_FAILED", "", downloader.FailRendererUnavailable},
-		{"Network error: http://a.test/: net::ERR_CONNECTION_REFUSED", "", downloader.FailConnectRefused},
-		{"Network error: https://a.test/: net::ERR_CERT_AUTHORITY_INVALID", "", downloader.FailTLSFailed},
-		{"Network error: http://a.test/: net::ERR_ABORTED", "", downloader.FailRendererUnavailable},
-		{"Network error: navigation exceeded 30000ms deadline", "", downloader.FailRenderTimeout},
-		{"Invalid URL: relative URL without a base", "", downloader.FailInvalidTask},
-		{"Too many redirects (limit 20)", "", downloader.FailHTTPStatusError},
-		{"Network error: error sending request: invalid peer certificate: UnknownIssuer", "", downloader.FailTLSFailed},
-		{"Network error: tcp connect error: Connection refused (os error 111)", "", downloader.FailConnectRefused},
-		{"Network error: connection reset by peer", "", downloader.FailConnectionReset},
-		{"Network error: operation timed out", "", downloader.FailResponseTimeout},
-		{"Server busy: navigation in progress, try again later", "", downloader.FailRendererUnavailable},
-		{"something new", "", downloader.FailRendererUnavailable},
+		{"Network error: http://a.test/: net::ERR_TUNNEL_CONNECTION_FAILED", downloader.CauseReported, downloader.FailRendererUnavailable},
+		{"Network error: http://a.test/: net::ERR_CONNECTION_REFUSED", downloader.CauseReported, downloader.FailConnectRefused},
+		{"Network error: https://a.test/: net::ERR_CERT_AUTHORITY_INVALID", downloader.CauseReported, downloader.FailTLSFailed},
+		{"Network error: http://a.test/: net::ERR_ABORTED", downloader.CauseReported, downloader.FailRendererUnavailable},
+		{"Network error: navigation exceeded 30000ms deadline", downloader.CauseReported, downloader.FailRenderTimeout},
+		{"Invalid URL: relative URL without a base", downloader.CauseReported, downloader.FailInvalidTask},
+		{"Too many redirects (limit 20)", downloader.CauseReported, downloader.FailHTTPStatusError},
+		{"Network error: error sending request: invalid peer certificate: UnknownIssuer", downloader.CauseReported, downloader.FailTLSFailed},
+		{"Network error: tcp connect error: Connection refused (os error 111)", downloader.CauseReported, downloader.FailConnectRefused},
+		{"Network error: connection reset by peer", downloader.CauseReported, downloader.FailConnectionReset},
+		{"Network error: operation timed out", downloader.CauseReported, downloader.FailResponseTimeout},
+		{"Server busy: navigation in progress, try again later", downloader.CauseReported, downloader.FailRendererUnavailable},
+		{"something new", downloader.CauseReported, downloader.FailRendererUnavailable},
 	}
 	for _, tt := range tests {
-		got := classifyNavigationError(tt.msg, tt.proxy)
+		got := classifyNavigationError(tt.msg, tt.proxy).FailReason()
 		if got != tt.want {
 			t.Errorf("classifyNavigationError(%q, %q) = %s, want %s", tt.msg, tt.proxy, got, tt.want)
 		}

@@ -43,7 +43,7 @@ func TestProfileCallsOnRelay(t *testing.T) {
 	if !ok {
 		t.Fatalf("failed navigation: err %v, want a CDP error", err)
 	}
-	if r := classifyNavigationError(msg, ""); r == downloader.FailRendererCrashed || r == "" {
+	if r := classifyNavigationError(msg, downloader.CauseReported).FailReason(); r == downloader.FailRendererCrashed || r == "" {
 		t.Errorf("classified %q as %q", msg, r)
 	}
 }

@@ -310,21 +310,29 @@ func (x *proxy) dial(ctx context.Context, network, address string, tunnel bool) 
 	return oc, nil
 }
 
-// fail answers a request the proxy could not forward, with our mark and the reason.
-func (x *proxy) fail(w http.ResponseWriter, r *http.Request, err error) {
-	reason := classifyError(err)
+// proxyFailureCause is the cause of a request our proxy could not forward: a TLS handshake
+// of ours with the origin that failed (a terminated request's) is tls_failed, the rest is
+// what the dial's error tells (errorCause).
+func proxyFailureCause(err error) downloader.Cause {
 	if errors.Is(err, errOriginTLS) {
-		reason = downloader.FailTLSFailed
+		return downloader.CauseTLSFailed
 	}
+	return errorCause(err)
+}
+
+// fail answers a request the proxy could not forward, with our mark and the cause
+// (proxyMark).
+func (x *proxy) fail(w http.ResponseWriter, r *http.Request, err error) {
+	c := proxyFailureCause(err)
 	if st := x.state(); st != nil && r.TLS != nil && r.URL.Scheme == "https" {
 		// A terminated request: kept by host:port as a failed tunnel's is.
-		st.recordTunnelFailure(hostPort(r.URL.String()), reason)
+		st.recordTunnelFailure(hostPort(r.URL.String()), c)
 	}
 	status := http.StatusBadGateway
-	if reason == downloader.FailDestinationForbidden {
+	if c == downloader.CauseDestinationForbidden {
 		status = http.StatusForbidden
 	}
-	w.Header().Set(proxyErrorHeader, x.token+" "+string(reason))
+	w.Header().Set(proxyErrorHeader, proxyMark(x.token, c))
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(status)
 }
@@ -335,7 +343,7 @@ func (x *proxy) fail(w http.ResponseWriter, r *http.Request, err error) {
 func (x *proxy) connect(w http.ResponseWriter, r *http.Request, st *renderState) {
 	up, err := x.dial(r.Context(), "tcp", r.Host, true)
 	if err != nil {
-		st.recordTunnelFailure(r.Host, classifyError(err))
+		st.recordTunnelFailure(r.Host, proxyFailureCause(err))
 		x.fail(w, r, err)
 		return
 	}
@@ -396,7 +404,7 @@ type renderState struct {
 	first          *limiter.WireGate  // adm's passage to the wire: the first request to domain (wire.go)
 	seen           bool               // the proxy saw at least one request
 	blocked        int
-	tunnelFailures map[string]downloader.FailReason
+	tunnelFailures map[string]downloader.Cause
 	hops           []*hopAdmission // the render's own admissions of main document hops
 	refused        bool            // a hop was not admitted in time
 	unwiredHops    atomic.Int32    // hops admitted and not yet on the wire
@@ -569,12 +577,12 @@ func (st *renderState) countBlocked() {
 	st.mu.Unlock()
 }
 
-func (st *renderState) recordTunnelFailure(hostport string, reason downloader.FailReason) {
+func (st *renderState) recordTunnelFailure(hostport string, c downloader.Cause) {
 	st.mu.Lock()
 	if st.tunnelFailures == nil {
-		st.tunnelFailures = make(map[string]downloader.FailReason)
+		st.tunnelFailures = make(map[string]downloader.Cause)
 	}
-	st.tunnelFailures[hostport] = reason
+	st.tunnelFailures[hostport] = c
 	st.mu.Unlock()
 }
 
@@ -584,7 +592,9 @@ func (st *renderState) snapshot() (seen bool, blocked int) {
 	return st.seen, st.blocked
 }
 
-func (st *renderState) tunnelFailure(hostport string) downloader.FailReason {
+// tunnelFailure is the cause our proxy recorded for a request to hostport it could not
+// make, CauseReported (none) when it recorded none.
+func (st *renderState) tunnelFailure(hostport string) downloader.Cause {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return st.tunnelFailures[hostport]

@@ -686,9 +686,6 @@ func (p *Pool) goTracked(f func()) bool {
 	return true
 }
 
-// stopReason is the fail reason of a render whose context ended (stopCause's).
-func stopReason(ctx context.Context) downloader.FailReason { return stopCause(ctx).FailReason() }
-
 // stopCause is the cause of a render whose context ended.
 func stopCause(ctx context.Context) downloader.Cause {
 	cause := context.Cause(ctx)

@@ -33,6 +33,7 @@ func render(t *testing.T, p *Pool, u string, timeout time.Duration) *downloader.
 	if out == nil {
 		t.Fatal("Render returned nil")
 	}
+	checkCause(t, out)
 	return out
 }
 
@@ -639,7 +640,7 @@ func TestClassifyNetError(t *testing.T) {
 		{"net::ERR_SOMETHING_NEW", downloader.FailConnectionReset},
 	}
 	for _, tt := range tests {
-		if got := classifyNetError(tt.text); got != tt.want {
+		if got := netErrorCause(tt.text).FailReason(); got != tt.want {
 			t.Errorf("classifyNetError(%q) = %q, want %q", tt.text, got, tt.want)
 		}
 	}
@@ -659,7 +660,7 @@ func TestClassifyError(t *testing.T) {
 		{"other", errors.New("boom"), downloader.FailConnectionReset},
 	}
 	for _, tt := range tests {
-		if got := classifyError(tt.err); got != tt.want {
+		if got := errorCause(tt.err).FailReason(); got != tt.want {
 			t.Errorf("%s: classifyError = %q, want %q", tt.name, got, tt.want)
 		}
 	}
@@ -667,13 +668,13 @@ func TestClassifyError(t *testing.T) {
 
 func TestProxyReasonOf(t *testing.T) {
 	h := map[string]any{"x-downloader-proxy-error": "tok destination_forbidden"}
-	if got := proxyReasonOf(h, "tok"); got != downloader.FailDestinationForbidden {
+	if got := proxyCauseOf(h, "tok").FailReason(); got != downloader.FailDestinationForbidden {
 		t.Errorf("marked answer: %q", got)
 	}
-	if got := proxyReasonOf(h, "other"); got != "" {
+	if got := proxyCauseOf(h, "other").FailReason(); got != "" {
 		t.Errorf("an origin forging the mark without the token: %q", got)
 	}
-	if got := proxyReasonOf(map[string]any{}, "tok"); got != "" {
+	if got := proxyCauseOf(map[string]any{}, "tok").FailReason(); got != "" {
 		t.Errorf("an origin's answer: %q", got)
 	}
 }

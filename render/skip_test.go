@@ -62,6 +62,7 @@ func testRenderSkips(t *testing.T, hops bool) {
 
 	mark := o.mark()
 	out := p.Render(context.Background(), f.url(siteName(1)+"/"), nil, 20*time.Second)
+	checkCause(t, out)
 	if out.FailReason != "" || !strings.Contains(out.Text, "The script ran.") {
 		t.Fatalf("fail_reason=%s text %q, want the page rendered with its script", failReason(out), out.Text)
 	}

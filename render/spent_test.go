@@ -60,6 +60,7 @@ func testFailedConnectionSpends(t *testing.T, f *fixture, p *Pool) {
 				t.Fatalf("not admitted: %v", wait)
 			}
 			out := p.Render(context.Background(), f.url(tt.url), &adm, 20*time.Second)
+			checkCause(t, out)
 			adm.Cancel()
 			if out.FailReason != tt.reason {
 				t.Errorf("fail_reason=%s, want %s", failReason(out), tt.reason)

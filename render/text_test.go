@@ -19,6 +19,7 @@ func TestRenderVisibleText(t *testing.T) {
 	o := newSiteOrigin(t, map[string]http.HandlerFunc{"/": serveFile("shell.html", "text/html; charset=utf-8")})
 	p := o.pool(t, Config{})
 	out := p.Render(context.Background(), getFixture(t).url(siteName(1)+"/"), nil, 20*time.Second)
+	checkCause(t, out)
 	if out.FailReason != "" || out.HTTPStatus != 200 {
 		t.Fatalf("fail_reason=%s http_status=%d, want null and 200", failReason(out), out.HTTPStatus)
 	}

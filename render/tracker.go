@@ -37,20 +37,20 @@ type tracker struct {
 
 // request is what the tracker knows of one request.
 type request struct {
-	url         string
-	hops        []string // the URLs before url, when it was redirected
-	typ         network.ResourceType
-	isMain      bool
-	status      int64
-	mime        string
-	headers     network.Headers
-	redirects   int
-	inflight    bool
-	finished    bool
-	failed      bool
-	errorText   string
-	proxyReason downloader.FailReason // set when the answer came from our proxy
-	fromCache   bool                  // the browser answered it from its HTTP cache
+	url        string
+	hops       []string // the URLs before url, when it was redirected
+	typ        network.ResourceType
+	isMain     bool
+	status     int64
+	mime       string
+	headers    network.Headers
+	redirects  int
+	inflight   bool
+	finished   bool
+	failed     bool
+	errorText  string
+	proxyCause downloader.Cause // set when the answer came from our proxy (CauseReported: the origin's)
+	fromCache  bool             // the browser answered it from its HTTP cache
 }
 
 func newTracker() *tracker {
@@ -136,7 +136,7 @@ func (tr *tracker) onEvent(ev any) {
 		r.status = ev.Response.Status
 		r.mime = ev.Response.MimeType
 		r.headers = ev.Response.Headers
-		r.proxyReason = proxyReasonOf(r.headers, tr.token)
+		r.proxyCause = proxyCauseOf(r.headers, tr.token)
 		r.fromCache = ev.Response.FromDiskCache || ev.Response.FromPrefetchCache
 	case *network.EventLoadingFinished:
 		tr.end(ev.RequestID, false, "")
@@ -206,18 +206,18 @@ func (tr *tracker) expectNewMain() {
 
 // mainDocument is what the outcome needs of the main document.
 type mainDocument struct {
-	id          network.RequestID
-	found       bool
-	url         string
-	committed   string
-	status      int64
-	mime        string
-	headers     network.Headers
-	redirects   int
-	failed      bool
-	errorText   string
-	proxyReason downloader.FailReason
-	fromCache   bool
+	id         network.RequestID
+	found      bool
+	url        string
+	committed  string
+	status     int64
+	mime       string
+	headers    network.Headers
+	redirects  int
+	failed     bool
+	errorText  string
+	proxyCause downloader.Cause // our proxy's answer (CauseReported: the origin's)
+	fromCache  bool
 }
 
 func (tr *tracker) main() mainDocument {
@@ -230,7 +230,7 @@ func (tr *tracker) main() mainDocument {
 	return mainDocument{
 		id: tr.mainReq, found: true, url: r.url, committed: tr.committed,
 		status: r.status, mime: r.mime, headers: r.headers, redirects: r.redirects,
-		failed: r.failed, errorText: r.errorText, proxyReason: r.proxyReason, fromCache: r.fromCache,
+		failed: r.failed, errorText: r.errorText, proxyCause: r.proxyCause, fromCache: r.fromCache,
 	}
 }
 
@@ -257,7 +257,7 @@ func (tr *tracker) counts() counts {
 		if r.isMain || tr.skipped[id] {
 			continue
 		}
-		failed := (r.failed && r.errorText != "net::ERR_ABORTED") || r.proxyReason != "" || r.status >= 400
+		failed := (r.failed && r.errorText != "net::ERR_ABORTED") || r.proxyCause.IsFailure() || r.status >= 400
 		c.sub++
 		if failed {
 			c.subFailed++

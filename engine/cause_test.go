@@ -1,0 +1,40 @@
+package engine
+
+import (
+	"context"
+	"net/url"
+	"testing"
+
+	"downloader"
+	"downloader/limiter"
+)
+
+// causeChecked is a real fetcher (package fetch) with a check on everything it returns:
+// a failed outcome must carry a failure's cause, and the reason that cause means, because
+// the engine decides fail_reason from the cause (downloader.DecideFailReason).
+type causeChecked struct {
+	t *testing.T
+	f interface {
+		Fetcher
+		OnceFetcher
+	}
+}
+
+func (c causeChecked) Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission, hops limiter.HopAdmitter) *downloader.Outcome {
+	return c.check(u, c.f.Fetch(ctx, u, adm, hops))
+}
+
+func (c causeChecked) FetchOnce(ctx context.Context, u *url.URL, adm *limiter.Admission, hops limiter.HopAdmitter) *downloader.Outcome {
+	return c.check(u, c.f.FetchOnce(ctx, u, adm, hops))
+}
+
+func (c causeChecked) check(u *url.URL, out *downloader.Outcome) *downloader.Outcome {
+	c.t.Helper()
+	switch {
+	case out.Cause == downloader.CauseReported:
+		c.t.Errorf("%s: the fetcher gave no cause (fail_reason %q)", u, out.FailReason)
+	case out.Cause.FailReason() != out.FailReason:
+		c.t.Errorf("%s: the fetcher gave cause %s but fail_reason %q", u, out.Cause, out.FailReason)
+	}
+	return out
+}
