@@ -1,6 +1,7 @@
 package render
 
 import (
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -83,13 +84,18 @@ type scaler struct {
 	// hasComeDown: the count went down once (latency, CPU, render_timeout); from then on
 	// it grows one slot at a time.
 	hasComeDown bool
+	// doubleMax is the most a doubling goes to (twice the host's cores): renders are CPU
+	// work, and a render as fast as alone at that count says little about twice it (the
+	// first renders after a step are judged before the CPU queue builds up). From there,
+	// one slot at a time.
+	doubleMax int
 }
 
 // newScaler starts at one slot: the first renders give the unloaded latency, and the count
 // climbs from there while there is headroom (starting at the cap on an overloaded machine
 // would time renders out before the controller knows what unloaded is).
-func newScaler(max int, now time.Time) *scaler {
-	return &scaler{max: max, limit: 1, changedAt: now}
+func newScaler(max, doubleMax int, now time.Time) *scaler {
+	return &scaler{max: max, limit: 1, changedAt: now, doubleMax: doubleMax}
 }
 
 // decide takes one step and returns the effective slot count and why it changed ("" when
@@ -105,8 +111,8 @@ func newScaler(max int, now time.Time) *scaler {
 //   - While renders wait for a slot and the p50 is under headroomLatencyRatio ×: up
 //     (whatever the CPU: another process's load is no reason to render slower than the
 //     machine allows). Twice the count (to the cap at most) while the p50 is under
-//     doubleLatencyRatio × and the count never came down; else one slot more, at most
-//     every scaleUpEvery.
+//     doubleLatencyRatio × and the count never came down, up to doubleMax; else one slot
+//     more, at most every scaleUpEvery.
 //   - The baseline is the lowest window p50 seen, and the window p50 at one slot whatever
 //     it is (alone on the pool, a render is as unloaded as this machine allows: pages that
 //     got heavier raise it there).
@@ -136,8 +142,8 @@ func (s *scaler) decide(in scaleInput) (int, string) {
 		return s.set(in.now, n, "latency")
 	case s.limit > 1 && ratio >= headroomLatencyRatio && isCPUSaturated:
 		return s.set(in.now, s.limit-1, "cpu")
-	case s.limit < s.max && in.isDemand && ratio < doubleLatencyRatio && !s.hasComeDown:
-		return s.set(in.now, min(s.max, 2*s.limit), "headroom")
+	case s.limit < s.max && in.isDemand && ratio < doubleLatencyRatio && !s.hasComeDown && s.limit < s.doubleMax:
+		return s.set(in.now, min(s.max, s.doubleMax, 2*s.limit), "headroom")
 	case s.limit < s.max && in.isDemand && ratio < headroomLatencyRatio && in.now.Sub(s.changedAt) >= scaleUpEvery:
 		return s.set(in.now, s.limit+1, "headroom")
 	}
@@ -182,7 +188,7 @@ type autoscaler struct {
 }
 
 func newAutoscaler(p *Pool) *autoscaler {
-	a := &autoscaler{p: p, s: newScaler(p.cfg.Concurrency, p.clk.Now()), hostCPU: procstat.HostCPU}
+	a := &autoscaler{p: p, s: newScaler(p.cfg.Concurrency, 2*runtime.NumCPU(), p.clk.Now()), hostCPU: procstat.HostCPU}
 	a.cpuBusy, a.cpuTotal, _ = a.hostCPU()
 	return a
 }

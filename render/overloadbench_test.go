@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -44,12 +45,17 @@ func BenchmarkRenderOverload(b *testing.B) {
 		{"fixed-8", 8, offered, ScalingFixed, false},
 		{"adaptive", 8, offered, ScalingAdaptive, true},
 	}
+	// RENDER_BENCH_LOG set: the pool's log (the controller's steps) on stderr.
+	logger := slog.New(slog.DiscardHandler)
+	if os.Getenv("RENDER_BENCH_LOG") != "" {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
 	var run atomic.Int64
 	for _, r := range rows {
 		b.Run(r.name, func(b *testing.B) {
 			p, err := New(Config{
 				Concurrency: r.slots, QueueLength: offered, UserAgent: testUserAgent, Guard: o.guard,
-				Logger: slog.New(slog.DiscardHandler), Scaling: r.scaling,
+				Logger: logger, Scaling: r.scaling,
 				Hops: limiterHops{l: limiter.New(clock.Real{})},
 			})
 			if err != nil {
