@@ -45,10 +45,15 @@ func BenchmarkRenderOverload(b *testing.B) {
 		{"fixed-8", 8, offered, ScalingFixed, false},
 		{"adaptive", 8, offered, ScalingAdaptive, true},
 	}
-	// RENDER_BENCH_LOG set: the pool's log (the controller's steps) on stderr.
+	// RENDER_BENCH_LOG names a file for the pool's log (the controller's steps).
 	logger := slog.New(slog.DiscardHandler)
-	if os.Getenv("RENDER_BENCH_LOG") != "" {
-		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if name := os.Getenv("RENDER_BENCH_LOG"); name != "" {
+		f, err := os.Create(name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		logger = slog.New(slog.NewTextHandler(f, nil))
 	}
 	var run atomic.Int64
 	for _, r := range rows {
