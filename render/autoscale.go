@@ -1,6 +1,7 @@
 package render
 
 import (
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -15,8 +16,9 @@ type Scaling string
 const (
 	// ScalingAdaptive lets the pool's effective slot count follow the machine, between one
 	// and Config.Concurrency (never above it): down fast when renders slow down against
-	// their unloaded latency or time out, up one slot at a time while there is headroom and
-	// renders are waiting for a slot. In the spirit of Crawlee's AutoscaledPool.
+	// their unloaded latency or time out, up while there is headroom and renders are
+	// waiting for a slot: doubling until the first sign of load, one slot at a time after
+	// it. In the spirit of Crawlee's AutoscaledPool (and of TCP's slow start).
 	ScalingAdaptive Scaling = "adaptive"
 	// ScalingFixed uses every slot, always (the operator's count is the count).
 	ScalingFixed Scaling = "fixed"
@@ -27,11 +29,13 @@ const (
 	// scaleTick is how often the controller samples the machine and decides.
 	scaleTick = time.Second
 	// scaleMinSamples is how many renders started at the current count must have ended
-	// before it is judged: a judgement on renders started under another count would
-	// judge that count.
+	// before it is judged (and at least one per slot of the count: the first renders to
+	// end after a step up are the fastest of it, and would judge the count too kindly):
+	// a judgement on renders started under another count would judge that count.
 	scaleMinSamples = 3
-	// scaleUpEvery is the least time between a change and a step up: up slowly.
-	scaleUpEvery = 3 * time.Second
+	// scaleUpEvery is the least time between a change and a one-slot step up. A doubling
+	// waits only for its samples: it happens only while the p50 is at the unloaded one.
+	scaleUpEvery = 2 * time.Second
 	// overloadLatencyRatio: renders whose p50 is more than this many times the unloaded
 	// p50 mean the machine is overloaded (the goal is to stay within 1.5×).
 	overloadLatencyRatio = 1.5
@@ -40,7 +44,12 @@ const (
 	// (busyCPURatio): then one slot less. The CPU alone decides nothing: a host shared
 	// with other work is saturated without our renders being slow.
 	headroomLatencyRatio = 1.4
-	busyCPURatio         = 0.95
+	// doubleLatencyRatio: below it, and until the count has once come down, the count
+	// doubles instead of growing by one (renders as fast as alone: the CPU is not the
+	// limit yet). A count that came down knows where the load begins: one slot at a time
+	// from there.
+	doubleLatencyRatio = 1.2
+	busyCPURatio       = 0.95
 	// downToLatencyRatio is where a scale-down aims.
 	downToLatencyRatio = 1.3
 )
@@ -72,13 +81,21 @@ type scaler struct {
 	changedAt time.Time     // of the last change of limit
 	baseline  time.Duration // the unloaded p50 render latency; 0 until known
 	window    []renderSample
+	// hasComeDown: the count went down once (latency, CPU, render_timeout); from then on
+	// it grows one slot at a time.
+	hasComeDown bool
+	// doubleMax is the most a doubling goes to (twice the host's cores): renders are CPU
+	// work, and a render as fast as alone at that count says little about twice it (the
+	// first renders after a step are judged before the CPU queue builds up). From there,
+	// one slot at a time.
+	doubleMax int
 }
 
 // newScaler starts at one slot: the first renders give the unloaded latency, and the count
 // climbs from there while there is headroom (starting at the cap on an overloaded machine
 // would time renders out before the controller knows what unloaded is).
-func newScaler(max int, now time.Time) *scaler {
-	return &scaler{max: max, limit: 1, changedAt: now}
+func newScaler(max, doubleMax int, now time.Time) *scaler {
+	return &scaler{max: max, limit: 1, changedAt: now, doubleMax: doubleMax}
 }
 
 // decide takes one step and returns the effective slot count and why it changed ("" when
@@ -91,9 +108,11 @@ func newScaler(max int, now time.Time) *scaler {
 //     if latency grows with the count, as it does on saturated CPUs), by one slot at least
 //     and half at most. From headroomLatencyRatio × to there, a saturated host CPU takes
 //     one slot off; else the count holds.
-//   - While renders wait for a slot and the p50 is under headroomLatencyRatio ×, one slot
-//     more, at most every scaleUpEvery (whatever the CPU: another process's load is no
-//     reason to render slower than the machine allows).
+//   - While renders wait for a slot and the p50 is under headroomLatencyRatio ×: up
+//     (whatever the CPU: another process's load is no reason to render slower than the
+//     machine allows). Twice the count (to the cap at most) while the p50 is under
+//     doubleLatencyRatio × and the count never came down, up to doubleMax; else one slot
+//     more, at most every scaleUpEvery.
 //   - The baseline is the lowest window p50 seen, and the window p50 at one slot whatever
 //     it is (alone on the pool, a render is as unloaded as this machine allows: pages that
 //     got heavier raise it there).
@@ -107,7 +126,7 @@ func (s *scaler) decide(in scaleInput) (int, string) {
 	if timedOut && s.limit > 1 {
 		return s.set(in.now, max(1, s.limit/2), "render_timeout")
 	}
-	if len(s.window) < scaleMinSamples {
+	if len(s.window) < max(scaleMinSamples, s.limit) {
 		return s.limit, ""
 	}
 	p50 := windowP50(s.window)
@@ -123,18 +142,23 @@ func (s *scaler) decide(in scaleInput) (int, string) {
 		return s.set(in.now, n, "latency")
 	case s.limit > 1 && ratio >= headroomLatencyRatio && isCPUSaturated:
 		return s.set(in.now, s.limit-1, "cpu")
+	case s.limit < s.max && in.isDemand && ratio < doubleLatencyRatio && !s.hasComeDown && s.limit < s.doubleMax:
+		return s.set(in.now, min(s.max, s.doubleMax, 2*s.limit), "headroom")
 	case s.limit < s.max && in.isDemand && ratio < headroomLatencyRatio && in.now.Sub(s.changedAt) >= scaleUpEvery:
 		return s.set(in.now, s.limit+1, "headroom")
 	}
 	// Keep judging the latest renders only: the window slides over the last 4 × the
 	// minimum.
-	if len(s.window) > 4*scaleMinSamples {
-		s.window = slices.Delete(s.window, 0, len(s.window)-4*scaleMinSamples)
+	if keep := 4 * max(scaleMinSamples, s.limit); len(s.window) > keep {
+		s.window = slices.Delete(s.window, 0, len(s.window)-keep)
 	}
 	return s.limit, ""
 }
 
 func (s *scaler) set(now time.Time, n int, why string) (int, string) {
+	if n < s.limit {
+		s.hasComeDown = true
+	}
 	s.limit, s.changedAt, s.window = n, now, s.window[:0]
 	return n, why
 }
@@ -164,7 +188,7 @@ type autoscaler struct {
 }
 
 func newAutoscaler(p *Pool) *autoscaler {
-	a := &autoscaler{p: p, s: newScaler(p.cfg.Concurrency, p.clk.Now()), hostCPU: procstat.HostCPU}
+	a := &autoscaler{p: p, s: newScaler(p.cfg.Concurrency, 2*runtime.NumCPU(), p.clk.Now()), hostCPU: procstat.HostCPU}
 	a.cpuBusy, a.cpuTotal, _ = a.hostCPU()
 	return a
 }

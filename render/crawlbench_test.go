@@ -43,7 +43,9 @@ import (
 // of the variant's browser, exited renderers included through the reaping zygote, and
 // this process), origin_requests/page, peak_pss_MB; for the pool also cdp_calls/page (the
 // CDP commands sent, the tabs' upkeep included; by method with RENDER_BENCH_CDP set) and
-// wipe_ms (the mean wipe between two renders of a tab).
+// wipe_ms (the mean wipe between two renders of a tab) and tab_wait_ms (the mean time a
+// render waited for its tab: a wipe on the critical path shows here). pool-spare is the
+// pool with SpareTabCount 1 (not in the default grid).
 //
 // RENDER_BENCH_PAGES, RENDER_BENCH_VARIANTS and RENDER_BENCH_CONCURRENCY narrow the grid
 // (space-separated lists).
@@ -100,7 +102,7 @@ func benchCrawl(b *testing.B, o *crawlOrigin, variant, pg string, c int, run int
 	var render func(u string) error
 	startCount := func() {}
 	switch variant {
-	case "pool", "pool-context", "pool-agents":
+	case "pool", "pool-context", "pool-agents", "pool-spare":
 		iso := IsolationWipe
 		if variant == "pool-context" {
 			iso = IsolationContext
@@ -108,13 +110,20 @@ func benchCrawl(b *testing.B, o *crawlOrigin, variant, pg string, c int, run int
 		calls := newCDPCounter()
 		var wipes atomic.Int64
 		var wipeNanos atomic.Int64
+		var takes, takeNanos atomic.Int64
+		spares := 0
+		if variant == "pool-spare" {
+			spares = 1
+		}
 		p, err := New(Config{
 			Concurrency: c, QueueLength: c, UserAgent: testUserAgent, Guard: o.guard,
 			Logger: slog.New(slog.DiscardHandler), Isolation: iso,
-			Hops:       limiterHops{l: limiter.New(clock.Real{})},
-			debugf:     calls.debugf,
-			keepAgents: variant == "pool-agents",
-			onWipe:     func(d time.Duration) { wipes.Add(1); wipeNanos.Add(int64(d)) },
+			Hops:          limiterHops{l: limiter.New(clock.Real{})},
+			debugf:        calls.debugf,
+			keepAgents:    variant == "pool-agents",
+			onWipe:        func(d time.Duration) { wipes.Add(1); wipeNanos.Add(int64(d)) },
+			onTakeTab:     func(d time.Duration) { takes.Add(1); takeNanos.Add(int64(d)) },
+			SpareTabCount: spares,
 		})
 		if err != nil {
 			b.Fatal(err)
@@ -127,8 +136,11 @@ func benchCrawl(b *testing.B, o *crawlOrigin, variant, pg string, c int, run int
 			if n := wipes.Load(); n > 0 {
 				b.ReportMetric(float64(wipeNanos.Load())/float64(n)/1e6, "wipe_ms")
 			}
+			if n := takes.Load(); n > 0 {
+				b.ReportMetric(float64(takeNanos.Load())/float64(n)/1e6, "tab_wait_ms")
+			}
 		}()
-		startCount = func() { calls.reset(); wipes.Store(0); wipeNanos.Store(0) }
+		startCount = func() { calls.reset(); wipes.Store(0); wipeNanos.Store(0); takes.Store(0); takeNanos.Store(0) }
 		render = func(u string) error {
 			out := p.Render(context.Background(), o.url(u), nil, 30*time.Second)
 			if out.FailReason != "" || deref(out.TextLength) <= 0 {

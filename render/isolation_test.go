@@ -74,12 +74,18 @@ func stateHandlers() map[string]http.HandlerFunc {
 // TestRenderIsolationModes: in both isolation modes, a page rendered again and again in
 // one slot, on the same site and interleaved with other sites, never finds an earlier
 // render's cookies (JavaScript or Set-Cookie), localStorage, sessionStorage or IndexedDB,
-// and no document request carries a cookie.
+// and no document request carries a cookie; with IsolationWipe also with a spare tab
+// (SpareTabCount), where renders take turns between two long-lived tabs.
 func TestRenderIsolationModes(t *testing.T) {
-	for _, mode := range []Isolation{IsolationWipe, IsolationContext} {
-		t.Run(string(mode), func(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		mode   Isolation
+		spares int
+	}{{"wipe", IsolationWipe, 0}, {"wipe-spare", IsolationWipe, 1}, {"context", IsolationContext, 0}} {
+		mode := tt.mode
+		t.Run(tt.name, func(t *testing.T) {
 			o := newSiteOrigin(t, stateHandlers())
-			p := o.pool(t, Config{Isolation: mode, Concurrency: 1})
+			p := o.pool(t, Config{Isolation: mode, Concurrency: 1, SpareTabCount: tt.spares})
 			f := getFixture(t)
 			mark := o.mark()
 			for i, s := range []int{1, 1, 2, 1, 3, 2, 1, 1} {
@@ -98,9 +104,10 @@ func TestRenderIsolationModes(t *testing.T) {
 					t.Errorf("a document request to %s carried %q from an earlier render", r.Host, c)
 				}
 			}
-			if st := p.Stats(); mode == IsolationWipe && (st.RecycledContextCount != 0 || st.ContextCount != 1) {
-				// Not vacuous either: one tab and context served all eight, wiped in place.
-				t.Errorf("context_count=%d recycled_context_count=%d, want one long-lived context that was never replaced", st.ContextCount, st.RecycledContextCount)
+			if st := p.Stats(); mode == IsolationWipe && (st.RecycledContextCount != 0 || st.ContextCount != 1+tt.spares) {
+				// Not vacuous either: one tab and context per slot (and spare) served all
+				// eight, wiped in place.
+				t.Errorf("context_count=%d recycled_context_count=%d, want %d long-lived contexts never replaced", st.ContextCount, st.RecycledContextCount, 1+tt.spares)
 			}
 			// The check is not vacuous: each ping carried what its own render set, and
 			// nothing else.

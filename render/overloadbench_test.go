@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -44,12 +45,22 @@ func BenchmarkRenderOverload(b *testing.B) {
 		{"fixed-8", 8, offered, ScalingFixed, false},
 		{"adaptive", 8, offered, ScalingAdaptive, true},
 	}
+	// RENDER_BENCH_LOG names a file for the pool's log (the controller's steps).
+	logger := slog.New(slog.DiscardHandler)
+	if name := os.Getenv("RENDER_BENCH_LOG"); name != "" {
+		f, err := os.Create(name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		logger = slog.New(slog.NewTextHandler(f, nil))
+	}
 	var run atomic.Int64
 	for _, r := range rows {
 		b.Run(r.name, func(b *testing.B) {
 			p, err := New(Config{
 				Concurrency: r.slots, QueueLength: offered, UserAgent: testUserAgent, Guard: o.guard,
-				Logger: slog.New(slog.DiscardHandler), Scaling: r.scaling,
+				Logger: logger, Scaling: r.scaling,
 				Hops: limiterHops{l: limiter.New(clock.Real{})},
 			})
 			if err != nil {

@@ -126,6 +126,11 @@ type Config struct {
 	// IsolationWipe the pool makes its long-lived tabs, one per slot, ahead of renders
 	// unless WarmTabs is negative (then each is made by the render that needs it).
 	WarmTabs int
+	// SpareTabCount is how many long-lived tabs the pool keeps beyond one per slot
+	// (IsolationWipe, --render-spare-tab-count): a render then takes a clean tab while the
+	// last render's is still being wiped, instead of waiting for that wipe. Each costs a
+	// context and an idle renderer's memory. Zero (the default): one per slot.
+	SpareTabCount int
 
 	UserAgent string // sent by the browser instead of its own (which says HeadlessChrome)
 
@@ -159,6 +164,10 @@ type Config struct {
 	// onWipe, when set, is told how long each wipe between two renders of a long-lived
 	// tab took; only benchmarks set it.
 	onWipe func(time.Duration)
+	// onTakeTab, when set, is told how long each render waited for its tab (from asking
+	// for one to having it: a spare's wipe or a new tab's making included); only
+	// benchmarks set it.
+	onTakeTab func(time.Duration)
 
 	DefaultTimeout time.Duration // a render's timeout when Render is given none
 
@@ -360,6 +369,9 @@ func New(cfg Config) (*Pool, error) {
 	case IsolationWipe, IsolationContext:
 	default:
 		return nil, downloader.Invalidf("render_isolation", "render: isolation %q is neither %q nor %q", cfg.Isolation, IsolationWipe, IsolationContext)
+	}
+	if cfg.SpareTabCount < 0 {
+		return nil, downloader.Invalidf("render_spare_tab_count", "render: spare tab count %d is negative", cfg.SpareTabCount)
 	}
 	if cfg.MaxContextRenders <= 0 {
 		cfg.MaxContextRenders = DefaultMaxContextRenders

@@ -448,6 +448,10 @@ func (p *Pool) reuse(t *tab) {
 // being wiped, that one once it is ready), else the next one being made or wiped, else a
 // new one made now (then starting warm-ups, since there are too few).
 func (p *Pool) takeTab(ctx context.Context, b *browser, site string) (*tab, error) {
+	if p.cfg.onTakeTab != nil {
+		start := p.clk.Now()
+		defer func() { p.cfg.onTakeTab(p.clk.Now().Sub(start)) }()
+	}
 	for {
 		p.mu.Lock()
 		kept := p.spares[:0]
@@ -540,8 +544,9 @@ func (t *tab) isDetached() bool {
 }
 
 // refill starts warm-ups until WarmTabs tabs are ready or being made (IsolationContext),
-// or until the pool has a long-lived tab per slot, busy or not (IsolationWipe: a tab is
-// wiped and reused after each render, so more would only cost memory).
+// or until the pool has a long-lived tab per slot, busy or not, and SpareTabCount more
+// (IsolationWipe: a tab is wiped and reused after each render; a spare lets a render
+// start while another tab's wipe runs, more would only cost memory).
 func (p *Pool) refill() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -559,7 +564,8 @@ func (p *Pool) refill() {
 // wantMoreLocked reports whether refill should make one more tab. Requires p.mu held.
 func (p *Pool) wantMoreLocked() bool {
 	if p.isWipe(p.cur) {
-		return p.cfg.WarmTabs > 0 && p.live+p.making < p.gate.Capacity() // the effective slots (autoscale.go)
+		// the effective slots (autoscale.go), and the spares beyond them
+		return p.cfg.WarmTabs > 0 && p.live+p.making < p.gate.Capacity()+p.cfg.SpareTabCount
 	}
 	return len(p.spares)+p.making < p.cfg.WarmTabs
 }

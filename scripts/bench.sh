@@ -59,11 +59,11 @@ if [ "${1:-}" = "render" ]; then
 	function get(k, unit) { return ((k, unit) in m) ? m[k, unit] : "" }
 	function ratio(a, b) { return (a == "" || b == "" || b + 0 == 0) ? "" : sprintf("%.2f×", a / b) }
 	END {
-		print "| row | pages/s | p50 ms | CPU ms per page | origin requests per page | peak PSS MB |"
-		print "|---|---|---|---|---|---|"
+		print "| row | pages/s | p50 ms | CPU ms per page | origin requests per page | peak PSS MB | tab wait ms |"
+		print "|---|---|---|---|---|---|---|"
 		for (i = 0; i < n; i++) {
 			k = order[i]; split(k, f, SUBSEP)
-			printf "| %s · %s · %s | %.2f | %d | %d | %.1f | %d |\n", f[1], f[2], f[3], get(k, "pages/s"), get(k, "p50_ms"), get(k, "cpu_ms/page"), get(k, "origin_requests/page"), get(k, "peak_pss_MB")
+			printf "| %s · %s · %s | %.2f | %d | %d | %.1f | %d | %s |\n", f[1], f[2], f[3], get(k, "pages/s"), get(k, "p50_ms"), get(k, "cpu_ms/page"), get(k, "origin_requests/page"), get(k, "peak_pss_MB"), get(k, "tab_wait_ms")
 		}
 		print ""
 		print "Targets (same run): pages/s of pool over bare-multisite (≥ 1.0× on todomvc, ≥ 1.3× on heavy and revisit) and over shared-context (≥ 1.0×), peak PSS of pool over bare-multisite (≤ 1.1×); CPU per page of pool over bare-multisite."

@@ -36,14 +36,16 @@ type config struct {
 	// RenderMaxContextHeapBytes recycles a long-lived tab whose renderer's JS heap is
 	// above it after a render (--render-isolation=wipe); negative: no bound.
 	RenderMaxContextHeapBytes int64
-	RendererEndpoint          string
-	ChromiumPath              string
-	LogLevel                  slog.Level
-	ShutdownGraceSeconds      int
-	Lease                     leaseConfig   // entry A (lease.go)
-	Cluster                   clusterConfig // --store tikv (cluster.go)
-	RendererKind              string
-	RenderGuardProxyListen    string
+	// RenderSpareTabCount: long-lived tabs beyond one per slot (--render-isolation=wipe).
+	RenderSpareTabCount    int
+	RendererEndpoint       string
+	ChromiumPath           string
+	LogLevel               slog.Level
+	ShutdownGraceSeconds   int
+	Lease                  leaseConfig   // entry A (lease.go)
+	Cluster                clusterConfig // --store tikv (cluster.go)
+	RendererKind           string
+	RenderGuardProxyListen string
 	// The guard proxy terminates TLS, its CA in --data-dir (docs/deploy.md).
 	ShouldRenderGuardProxyTerminateTLS bool
 
@@ -120,6 +122,7 @@ func newFlagSet(name string, c *config, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&c.RenderConcurrency, "render-concurrency", runtime.NumCPU(), "renders at once (the browser pool size)")
 	fs.StringVar(&c.RenderIsolation, "render-isolation", "wipe", "how renders are kept apart: wipe (long-lived contexts, every touched origin's state wiped between renders, HTTP and code cache kept) or context (a new browser context per render)")
 	fs.StringVar(&c.RenderScaling, "render-scaling", string(render.ScalingFixed), "how many of the --render-concurrency slots are used: fixed (all of them) or adaptive (between 1 and --render-concurrency, following render latency against the unloaded p50, and the host's CPU)")
+	fs.IntVar(&c.RenderSpareTabCount, "render-spare-tab-count", 0, "with --render-isolation=wipe, long-lived tabs kept beyond one per slot, so that a render takes a clean tab while the last one is wiped (each costs an idle renderer's memory)")
 	fs.Int64Var(&c.RenderMaxContextHeapBytes, "render-max-context-heap-bytes", render.DefaultMaxContextHeapBytes, "with --render-isolation=wipe, recycle a long-lived tab after a render that leaves its renderer's JavaScript heap above this; -1: no bound")
 	fs.IntVar(&c.RenderMaxSubrequestCount, "render-max-subrequest-count", render.DefaultMaxSubrequestCount, "sub-requests one render may send (scripts, styles, XHR, fetch, beacons); the rest is refused and counted in capped_subrequest_count")
 	fs.IntVar(&c.RenderMaxHostSubrequestCount, "render-max-host-subrequest-count", render.DefaultMaxHostSubrequestCount, "sub-requests one render may send to each host other than the page's own")
@@ -216,6 +219,8 @@ func (c *config) check() error {
 		return errors.New("--render-isolation must be wipe or context")
 	case c.RenderScaling != string(render.ScalingAdaptive) && c.RenderScaling != string(render.ScalingFixed):
 		return errors.New("--render-scaling must be adaptive or fixed")
+	case c.RenderSpareTabCount < 0:
+		return errors.New("--render-spare-tab-count must not be negative")
 	case c.RenderMaxContextHeapBytes == 0:
 		return errors.New("--render-max-context-heap-bytes must not be 0 (-1: no bound)")
 	case !isRendererKind(c.RendererKind):

@@ -121,7 +121,8 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 		Concurrency: c.RenderConcurrency, QueueLength: c.LocalQueueLength, UserAgent: c.UserAgent,
 		Isolation: render.Isolation(c.RenderIsolation),
 		Scaling:   render.Scaling(c.RenderScaling), MaxContextHeapBytes: c.RenderMaxContextHeapBytes,
-		Kind: rendererKind(c.RendererKind), GuardProxyListen: c.RenderGuardProxyListen, GuardProxyCADir: c.guardProxyCADir(),
+		SpareTabCount: c.RenderSpareTabCount,
+		Kind:          rendererKind(c.RendererKind), GuardProxyListen: c.RenderGuardProxyListen, GuardProxyCADir: c.guardProxyCADir(),
 		MaxSubrequestCount: c.RenderMaxSubrequestCount, MaxHostSubrequestCount: c.RenderMaxHostSubrequestCount,
 		Guard: guard, DefaultTimeout: c.requestTimeout(), Hops: &engine.Hops{Limiter: lim, DefaultMinInterval: defaultInterval, Shared: shared, DefaultTimeout: c.requestTimeout()},
 	})
