@@ -117,8 +117,8 @@ const (
 	// MaxSubmitCount bounds one Submit call.
 	MaxSubmitCount = 10_000
 	// DefaultFreshRecordCount bounds the records of new tasks kept in memory for their
-	// first lease (Queue.fresh): about 5 MiB at a few hundred bytes a record.
-	DefaultFreshRecordCount = 16_384
+	// first lease (Queue.fresh): about 2.5 MiB at a few hundred bytes a record.
+	DefaultFreshRecordCount = 8192
 )
 
 // Task states, as stored. A pending task may be waiting out a retry backoff
