@@ -61,7 +61,6 @@ func (q *Queue) ListTasks(ctx context.Context, state downloader.TaskState, curso
 		if err := decodeQueueRecord(v, &rec); err != nil {
 			return nil, "", fmt.Errorf("local queue: decode task %s: %w", id, err)
 		}
-		q.overlayLease(&rec)
 		st := rec.taskRecord().TaskStatus()
 		if state == "" || st.State == state {
 			out = append(out, st)

@@ -42,8 +42,7 @@ import (
 //	    id. {domain} is escaped like the fetch_result index, {seq} is 16 hex digits.
 //	local_queue:leased:{task_id}
 //	    Index of the leased tasks (empty value), so that leases left by a stopped process
-//	    are found at once when the queue is opened again. This key is the lease: the
-//	    task's record is not rewritten when it is leased (see Leases below).
+//	    are found at once when the queue is opened again.
 //	local_queue:url:{sha256}
 //	    Deduplication: the hex SHA-256 of a task's canonical URL → its task id.
 //	local_queue:retry:{task_id}
@@ -81,17 +80,6 @@ import (
 // when a report is taken, and are written in that report's batch, with the record change
 // they count: a crash keeps both or loses both, so the stored counts always match the
 // stored records, and nothing else rewrites them.
-//
-// Leases. Leasing a task writes only its index keys (the pending key deleted, the leased
-// key set, one batch) and leaves its record as it was, pending: the lease's expiry and
-// the record as leased live in memory (Queue.leased), where Report, Release, the expiry
-// and the status API (Task, ListTasks, a duplicate Submit) take them. Every record
-// change that ends a lease (a report, a release, an expiry) rewrites the record from that
-// copy, with the lease counted. A process that stops keeps no lease alive: on open, every
-// leased key whose record is pending goes back to pending, its lease counted (a record
-// that says leased, written by an older version, too). The batch is atomic, so a crash
-// leaves either the pending key (the lease lost: leased again) or the leased key (given
-// back on open), never both or neither.
 //
 // Durability: Submit commits synchronously (a submitted task is never lost). Leasing,
 // releasing and finishing are not synced: if a power loss drops the last of them, the
@@ -422,13 +410,7 @@ func (q *Queue) requeueStale(ctx context.Context) (int, error) {
 		if err := b.Delete([]byte(queueLeasPrefix+id), nil); err != nil {
 			return 0, fmt.Errorf("local queue: requeue %s: %w", id, err)
 		}
-		switch {
-		case ok && rec.State == TaskPending && rec.NextAttemptAt.IsZero():
-			// Leased by a process that kept the record as it was: that lease counts.
-			rec.LeaseCount++
-		case ok && rec.State == TaskLeased:
-			// Leased by an older version, which wrote the lease into the record.
-		default:
+		if !ok || rec.State != TaskLeased {
 			next.LeasedCount--
 			continue
 		}
@@ -529,7 +511,6 @@ func (q *Queue) Submit(ctx context.Context, tasks []downloader.Task) ([]SubmitRe
 			if rec, ok, err := q.record(b, string(id)); err != nil {
 				return nil, err
 			} else if ok {
-				q.overlayLeaseLocked(rec)
 				res.State = string(rec.taskRecord().Status())
 			}
 			out[i] = res
@@ -668,12 +649,13 @@ func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([
 			rollback()
 			return nil, fmt.Errorf("local queue: lease: %w", err)
 		}
-		// The stored record stays as it is (pending): the leased index key is the lease
-		// (see "Leases" in the package comment). The copy in q.leased is the record as
-		// Report, Release and an expiry write it next.
 		rec.State = TaskLeased
 		rec.LeaseExpiresAt = expires
 		rec.LeaseCount++
+		if err := q.putRecord(b, rec); err != nil {
+			rollback()
+			return nil, err
+		}
 		next.PendingCount--
 		next.LeasedCount++
 		due := d.nextAt
@@ -853,19 +835,16 @@ func (q *Queue) Release(ctx context.Context, taskID string, retryAfter time.Dura
 	defer q.mu.Unlock()
 	b := q.ks.NewBatch()
 	defer b.Close()
-	l, ok := q.leased[taskID]
+	rec, ok, err := q.record(b, taskID)
+	if err != nil {
+		return err
+	}
 	if !ok {
-		// Not leased by this process (every live lease is in q.leased): done, pending
-		// again, or unknown.
-		if _, ok, err := q.record(b, taskID); err != nil {
-			return err
-		} else if !ok {
-			return downloader.Errorf(downloader.ENOTFOUND, "task %q is not in the local queue", taskID)
-		}
+		return downloader.Errorf(downloader.ENOTFOUND, "task %q is not in the local queue", taskID)
+	}
+	if rec.State != TaskLeased {
 		return nil
 	}
-	c := *l.rec
-	rec := &c
 	next := q.counts
 	if err := b.Delete([]byte(queueLeasPrefix+taskID), nil); err != nil {
 		return fmt.Errorf("local queue: release: %w", err)
@@ -965,7 +944,6 @@ func (q *Queue) Task(ctx context.Context, taskID string) (*TaskRecord, error) {
 	if !ok {
 		return nil, downloader.Errorf(downloader.ENOTFOUND, "task %q is not in the local queue", taskID)
 	}
-	q.overlayLease(rec)
 	return rec.taskRecord(), nil
 }
 
@@ -994,8 +972,13 @@ func (q *Queue) expireLocked(now time.Time) error {
 	next := q.counts
 	var back []*queueRecord
 	for _, id := range ids {
-		c := *q.leased[id].rec
-		rec := &c
+		rec, ok, err := q.record(b, id)
+		if err != nil {
+			return err
+		}
+		if !ok || rec.State != TaskLeased {
+			continue
+		}
 		if err := b.Delete([]byte(queueLeasPrefix+id), nil); err != nil {
 			return fmt.Errorf("local queue: expire: %w", err)
 		}
@@ -1015,21 +998,6 @@ func (q *Queue) expireLocked(now time.Time) error {
 		q.log.Warn("leases expired: tasks handed out again", "task_count", len(back))
 	}
 	return nil
-}
-
-// overlayLease makes rec, as read from Pebble, show its live lease, if it has one: a
-// leased task's stored record stays pending (see "Leases" in the package comment).
-func (q *Queue) overlayLease(rec *queueRecord) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.overlayLeaseLocked(rec)
-}
-
-// overlayLeaseLocked is overlayLease with q.mu held.
-func (q *Queue) overlayLeaseLocked(rec *queueRecord) {
-	if l, ok := q.leased[rec.TaskID]; ok {
-		rec.State, rec.LeaseExpiresAt, rec.LeaseCount = TaskLeased, l.expiresAt, l.rec.LeaseCount
-	}
 }
 
 // toPending adds to b the writes that return the leased rec to pending.
