@@ -68,7 +68,9 @@ import (
 // (defaultTaskID) unless the queue's map of other ids has it (a task submitted with an id
 // of its own), and the domains are in a heap by the time their next task is due: a
 // lease takes the earliest due domain's first task in O(log n) and reads from Pebble only
-// the record it hands out, never an iterator and never a record it does not hand out.
+// the record it hands out, never an iterator and never a record it does not hand out; the
+// first lease of a task submitted by this process reads nothing while the queue keeps
+// that record from the submit (Config.FreshRecordCount of them, the first submitted).
 // Pebble stays the truth: the index is rebuilt from the pending index keys on open, and
 // every change to it follows a committed batch that made the same change in Pebble.
 //
@@ -102,6 +104,9 @@ const (
 	DefaultLookahead     = 500 * time.Millisecond
 	// MaxSubmitCount bounds one Submit call.
 	MaxSubmitCount = 10_000
+	// DefaultFreshRecordCount bounds the records of new tasks kept in memory for their
+	// first lease (Queue.fresh): about 2.5 MiB at a few hundred bytes a record.
+	DefaultFreshRecordCount = 8192
 )
 
 // Task states, as stored. A pending task may be waiting out a retry backoff
@@ -136,6 +141,11 @@ type Config struct {
 	RetryMaxDelay      time.Duration
 	MaxOwnFailureCount int
 	Jitter             func() float64
+
+	// FreshRecordCount bounds the records of tasks submitted by this process kept in
+	// memory until their first lease, which then need not read them back (default
+	// DefaultFreshRecordCount; negative: none).
+	FreshRecordCount int
 }
 
 // Counts counts the queue's tasks by state, and the finished ones by outcome.
@@ -229,6 +239,11 @@ type Queue struct {
 	otherIDs map[uint64]string
 	expiry   leaseHeap            // this process's leases, earliest expiry first
 	leased   map[string]liveLease // task id → its live lease
+	// fresh: task id → its record as Submit committed it, for at most FreshRecordCount
+	// pending tasks, so that their lease hands them out without a point read. putRecord
+	// drops a task's entry whenever it writes the record again, so an entry is always the
+	// stored record; Lease takes the entry out. Memory only: empty after a restart.
+	fresh map[string]*queueRecord
 
 	retries retryHeap // tasks waiting out a backoff, earliest first
 	// holds: domain → no task before then (the origin's Retry-After); floors: domain →
@@ -278,8 +293,12 @@ func Open(ctx context.Context, s *embedded.Store, cfg Config) (*Queue, error) {
 		cfg.Lookahead = DefaultLookahead
 	}
 	cfg.retryDefaults()
+	if cfg.FreshRecordCount == 0 {
+		cfg.FreshRecordCount = DefaultFreshRecordCount
+	}
 	q := &Queue{ks: ks, clk: cfg.Clock, log: cfg.Logger.With("component", "local_queue"), cfg: cfg,
 		domains: map[string]*queueDomain{}, leased: map[string]liveLease{}, otherIDs: map[uint64]string{},
+		fresh: map[string]*queueRecord{},
 		holds: map[string]time.Time{}, floors: map[string]time.Duration{},
 		counts: Counts{FailedCount: map[downloader.FailReason]int{}}}
 	release, err := ks.Acquire(ctx, "open queue")
@@ -479,6 +498,7 @@ func (q *Queue) Submit(ctx context.Context, tasks []downloader.Task) ([]SubmitRe
 	type put struct {
 		domain, id string
 		seq        uint64
+		rec        *queueRecord
 	}
 	var added []put
 	for i := range checked {
@@ -516,7 +536,7 @@ func (q *Queue) Submit(ctx context.Context, tasks []downloader.Task) ([]SubmitRe
 			return nil, fmt.Errorf("local queue: submit: %w", err)
 		}
 		next.PendingCount++
-		added = append(added, put{t.Domain, t.TaskID, seq})
+		added = append(added, put{t.Domain, t.TaskID, seq, rec})
 		out[i] = SubmitResult{TaskID: t.TaskID, URL: t.URL, State: string(downloader.TaskQueued)}
 	}
 	if len(added) == 0 {
@@ -533,6 +553,9 @@ func (q *Queue) Submit(ctx context.Context, tasks []downloader.Task) ([]SubmitRe
 	q.seq = seq
 	for _, a := range added {
 		q.addPendingLocked(a.domain, a.seq, a.id, time.Time{})
+		if len(q.fresh) < q.cfg.FreshRecordCount {
+			q.fresh[a.id] = a.rec
+		}
 	}
 	return out, nil
 }
@@ -596,7 +619,13 @@ func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([
 		seq := d.tasks.pop()
 		undos = append(undos, undo{d: d, seq: seq, nextAt: d.nextAt})
 		id := q.taskIDLocked(seq)
-		rec, ok, err := q.record(nil, id)
+		rec, ok := q.fresh[id]
+		var err error
+		if ok {
+			delete(q.fresh, id) // leased now, or dropped below: not pending as stored
+		} else {
+			rec, ok, err = q.record(nil, id)
+		}
 		if err == nil && !ok {
 			err = fmt.Errorf("local queue: pending task %s has no record", id)
 		}
@@ -1057,7 +1086,10 @@ func (q *Queue) record(b *pebble.Batch, id string) (*queueRecord, bool, error) {
 	return &rec, true, nil
 }
 
+// putRecord adds rec to b, and forgets the fresh copy of the task's record, which the
+// batch makes stale. Requires q.mu held.
 func (q *Queue) putRecord(b *pebble.Batch, rec *queueRecord) error {
+	delete(q.fresh, rec.TaskID)
 	buf, _ := q.recordBufs.Get().(*[]byte)
 	if buf == nil {
 		buf = new([]byte)

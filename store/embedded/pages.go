@@ -41,7 +41,7 @@ func (s *Store) PutPage(ctx context.Context, p *downloader.Page) (string, error)
 	// Register the write before looking the body up, so that one lookup serves: a write
 	// of the same body that ended before this registration is committed (visible to it),
 	// one still running is waited for. A repeated body is caught before compression.
-	w, first := s.startPageWrite(key)
+	w, first, mayExist := s.startPageWrite(key, &sum)
 	if !first {
 		// The same body is being written now: it is durable when that write is.
 		select {
@@ -51,7 +51,11 @@ func (s *Store) PutPage(ctx context.Context, p *downloader.Page) (string, error)
 			return "", fmt.Errorf("embedded store: put page %s: %w", key, ctx.Err())
 		}
 	}
-	if ok, err := s.has(dbKey); err != nil || ok {
+	// The filter (pagefilter.go) knows every page stored or being written: a body it has
+	// not seen skips the lookup.
+	if !mayExist {
+		s.pageLookupSkipCount.Add(1)
+	} else if ok, err := s.has(dbKey); err != nil || ok {
 		w.err = err
 		s.endPageWrite(key, w)
 		return key, err
@@ -81,16 +85,19 @@ type pageWrite struct {
 	err  error
 }
 
-// startPageWrite registers a write of key, or returns the one in progress (first false).
-func (s *Store) startPageWrite(key string) (w *pageWrite, first bool) {
+// startPageWrite registers a write of key (the hex of sum), or returns the one in progress
+// (first false). mayExist is false when the page filter says the page is certainly not
+// stored, so that the caller need not look it up.
+func (s *Store) startPageWrite(key string, sum *[32]byte) (w *pageWrite, first, mayExist bool) {
 	s.pageMu.Lock()
 	defer s.pageMu.Unlock()
 	if w := s.pageWrites[key]; w != nil {
-		return w, false
+		return w, false, true
 	}
+	mayExist = s.pageMayExistLocked(sum) // before registering: a build then leaves key out
 	w = &pageWrite{done: make(chan struct{})}
 	s.pageWrites[key] = w
-	return w, true
+	return w, true, mayExist
 }
 
 // endPageWrite removes w (now durable or failed) and wakes those waiting for it.

@@ -106,8 +106,16 @@ type Store struct {
 	// fsyncs (Pebble's commit pipeline syncs the write-ahead log once for all of them).
 	pageMu     sync.Mutex
 	pageWrites map[string]*pageWrite
+	// pageFilter (pagefilter.go), under pageMu: the page keys stored or being written, so
+	// that a new body skips its lookup. Built by the first PutPage; pageFilterOff once it
+	// cannot be (too many pages, or the scan failed); pageFilterBuildCount counts builds.
+	pageFilter           *pageFilter
+	pageFilterOff        bool
+	pageFilterBuildCount int
 	// pageWriteCount counts pages actually written (tests check deduplication with it).
 	pageWriteCount atomic.Int64
+	// pageLookupSkipCount counts the PutPage calls whose lookup the page filter skipped.
+	pageLookupSkipCount atomic.Int64
 
 	// mu guards closed: every operation holds it for reading so Close cannot close the
 	// database under it (Pebble panics on use after close).
