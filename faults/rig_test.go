@@ -419,7 +419,7 @@ type rigConfig struct {
 // Test limits, small so that every hostile case ends quickly.
 const (
 	testConnectTimeout  = time.Second
-	testResponseTimeout = 500 * time.Millisecond
+	testResponseTimeout = time.Second
 	testMaxBodyBytes    = 256 << 10
 	testMaxRedirects    = 5
 	testTimeout         = 5 * time.Second
