@@ -110,19 +110,25 @@ func skewedInstance(t *testing.T, c *tikvtest.Cluster, id string, offset time.Du
 	return &instance{rt: rt, store: s, client: cl, gate: gate}
 }
 
+// seedPastLoss writes the table's loss marker an hour in the past, so that no domain of a
+// fresh table waits for it (a table found without one would mark its loss now).
+func seedPastLoss(tb testing.TB, s *Store) {
+	tb.Helper()
+	if err := s.update(context.Background(), func(txn *transaction.KVTxn) error {
+		b, _ := json.Marshal(lossRecord{LossAt: time.Now().Add(-time.Hour).UTC()})
+		return txn.Set([]byte(lossKey), b)
+	}); err != nil {
+		tb.Fatal(err)
+	}
+}
+
 // TestSkewBeyondAllowanceFailsClosed: an instance whose clock is off PD's by more than
 // half the allowance (two such instances may differ by the whole allowance) stops
 // admitting: it would admit early by the excess. Within it, admission goes on.
 func TestSkewBeyondAllowanceFailsClosed(t *testing.T) {
 	c := tikvtest.NewCluster(t)
 	x := skewedInstance(t, c, "x", 0)
-	// A loss marker an hour old, so that the first request is not held by it.
-	if err := x.store.update(t.Context(), func(txn *transaction.KVTxn) error {
-		b, _ := json.Marshal(lossRecord{LossAt: time.Now().Add(-time.Hour).UTC()})
-		return txn.Set([]byte(lossKey), b)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	seedPastLoss(t, x.store) // so that the first request is not held by the marker
 	within := skewedInstance(t, c, "within", 10*time.Millisecond)
 	// One sample bounds the offset within ± half its round trip: on a loaded machine a
 	// slow one may not fit in ±25 ms; the next ones narrow the bound.
