@@ -365,7 +365,7 @@ func (j *renderJob) stopped(runCtx context.Context, t *tab, err error) downloade
 	case errors.Is(cause, errHopRefused):
 		return downloader.CauseHopRefused
 	case !t.b.alive(), t.isDetached(), t.tr.state().crashed, isBrowserGone(err),
-		t.ctx.Err() != nil: // the tab, or its own connection (a remote server's), ended under the render
+		t.isGone(): // the tab, or its own connection (a remote server's), ended under the render
 		return downloader.CauseRendererCrashed
 	case runCtx.Err() != nil:
 		return downloader.CauseCancelled // the caller gave up
