@@ -45,9 +45,11 @@ func (s *Server) authorize(next http.Handler) http.Handler {
 		if need == accessMetrics {
 			// The console's signed-in operator reads it too (its layout links here): a
 			// session cookie is SameSite=Strict, so no other site can make a browser send it.
-			if _, signedIn := s.sessionOf(r); s.cfg.MetricsToken != "" && !tokenIs(bearer(r), s.cfg.MetricsToken) && !signedIn {
-				unauthorized(w)
-				return
+			if s.cfg.MetricsToken != "" && !tokenIs(bearer(r), s.cfg.MetricsToken) {
+				if _, signedIn := s.sessionOf(r); !signedIn {
+					unauthorized(w)
+					return
+				}
 			}
 			next.ServeHTTP(w, r)
 			return
