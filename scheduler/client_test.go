@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,10 +23,33 @@ func TestMain(m *testing.M) {
 // recorder is a real HTTP server that answers each path with a fixed status and body and
 // records the request bodies as generic JSON.
 type recorder struct {
-	srv    *httptest.Server
+	srv *httptest.Server
+
+	mu     sync.Mutex // the handler runs on the server's goroutines, one per request
 	bodies map[string][]map[string]any
 	status map[string]int
 	answer map[string]string
+}
+
+// setStatus makes path answer with status.
+func (r *recorder) setStatus(path string, status int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.status[path] = status
+}
+
+// setAnswer makes path answer with body.
+func (r *recorder) setAnswer(path, body string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.answer[path] = body
+}
+
+// got returns the bodies path has received so far.
+func (r *recorder) got(path string) []map[string]any {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]map[string]any(nil), r.bodies[path]...)
 }
 
 func newRecorder(t *testing.T) *recorder {
@@ -39,13 +63,15 @@ func newRecorder(t *testing.T) *recorder {
 		if err := json.Unmarshal(b, &m); err != nil {
 			t.Errorf("%s: body is not a JSON object: %s", req.URL.Path, b)
 		}
+		r.mu.Lock()
 		r.bodies[req.URL.Path] = append(r.bodies[req.URL.Path], m)
-		st := r.status[req.URL.Path]
+		st, answer := r.status[req.URL.Path], r.answer[req.URL.Path]
+		r.mu.Unlock()
 		if st == 0 {
 			st = http.StatusOK
 		}
 		w.WriteHeader(st)
-		_, _ = io.WriteString(w, r.answer[req.URL.Path])
+		_, _ = io.WriteString(w, answer)
 	}))
 	t.Cleanup(r.srv.Close)
 	return r
@@ -63,8 +89,8 @@ func newClient(t *testing.T, url string) *Client {
 // TestContractShapes pins the JSON of the three calls to docs/scheduler-contract.md.
 func TestContractShapes(t *testing.T) {
 	rec := newRecorder(t)
-	rec.answer["/v1/lease"] = `{"tasks":[{"task_id":"t-1","url":"https://news.example.tw/a","domain":"news.example.tw",
-		"min_interval_ms":2000,"should_render":true,"should_store":true,"lease_expires_at":"2026-08-15T07:05:00Z","priority":3}]}`
+	rec.setAnswer("/v1/lease", `{"tasks":[{"task_id":"t-1","url":"https://news.example.tw/a","domain":"news.example.tw",
+		"min_interval_ms":2000,"should_render":true,"should_store":true,"lease_expires_at":"2026-08-15T07:05:00Z","priority":3}]}`)
 	c := newClient(t, rec.srv.URL)
 	ctx := context.Background()
 
@@ -78,7 +104,7 @@ func TestContractShapes(t *testing.T) {
 	if !reflect.DeepEqual(tasks, want) {
 		t.Errorf("tasks = %+v, want %+v", tasks, want)
 	}
-	if got := rec.bodies["/v1/lease"][0]; !reflect.DeepEqual(got, map[string]any{"worker_id": "worker-7", "max_task_count": float64(32)}) {
+	if got := rec.got("/v1/lease")[0]; !reflect.DeepEqual(got, map[string]any{"worker_id": "worker-7", "max_task_count": float64(32)}) {
 		t.Errorf("lease body = %v", got)
 	}
 
@@ -90,7 +116,7 @@ func TestContractShapes(t *testing.T) {
 	if err := c.Report(ctx, r); err != nil {
 		t.Fatal(err)
 	}
-	got := rec.bodies["/v1/report"][0]
+	got := rec.got("/v1/report")[0]
 	keys := map[string]bool{}
 	for k := range got {
 		keys[k] = true
@@ -111,7 +137,7 @@ func TestContractShapes(t *testing.T) {
 	if err := c.Release(ctx, "t-2", 1500*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	if got := rec.bodies["/v1/release"][0]; !reflect.DeepEqual(got, map[string]any{"task_id": "t-2", "retry_after_seconds": float64(2)}) {
+	if got := rec.got("/v1/release")[0]; !reflect.DeepEqual(got, map[string]any{"task_id": "t-2", "retry_after_seconds": float64(2)}) {
 		t.Errorf("release body = %v (1.5 s rounds up to 2)", got)
 	}
 }
@@ -120,13 +146,13 @@ func TestContractShapes(t *testing.T) {
 // engine then reports it as invalid_task); one without a task id is skipped.
 func TestLeaseDecodesLeniently(t *testing.T) {
 	rec := newRecorder(t)
-	rec.answer["/v1/lease"] = `{"tasks":[
+	rec.setAnswer("/v1/lease", `{"tasks":[
 		{"task_id":"a","url":42,"min_interval_ms":0},
 		{"task_id":"b","url":"http://b.test/","min_interval_ms":"fast"},
 		{"task_id":"c","url":"http://c.test/","min_interval_ms":null},
 		{"url":"http://d.test/","min_interval_ms":0},
 		17
-	]}`
+	]}`)
 	tasks, err := newClient(t, rec.srv.URL).Lease(context.Background(), "w", 10)
 	if err != nil {
 		t.Fatal(err)
@@ -156,7 +182,7 @@ func TestErrorClassification(t *testing.T) {
 	rec := newRecorder(t)
 	c := newClient(t, rec.srv.URL)
 	for _, tt := range tests {
-		rec.status["/v1/report"] = tt.status
+		rec.setStatus("/v1/report", tt.status)
 		err := c.Report(context.Background(), &downloader.Report{TaskID: "x"})
 		if downloader.ErrorCode(err) != tt.code {
 			t.Errorf("HTTP %d: %v, want code %s", tt.status, err, tt.code)
@@ -177,8 +203,8 @@ func TestErrorClassification(t *testing.T) {
 // not acknowledged.
 func TestReportBatch(t *testing.T) {
 	rec := newRecorder(t)
-	rec.answer["/v1/reports"] = `{"results":[{"task_id":"t1","http_status":200},{"task_id":"t2","http_status":404,"error":"unknown task"},
-		{"task_id":"t3","http_status":503},{"task_id":"t5","http_status":400,"error":"bad report"}]}`
+	rec.setAnswer("/v1/reports", `{"results":[{"task_id":"t1","http_status":200},{"task_id":"t2","http_status":404,"error":"unknown task"},
+		{"task_id":"t3","http_status":503},{"task_id":"t5","http_status":400,"error":"bad report"}]}`)
 	c := newClient(t, rec.srv.URL)
 	rs := []downloader.Report{{TaskID: "t1"}, {TaskID: "t2"}, {TaskID: "t3"}, {TaskID: "t4"}, {TaskID: "t5"}}
 	errs := c.ReportBatch(context.Background(), rs)
@@ -191,13 +217,13 @@ func TestReportBatch(t *testing.T) {
 			t.Errorf("%s: %v, want code %q", rs[i].TaskID, errs[i], code)
 		}
 	}
-	bodies := rec.bodies["/v1/reports"]
-	if len(bodies) != 1 || len(bodies[0]["reports"].([]any)) != 5 || len(rec.bodies["/v1/report"]) != 0 {
-		t.Errorf("calls: batched %v, single %d", bodies, len(rec.bodies["/v1/report"]))
+	bodies := rec.got("/v1/reports")
+	if len(bodies) != 1 || len(bodies[0]["reports"].([]any)) != 5 || len(rec.got("/v1/report")) != 0 {
+		t.Errorf("calls: batched %v, single %d", bodies, len(rec.got("/v1/report")))
 	}
 
 	// The whole call failing fails every report, to be retried.
-	rec.status["/v1/reports"] = http.StatusServiceUnavailable
+	rec.setStatus("/v1/reports", http.StatusServiceUnavailable)
 	for i, err := range c.ReportBatch(context.Background(), rs[:2]) {
 		if downloader.ErrorCode(err) != downloader.EUNAVAILABLE {
 			t.Errorf("503 to the call, report %d: %v", i, err)
@@ -209,8 +235,8 @@ func TestReportBatch(t *testing.T) {
 // gets one call per report, from then on without trying the batched form again.
 func TestBatchFallsBackToSingle(t *testing.T) {
 	rec := newRecorder(t)
-	rec.status["/v1/reports"] = http.StatusNotFound
-	rec.status["/v1/releases"] = http.StatusNotFound
+	rec.setStatus("/v1/reports", http.StatusNotFound)
+	rec.setStatus("/v1/releases", http.StatusNotFound)
 	c := newClient(t, rec.srv.URL)
 	ctx := context.Background()
 	for i, err := range c.ReportBatch(ctx, []downloader.Report{{TaskID: "a"}, {TaskID: "b"}}) {
@@ -223,16 +249,16 @@ func TestBatchFallsBackToSingle(t *testing.T) {
 			t.Errorf("release %d: %v", i, err)
 		}
 	}
-	if n := len(rec.bodies["/v1/reports"]); n != 1 {
+	if n := len(rec.got("/v1/reports")); n != 1 {
 		t.Errorf("%d batched report calls, want 1 (then the single form only)", n)
 	}
-	if n := len(rec.bodies["/v1/releases"]); n != 0 {
+	if n := len(rec.got("/v1/releases")); n != 0 {
 		t.Errorf("%d batched release calls after the fallback, want 0", n)
 	}
-	if n := len(rec.bodies["/v1/report"]); n != 2 {
+	if n := len(rec.got("/v1/report")); n != 2 {
 		t.Errorf("%d single reports, want 2", n)
 	}
-	if got := rec.bodies["/v1/release"]; len(got) != 1 || !reflect.DeepEqual(got[0], map[string]any{"task_id": "c", "retry_after_seconds": float64(3)}) {
+	if got := rec.got("/v1/release"); len(got) != 1 || !reflect.DeepEqual(got[0], map[string]any{"task_id": "c", "retry_after_seconds": float64(3)}) {
 		t.Errorf("single releases = %v", got)
 	}
 }
@@ -240,7 +266,7 @@ func TestBatchFallsBackToSingle(t *testing.T) {
 // TestReleaseBatchShape pins the batched release body to docs/scheduler-contract.md.
 func TestReleaseBatchShape(t *testing.T) {
 	rec := newRecorder(t)
-	rec.answer["/v1/releases"] = `{"results":[{"task_id":"a","http_status":204},{"task_id":"b","http_status":410}]}`
+	rec.setAnswer("/v1/releases", `{"results":[{"task_id":"a","http_status":204},{"task_id":"b","http_status":410}]}`)
 	c := newClient(t, rec.srv.URL)
 	errs := c.ReleaseBatch(context.Background(), []string{"a", "b"}, []time.Duration{0, 61 * time.Second})
 	if errs[0] != nil || downloader.ErrorCode(errs[1]) != downloader.ENOTFOUND {
@@ -250,7 +276,7 @@ func TestReleaseBatchShape(t *testing.T) {
 		map[string]any{"task_id": "a", "retry_after_seconds": float64(1)},
 		map[string]any{"task_id": "b", "retry_after_seconds": float64(61)},
 	}}
-	if got := rec.bodies["/v1/releases"]; len(got) != 1 || !reflect.DeepEqual(got[0], want) {
+	if got := rec.got("/v1/releases"); len(got) != 1 || !reflect.DeepEqual(got[0], want) {
 		t.Errorf("body = %v, want %v", got, want)
 	}
 }
