@@ -194,7 +194,10 @@ type Request struct {
 	// SkipResourceTypes (renders): nil is the renderer's default, an empty non-nil list
 	// loads everything (RenderOptions).
 	SkipResourceTypes []ResourceType
-	Entry             Entry
+	// Headers are the caller's allow-listed request headers (HeaderPolicy.Check); the
+	// service's defaults are added by the engine.
+	Headers RequestHeaders
+	Entry   Entry
 }
 
 // Outcome is what a fetch or render produced. Body and Text are the page content; they are

@@ -74,4 +74,17 @@ type RenderOptions struct {
 	// renderer's default (DefaultSkipResourceTypes unless configured otherwise), an empty
 	// non-nil list loads everything.
 	SkipResourceTypes []ResourceType
+	// Headers are the request's allow-listed headers (RequestHeaders), sent with the main
+	// document (SPEC §5).
+	Headers RequestHeaders
+}
+
+// FetchOptions are what a plain fetch asks of the wire beyond its URL.
+type FetchOptions struct {
+	// Headers are the request's allow-listed headers (RequestHeaders), sent on every hop to
+	// the request's own host and, but for Cookie, on hops to other hosts.
+	Headers RequestHeaders
+	// IsOnce asks the origin to close the connection after the answer and keeps it out of
+	// the idle pool: an entry C probe is one GET of a domain among many.
+	IsOnce bool
 }

@@ -16,6 +16,8 @@ type Task struct {
 	ShouldRender   bool      `json:"should_render"`
 	ShouldStore    bool      `json:"should_store"`
 	LeaseExpiresAt time.Time `json:"lease_expires_at"`
+	// RequestHeaders are the task's allow-listed request headers (HeaderPolicy).
+	RequestHeaders RequestHeaders `json:"request_headers,omitempty"`
 }
 
 // Report is what entry A tells the scheduler about a finished task: the lean summary plus

@@ -64,9 +64,10 @@ func CheckTaskID(id string) error {
 }
 
 // ValidateLeasedTask checks a task leased from the scheduler (SPEC §4, invalid_task): its
-// target, with min_interval_ms required (the scheduler always sends it). It returns the
-// parsed URL and the request to run through entry A.
-func ValidateLeasedTask(t *Task) (*url.URL, Request, error) {
+// target, with min_interval_ms required (the scheduler always sends it), and its request
+// headers under the service's policy hp. It returns the parsed URL and the request to run
+// through entry A.
+func ValidateLeasedTask(t *Task, hp HeaderPolicy) (*url.URL, Request, error) {
 	u, host, err := ValidateTarget(t.URL, t.Domain, t.MinIntervalMs)
 	if err != nil {
 		return nil, Request{}, err
@@ -74,9 +75,13 @@ func ValidateLeasedTask(t *Task) (*url.URL, Request, error) {
 	if t.MinIntervalMs == nil {
 		return nil, Request{}, Invalidf("min_interval_ms", "min_interval_ms is required on a leased task")
 	}
+	headers, err := hp.Check("request_headers", t.RequestHeaders)
+	if err != nil {
+		return nil, Request{}, err
+	}
 	return u, Request{
 		URL: t.URL, Domain: host, MinInterval: time.Duration(*t.MinIntervalMs) * time.Millisecond,
 		IntervalSource: IntervalSourceLease, ShouldRender: t.ShouldRender,
-		ShouldStore: t.ShouldStore, Entry: EntryLease,
+		ShouldStore: t.ShouldStore, Headers: headers, Entry: EntryLease,
 	}, nil
 }

@@ -49,10 +49,13 @@ func TestValidateLeasedTask(t *testing.T) {
 		{"ok", Task{URL: "http://a.test/x", Domain: "A.test", MinIntervalMs: ms(100)}, ""},
 		{"interval required", Task{URL: "http://a.test/"}, "min_interval_ms"},
 		{"domain not host", Task{URL: "http://a.test/", Domain: "b.test", MinIntervalMs: ms(1)}, "domain"},
+		{"headers", Task{URL: "http://a.test/", MinIntervalMs: ms(1), RequestHeaders: RequestHeaders{"accept-language": "zh-TW"}}, ""},
+		{"header refused", Task{URL: "http://a.test/", MinIntervalMs: ms(1), RequestHeaders: RequestHeaders{"Host": "b.test"}}, "request_headers.Host"},
+		{"user agent not allowed", Task{URL: "http://a.test/", MinIntervalMs: ms(1), RequestHeaders: RequestHeaders{"User-Agent": "x"}}, "request_headers.User-Agent"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, req, err := ValidateLeasedTask(&tt.task)
+			_, req, err := ValidateLeasedTask(&tt.task, HeaderPolicy{})
 			if got := ErrorField(err); got != tt.field {
 				t.Fatalf("field = %q, want %q (err %v)", got, tt.field, err)
 			}

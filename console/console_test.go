@@ -35,7 +35,7 @@ var t0 = time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC)
 // fetcher answers by host: "bad.test" with a 502, "gone.test" refused, others a page.
 type fetcher struct{ clk clock.Clock }
 
-func (f fetcher) Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission, _ limiter.HopAdmitter) *downloader.Outcome {
+func (f fetcher) FetchWith(ctx context.Context, u *url.URL, adm *limiter.Admission, _ limiter.HopAdmitter, _ downloader.FetchOptions) *downloader.Outcome {
 	switch u.Hostname() {
 	case "gone.test":
 		return downloader.Failed(downloader.FailConnectRefused)

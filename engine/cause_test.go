@@ -14,18 +14,11 @@ import (
 // the engine decides fail_reason from the cause (downloader.DecideFailReason).
 type causeChecked struct {
 	t *testing.T
-	f interface {
-		Fetcher
-		OnceFetcher
-	}
+	f Fetcher
 }
 
-func (c causeChecked) Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission, hops limiter.HopAdmitter) *downloader.Outcome {
-	return c.check(u, c.f.Fetch(ctx, u, adm, hops))
-}
-
-func (c causeChecked) FetchOnce(ctx context.Context, u *url.URL, adm *limiter.Admission, hops limiter.HopAdmitter) *downloader.Outcome {
-	return c.check(u, c.f.FetchOnce(ctx, u, adm, hops))
+func (c causeChecked) FetchWith(ctx context.Context, u *url.URL, adm *limiter.Admission, hops limiter.HopAdmitter, opts downloader.FetchOptions) *downloader.Outcome {
+	return c.check(u, c.f.FetchWith(ctx, u, adm, hops, opts))
 }
 
 func (c causeChecked) check(u *url.URL, out *downloader.Outcome) *downloader.Outcome {

@@ -16,7 +16,7 @@ import (
 // refusingFetcher: every connection is refused, as when our own uplink is gone.
 type refusingFetcher struct{}
 
-func (refusingFetcher) Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission, _ limiter.HopAdmitter) *downloader.Outcome {
+func (refusingFetcher) FetchWith(ctx context.Context, u *url.URL, adm *limiter.Admission, _ limiter.HopAdmitter, _ downloader.FetchOptions) *downloader.Outcome {
 	return downloader.Failed(downloader.FailConnectRefused)
 }
 

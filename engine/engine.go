@@ -27,15 +27,10 @@ import (
 )
 
 // Fetcher does one plain GET under an admission taken by the caller (package fetch),
-// its redirect hops admitted by hops (nil: not followed).
+// its redirect hops admitted by hops (nil: not followed), with the request's options
+// (its headers; IsOnce for entry C, one GET of a domain among many).
 type Fetcher interface {
-	Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission, hops limiter.HopAdmitter) *downloader.Outcome
-}
-
-// OnceFetcher is a Fetcher that can fetch without keeping the connection for later
-// (fetch.Fetcher.FetchOnce): entry C probes use it, each one GET of a domain among many.
-type OnceFetcher interface {
-	FetchOnce(ctx context.Context, u *url.URL, adm *limiter.Admission, hops limiter.HopAdmitter) *downloader.Outcome
+	FetchWith(ctx context.Context, u *url.URL, adm *limiter.Admission, hops limiter.HopAdmitter, opts downloader.FetchOptions) *downloader.Outcome
 }
 
 // Renderer renders pages in a headless browser (package render), under an admission taken
@@ -80,13 +75,19 @@ type Config struct {
 
 	DefaultMinInterval time.Duration // applies when B or C gives no min_interval_ms
 	DefaultTimeout     time.Duration // per request, when the caller gives none
+
+	// HeaderPolicy decides which request_headers a leased task may carry (the same policy
+	// entries B and C and the local queue apply).
+	HeaderPolicy downloader.HeaderPolicy
+	// DefaultRequestHeaders are sent with every request of entries A, B and C unless the
+	// request gives the same header (--default-request-header).
+	DefaultRequestHeaders downloader.RequestHeaders
 }
 
 // Engine is safe for concurrent use. Create it with New.
 type Engine struct {
-	cfg  Config
-	log  *slog.Logger
-	once OnceFetcher // cfg.Fetcher as a OnceFetcher, or nil
+	cfg Config
+	log *slog.Logger
 
 	// stopping is closed when the service starts to stop: new requests answer
 	// shutting_down and requests in flight are cancelled with that reason.
@@ -105,8 +106,7 @@ func New(cfg Config) *Engine {
 	if cfg.DefaultTimeout <= 0 {
 		cfg.DefaultTimeout = 30 * time.Second
 	}
-	once, _ := cfg.Fetcher.(OnceFetcher)
-	return &Engine{cfg: cfg, log: cfg.Logger, once: once, stopping: make(chan struct{})}
+	return &Engine{cfg: cfg, log: cfg.Logger, stopping: make(chan struct{})}
 }
 
 // DefaultMinInterval returns the interval used when a caller gives none.

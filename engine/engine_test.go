@@ -20,7 +20,7 @@ type recordingFetcher struct {
 	at  []time.Time
 }
 
-func (f *recordingFetcher) Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission, _ limiter.HopAdmitter) *downloader.Outcome {
+func (f *recordingFetcher) FetchWith(ctx context.Context, u *url.URL, adm *limiter.Admission, _ limiter.HopAdmitter, _ downloader.FetchOptions) *downloader.Outcome {
 	if err := adm.WaitWire(ctx); err != nil {
 		return downloader.Failed(downloader.FailResponseTimeout)
 	}
@@ -193,11 +193,11 @@ func TestRenderAnswersTheTextOfAPlainFetch(t *testing.T) {
 
 type fetcherFunc func(ctx context.Context, u *url.URL, adm *limiter.Admission, hops limiter.HopAdmitter) *downloader.Outcome
 
-func (f fetcherFunc) Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission, hops limiter.HopAdmitter) *downloader.Outcome {
+func (f fetcherFunc) FetchWith(ctx context.Context, u *url.URL, adm *limiter.Admission, hops limiter.HopAdmitter, _ downloader.FetchOptions) *downloader.Outcome {
 	return f(ctx, u, adm, hops)
 }
 
-// onceFetcher records which of Fetch and FetchOnce each request went through.
+// onceFetcher records which requests asked for FetchOptions.IsOnce.
 type onceFetcher struct {
 	mu    sync.Mutex
 	calls []string
@@ -210,12 +210,11 @@ func (f *onceFetcher) record(how string) *downloader.Outcome {
 	return &downloader.Outcome{HTTPStatus: 200, Body: []byte("abc")}
 }
 
-func (f *onceFetcher) Fetch(context.Context, *url.URL, *limiter.Admission, limiter.HopAdmitter) *downloader.Outcome {
+func (f *onceFetcher) FetchWith(_ context.Context, _ *url.URL, _ *limiter.Admission, _ limiter.HopAdmitter, opts downloader.FetchOptions) *downloader.Outcome {
+	if opts.IsOnce {
+		return f.record("once")
+	}
 	return f.record("fetch")
-}
-
-func (f *onceFetcher) FetchOnce(context.Context, *url.URL, *limiter.Admission, limiter.HopAdmitter) *downloader.Outcome {
-	return f.record("once")
 }
 
 // TestProbeFetchesOnce: an entry C probe keeps no connection for later (FetchOnce); entry A
@@ -236,5 +235,59 @@ func TestProbeFetchesOnce(t *testing.T) {
 	e.RunTask(t.Context(), &downloader.Task{TaskID: "a", URL: "http://a.test/", MinIntervalMs: ms(0)})
 	if got := fmt.Sprint(f.calls); got != "[once fetch fetch]" {
 		t.Errorf("calls %s, want [once fetch fetch]", got)
+	}
+}
+
+// optsFetcher records the options of every fetch.
+type optsFetcher struct {
+	mu   sync.Mutex
+	opts []downloader.FetchOptions
+}
+
+func (f *optsFetcher) FetchWith(_ context.Context, _ *url.URL, _ *limiter.Admission, _ limiter.HopAdmitter, opts downloader.FetchOptions) *downloader.Outcome {
+	f.mu.Lock()
+	f.opts = append(f.opts, opts)
+	f.mu.Unlock()
+	return &downloader.Outcome{HTTPStatus: 200, Body: []byte("abc")}
+}
+
+// TestRequestHeadersReachTheFetcher: the service's default headers go with every entry's
+// request, a request's own header of the same name wins, and a leased task's headers are
+// checked under the service's policy (a User-Agent the operator did not allow is
+// invalid_task, never fetched).
+func TestRequestHeadersReachTheFetcher(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
+	lim := limiter.New(clk)
+	clk.Advance(time.Hour)
+	f := &optsFetcher{}
+	e := New(Config{Clock: clk, Limiter: lim, Gate: limiter.NewGate(8, 8), Fetcher: f,
+		DefaultMinInterval: time.Second, DefaultTimeout: 10 * time.Second,
+		DefaultRequestHeaders: downloader.RequestHeaders{"Accept-Language": "en", "Cookie": "d=1"}})
+	u, _ := url.Parse("http://r.test/")
+	if _, err := e.Render(t.Context(), downloader.Request{URL: u.String(), Domain: "r.test",
+		Headers: downloader.RequestHeaders{"Cookie": "c=2"}}, u); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := url.Parse("http://p.test/")
+	e.Probe(t.Context(), downloader.Request{URL: p.String(), Domain: "p.test"}, p)
+	reply := e.RunTask(t.Context(), &downloader.Task{TaskID: "a", URL: "http://a.test/", MinIntervalMs: ms(0),
+		RequestHeaders: downloader.RequestHeaders{"accept-language": "ja"}})
+	if reply.Report == nil || reply.Report.FailReason != nil {
+		t.Fatalf("task reply %+v", reply)
+	}
+	bad := e.RunTask(t.Context(), &downloader.Task{TaskID: "b", URL: "http://b.test/", MinIntervalMs: ms(0),
+		RequestHeaders: downloader.RequestHeaders{"User-Agent": "me"}})
+	if bad.Report == nil || bad.Report.FailReason == nil || *bad.Report.FailReason != downloader.FailInvalidTask {
+		t.Fatalf("a task with a User-Agent the operator did not allow: %+v, want invalid_task", bad)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	want := []downloader.FetchOptions{
+		{Headers: downloader.RequestHeaders{"Accept-Language": "en", "Cookie": "c=2"}},
+		{Headers: downloader.RequestHeaders{"Accept-Language": "en", "Cookie": "d=1"}, IsOnce: true},
+		{Headers: downloader.RequestHeaders{"Accept-Language": "ja", "Cookie": "d=1"}},
+	}
+	if got, w := fmt.Sprint(f.opts), fmt.Sprint(want); got != w {
+		t.Errorf("fetch options %s, want %s", got, w)
 	}
 }

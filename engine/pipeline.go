@@ -251,16 +251,17 @@ func (e *Engine) run(ctx context.Context, req downloader.Request, u *url.URL, ad
 	stop := context.AfterFunc(ctxOf(e.stopping), cancel)
 	defer stop()
 
+	headers := req.Headers.Merge(e.cfg.DefaultRequestHeaders)
 	var out *downloader.Outcome
 	switch {
 	case req.ShouldRender && e.cfg.Renderer == nil:
 		out = downloader.FailedBy(downloader.CauseRendererUnavailable)
 	case req.ShouldRender:
-		out = e.cfg.Renderer.RenderInSlot(ctx, u, adm, hops, downloader.RenderOptions{Timeout: timeout, SkipResourceTypes: req.SkipResourceTypes})
-	case req.Entry == downloader.EntryProbe && e.once != nil:
-		out = e.once.FetchOnce(ctx, u, adm, hops)
+		out = e.cfg.Renderer.RenderInSlot(ctx, u, adm, hops, downloader.RenderOptions{
+			Timeout: timeout, SkipResourceTypes: req.SkipResourceTypes, Headers: headers})
 	default:
-		out = e.cfg.Fetcher.Fetch(ctx, u, adm, hops)
+		out = e.cfg.Fetcher.FetchWith(ctx, u, adm, hops, downloader.FetchOptions{
+			Headers: headers, IsOnce: req.Entry == downloader.EntryProbe})
 	}
 	out.FailReason = e.failReason(req, out, hops.tickets)
 	return out

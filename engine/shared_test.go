@@ -367,7 +367,7 @@ type deadlineFetcher struct {
 	left []time.Duration
 }
 
-func (f *deadlineFetcher) Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission, _ limiter.HopAdmitter) *downloader.Outcome {
+func (f *deadlineFetcher) FetchWith(ctx context.Context, u *url.URL, adm *limiter.Admission, _ limiter.HopAdmitter, _ downloader.FetchOptions) *downloader.Outcome {
 	if d, ok := ctx.Deadline(); ok {
 		f.mu.Lock()
 		f.left = append(f.left, time.Until(d))

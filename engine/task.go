@@ -9,10 +9,11 @@ import (
 	"downloader"
 )
 
-// ValidateTask checks a leased task; it is downloader.ValidateLeasedTask, the one task
-// validator, kept under this name for the callers that reach it through the engine.
+// ValidateTask checks a leased task under the zero HeaderPolicy; it is
+// downloader.ValidateLeasedTask, the one task validator, kept under this name for the
+// callers that reach it through the engine.
 func ValidateTask(t *downloader.Task) (*url.URL, downloader.Request, error) {
-	return downloader.ValidateLeasedTask(t)
+	return downloader.ValidateLeasedTask(t, downloader.HeaderPolicy{})
 }
 
 // RunTask runs one leased task through entry A: an invalid task is reported as
@@ -24,7 +25,7 @@ func ValidateTask(t *downloader.Task) (*url.URL, downloader.Request, error) {
 // task stopped before anything was fetched, for our own reasons, is handed back.
 func (e *Engine) RunTask(ctx context.Context, t *downloader.Task) downloader.LeaseReply {
 	now := e.cfg.Clock.Now()
-	u, req, err := ValidateTask(t)
+	u, req, err := downloader.ValidateLeasedTask(t, e.cfg.HeaderPolicy)
 	if err != nil {
 		return e.invalidTask(ctx, t, now, err)
 	}

@@ -73,7 +73,7 @@ func (a *api) post(t *testing.T, path string, body []byte) (int, string, map[str
 type queueAdapter struct{ q *localqueue.Queue }
 
 func (a queueAdapter) CheckTask(t downloader.Task) error {
-	_, err := localqueue.CheckTask(t, time.Second)
+	_, err := localqueue.CheckTask(t, time.Second, downloader.HeaderPolicy{})
 	return err
 }
 

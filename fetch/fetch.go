@@ -50,6 +50,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -220,7 +221,7 @@ func (f *Fetcher) Close() {
 // the reason it means on its own in FailReason); its TextLength and XHR fields are nil
 // (nothing was rendered).
 func (f *Fetcher) Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission, hops HopAdmitter) *downloader.Outcome {
-	return f.fetch(ctx, u, adm, hops, false)
+	return f.FetchWith(ctx, u, adm, hops, downloader.FetchOptions{})
 }
 
 // FetchOnce is Fetch for a request whose connection will not be asked again soon (an
@@ -229,10 +230,13 @@ func (f *Fetcher) Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission,
 // connections would each be pooled, evicted and closed under the transport's one lock.
 // Measured in docs/benchmarks-lease.md.
 func (f *Fetcher) FetchOnce(ctx context.Context, u *url.URL, adm *limiter.Admission, hops HopAdmitter) *downloader.Outcome {
-	return f.fetch(ctx, u, adm, hops, true)
+	return f.FetchWith(ctx, u, adm, hops, downloader.FetchOptions{IsOnce: true})
 }
 
-func (f *Fetcher) fetch(ctx context.Context, u *url.URL, adm *limiter.Admission, hops HopAdmitter, once bool) *downloader.Outcome {
+// FetchWith is Fetch with the request's options: its allow-listed headers (sent on every
+// hop to u's host; on hops to another host without Cookie) and IsOnce (FetchOnce).
+// Fetch and FetchOnce are its shorthands.
+func (f *Fetcher) FetchWith(ctx context.Context, u *url.URL, adm *limiter.Admission, hops HopAdmitter, opts downloader.FetchOptions) *downloader.Outcome {
 	start := f.cfg.Clock.Now()
 	out := &downloader.Outcome{}
 	cur := *u
@@ -261,7 +265,11 @@ func (f *Fetcher) fetch(ctx context.Context, u *url.URL, adm *limiter.Admission,
 			hopAdm = &a
 		}
 		var next *url.URL
-		next, err = f.hop(ctx, hop, &cur, hopAdm, hops != nil, out, once)
+		headers := opts.Headers
+		if hop > 0 && len(headers) > 0 {
+			headers = headers.ForHop(strings.EqualFold(cur.Hostname(), u.Hostname()))
+		}
+		next, err = f.hop(ctx, hop, &cur, hopAdm, hops != nil, out, opts.IsOnce, headers)
 		if hop > 0 {
 			hopAdm.Cancel() // degrades to Done once the hop went on the wire
 		}
@@ -304,7 +312,7 @@ var (
 // hop sends one request for u and fills out from its answer. It returns the next URL
 // when the answer is a redirect to follow (only when follow: the caller gave a
 // HopAdmitter). once closes the connection after the answer (FetchOnce).
-func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Admission, follow bool, out *downloader.Outcome, once bool) (*url.URL, error) {
+func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Admission, follow bool, out *downloader.Outcome, once bool, headers downloader.RequestHeaders) (*url.URL, error) {
 	hopCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	st := &hopState{}
@@ -343,6 +351,7 @@ func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Adm
 	req.Close = once
 	// The same values for every request, shared: the transport only reads them.
 	req.Header = http.Header{"User-Agent": f.userAgent, "Accept": f.accept, "Accept-Encoding": f.acceptEncoding}
+	headers.SetOn(req.Header) // the caller's allow-listed headers (User-Agent only where the operator allows it)
 
 	resp, err := f.transport.RoundTrip(req)
 	// The request's attempt and write have happened or never will: the admission is the

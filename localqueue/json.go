@@ -18,6 +18,12 @@ import (
 // output stays exactly what json.Marshal gives (the table test in json_test.go
 // compares the two). It appends to b.
 func encodeQueueRecord(b []byte, rec *queueRecord) ([]byte, error) {
+	if len(rec.RequestHeaders) > 0 {
+		// A map's keys in sorted order, escaped: rare enough to leave to encoding/json (the
+		// plain decoder, not finding "seq" where it expects it, leaves it to encoding/json too).
+		v, err := json.Marshal(rec)
+		return append(b, v...), err
+	}
 	var err error
 	b = append(b, `{"task_id":`...)
 	b = downloader.AppendJSONString(b, rec.TaskID)

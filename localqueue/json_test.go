@@ -23,6 +23,7 @@ func TestEncodeQueueRecordIsJSONMarshal(t *testing.T) {
 		rec  queueRecord
 	}{
 		{"zero record", queueRecord{}},
+		{"request headers", queueRecord{Task: downloader.Task{TaskID: "t-9", URL: "http://a.test/", Domain: "a.test", MinIntervalMs: &ms, RequestHeaders: downloader.RequestHeaders{"Cookie": "a=b"}}, State: "pending", SubmittedAt: at}},
 		{"pending", queueRecord{Task: downloader.Task{TaskID: "t-1", URL: "http://a.test/x?q=1", Domain: "a.test", MinIntervalMs: &ms, ShouldStore: true}, Seq: 7, State: "pending", SubmittedAt: at}},
 		{"leased, zero interval, render", queueRecord{Task: downloader.Task{TaskID: "t-2", URL: "https://b.test/", Domain: "b.test", MinIntervalMs: &zero, ShouldRender: true, LeaseExpiresAt: at.Add(time.Minute)}, Seq: 1 << 40, State: "leased", SubmittedAt: at, LeaseCount: 3, AttemptCount: 2, OwnFailureCount: 1}},
 		{"escapes: HTML, quotes, control, non-ASCII, invalid UTF-8", queueRecord{Task: downloader.Task{TaskID: "a\"b\\c", URL: "http://x.test/?a=<b>&c=\u2028\x01", Domain: "bücher.test\xff"}, State: "pending"}},
@@ -104,6 +105,8 @@ func TestDecodeQueueRecordIsJSONUnmarshal(t *testing.T) {
 		{"zone offset", queueRecord{SubmittedAt: at.In(time.FixedZone("x", 5*3600+1800)), Task: downloader.Task{LeaseExpiresAt: at.In(time.FixedZone("y", -7200))}}, true},
 		{"escapes go to encoding/json", queueRecord{Task: downloader.Task{TaskID: "a\"b\\c", URL: "http://x.test/?a=<b>&c=\u2028\x01", Domain: "d.test"}, State: "pending"}, false},
 		{"non-ASCII and invalid UTF-8 go to encoding/json", queueRecord{Task: downloader.Task{Domain: "bücher.test\xff"}}, false},
+		{"request headers go to encoding/json", queueRecord{Task: downloader.Task{TaskID: "t-4", URL: "http://a.test/", Domain: "a.test", MinIntervalMs: &ms,
+			RequestHeaders: downloader.RequestHeaders{"Cookie": "consent=yes", "Accept-Language": "zh-TW"}}, State: "pending", SubmittedAt: at}, false},
 		{"a report goes to encoding/json", queueRecord{State: "done", Report: &downloader.Report{TaskID: "t-3", Summary: downloader.Summary{Domain: "c.test", HTTPStatus: &status, TextLength: &n, FailReason: &fail}, FetchedAt: at, PageKey: "ab"}}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -129,6 +129,8 @@ type Config struct {
 	Lookahead time.Duration
 	// DefaultMinInterval is given to submitted tasks that carry no min_interval_ms.
 	DefaultMinInterval time.Duration
+	// HeaderPolicy decides which request_headers a submitted task may carry.
+	HeaderPolicy downloader.HeaderPolicy
 
 	// Retries (retry.go), the scheduler's table in seed 002. MaxAttemptCount bounds
 	// the attempts that reached the origin (default 3; 1 turns retries off);
@@ -440,11 +442,15 @@ func CanonicalURL(u *url.URL) string {
 
 // CheckTask validates a task submitted to the queue and returns it as the queue would store
 // it: canonical URL, normalised domain, min_interval_ms filled in with defaultInterval when
-// absent. Errors are EINVALID naming the field. The task id may be given (it must then be
-// unique) or left for the queue to assign; lease_expires_at is the queue's to set.
-func CheckTask(t downloader.Task, defaultInterval time.Duration) (downloader.Task, error) {
+// absent, request_headers under hp with canonical names. Errors are EINVALID naming the
+// field. The task id may be given (it must then be unique) or left for the queue to
+// assign; lease_expires_at is the queue's to set.
+func CheckTask(t downloader.Task, defaultInterval time.Duration, hp downloader.HeaderPolicy) (downloader.Task, error) {
 	u, host, err := downloader.ValidateTarget(strings.TrimSpace(t.URL), t.Domain, t.MinIntervalMs)
 	if err != nil {
+		return t, err
+	}
+	if t.RequestHeaders, err = hp.Check("request_headers", t.RequestHeaders); err != nil {
 		return t, err
 	}
 	if t.MinIntervalMs == nil {
@@ -465,6 +471,11 @@ func CheckTask(t downloader.Task, defaultInterval time.Duration) (downloader.Tas
 	return t, nil
 }
 
+// CheckTask is the package's CheckTask with the queue's default interval and header policy.
+func (q *Queue) CheckTask(t downloader.Task) (downloader.Task, error) {
+	return CheckTask(t, q.cfg.DefaultMinInterval, q.cfg.HeaderPolicy)
+}
+
 // Submit queues tasks (at most MaxSubmitCount). Every task is checked first (CheckTask); if
 // one is invalid nothing is queued and the error names the field. A URL queued before is
 // not queued again (its result says is_duplicate). It returns once the new tasks are
@@ -475,7 +486,7 @@ func (q *Queue) Submit(ctx context.Context, tasks []downloader.Task) ([]SubmitRe
 	}
 	checked := make([]downloader.Task, len(tasks))
 	for i, t := range tasks {
-		c, err := CheckTask(t, q.cfg.DefaultMinInterval)
+		c, err := q.CheckTask(t)
 		if err != nil {
 			return nil, err
 		}

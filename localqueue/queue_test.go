@@ -81,7 +81,7 @@ func TestCheckTask(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := CheckTask(tt.task, time.Second)
+			got, err := CheckTask(tt.task, time.Second, downloader.HeaderPolicy{})
 			if tt.field != "" {
 				if downloader.ErrorCode(err) != downloader.EINVALID || downloader.ErrorField(err) != tt.field {
 					t.Fatalf("err = %v, want EINVALID naming %q", err, tt.field)

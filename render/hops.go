@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/textproto"
 	"net/url"
 	"strings"
 	"sync"
@@ -102,6 +103,9 @@ type hopRender struct {
 	skip   skipSet  // the resource types the render does not load
 	tr     *tracker // told which requests were skipped; nil: none is told
 	refuse func()   // ends the render at once (with errHopRefused)
+	// headers are the request's allow-listed headers, sent with its main-frame documents
+	// (on another host than the first, without Cookie: RequestHeaders.ForHop).
+	headers downloader.RequestHeaders
 }
 
 func newPauser(frames frameMode, log *slog.Logger, wg *sync.WaitGroup) *pauser {
@@ -218,7 +222,7 @@ func (p *pauser) handle(tctx context.Context, e *fetch.EventRequestPaused) {
 	r, domain, d := p.decide(e)
 	switch d {
 	case decideContinue:
-		p.pass(tctx, r, e)
+		p.passDocument(tctx, r, e, domain)
 		return
 	case decideFail:
 		p.fail(tctx, e.RequestID)
@@ -246,7 +250,7 @@ func (p *pauser) handle(tctx context.Context, e *fetch.EventRequestPaused) {
 	if r.st.coveredByFirst(domain) {
 		// Nothing of the page's own request went on the wire yet (the browser upgraded
 		// it to HTTPS by itself, say): the caller's admission covers this one.
-		p.pass(tctx, r, e)
+		p.passDocument(tctx, r, e, domain)
 		return
 	}
 	// Waiting here would hold up the queue: an iframe's request paused meanwhile would
@@ -303,7 +307,7 @@ func (p *pauser) admit(tctx context.Context, r *hopRender, e *fetch.EventRequest
 		p.fail(tctx, id) // the render ended meanwhile; addHop gave the admission back
 		return
 	}
-	p.pass(tctx, r, e)
+	p.passDocument(tctx, r, e, domain)
 }
 
 // pass lets a paused request go on. A plain http:// one (a document: only those and the
@@ -314,6 +318,35 @@ func (p *pauser) pass(tctx context.Context, r *hopRender, e *fetch.EventRequestP
 		r.st.markDecided(e.Request.URL)
 	}
 	p.resume(tctx, e.RequestID)
+}
+
+// passDocument is pass for a main-frame document: it goes on with the request's headers
+// (SPEC §5, request_headers), Cookie only to the render's own host.
+func (p *pauser) passDocument(tctx context.Context, r *hopRender, e *fetch.EventRequestPaused, domain string) {
+	h := r.headers.ForHop(domain == r.st.domain)
+	if len(h) == 0 || e.Request == nil {
+		p.pass(tctx, r, e)
+		return
+	}
+	if strings.HasPrefix(e.Request.URL, "http://") {
+		r.st.markDecided(e.Request.URL)
+	}
+	// continueRequest's headers replace the request's: the browser's own, then ours.
+	entries := make([]*fetch.HeaderEntry, 0, len(e.Request.Headers)+len(h))
+	for name, v := range e.Request.Headers {
+		if _, ours := h[textproto.CanonicalMIMEHeaderKey(name)]; ours {
+			continue
+		}
+		if s, ok := v.(string); ok {
+			entries = append(entries, &fetch.HeaderEntry{Name: name, Value: s})
+		}
+	}
+	for name, v := range h {
+		entries = append(entries, &fetch.HeaderEntry{Name: name, Value: v})
+	}
+	if _, err := chromedp.Call(tctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: e.RequestID, Headers: entries}); err != nil && tctx.Err() == nil {
+		p.log.Debug("render: continue paused document with headers", "error", err)
+	}
 }
 
 func (p *pauser) resume(tctx context.Context, id fetch.RequestID) {

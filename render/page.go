@@ -178,6 +178,7 @@ type renderJob struct {
 	deadline time.Time
 	skip     skipSet                  // the resource types not loaded
 	hops     HopAdmitter              // admits the render's later main documents; nil: none is
+	headers  downloader.RequestHeaders // sent with the main documents (the pauser's; none without one)
 	done     chan *downloader.Outcome // buffered: the job never blocks on it
 }
 
@@ -256,7 +257,8 @@ func (j *renderJob) renderTab(ctx context.Context, t *tab) *downloader.Outcome {
 	// or at once when the browser or the tab dies.
 	runCtx, stopRun := context.WithCancelCause(t.ctx)
 	defer stopRun(nil)
-	hr := &hopRender{ctx: ctx, hops: j.hops, soft: j.softDeadline(), st: j.st, skip: j.skip, tr: t.tr, refuse: func() { stopRun(errHopRefused) }}
+	hr := &hopRender{ctx: ctx, hops: j.hops, soft: j.softDeadline(), st: j.st, skip: j.skip, tr: t.tr, headers: j.headers,
+		refuse: func() { stopRun(errHopRefused) }}
 	if t.pause != nil {
 		t.pause.arm(hr)
 	} else if t.b.prof.interception == interceptProxy {

@@ -631,14 +631,14 @@ func (p *Pool) renderTimed(ctx context.Context, u *url.URL, adm *limiter.Admissi
 	if hops == nil || p.cfg.Hops == nil {
 		hops = p.cfg.Hops
 	}
-	out := p.render(rctx, u, adm, hops, skip, start, start.Add(timeout), held)
+	out := p.render(rctx, u, adm, hops, skip, opts.Headers, start, start.Add(timeout), held)
 	out.HealthSignal.ElapsedMs = p.clk.Now().Sub(start).Milliseconds()
 	return out
 }
 
 // render runs one render; held: the caller holds a slot (AcquireSlot), else one is taken
 // here for the render's duration.
-func (p *Pool) render(ctx context.Context, u *url.URL, adm *limiter.Admission, hops HopAdmitter, skip skipSet, start, deadline time.Time, held bool) (out *downloader.Outcome) {
+func (p *Pool) render(ctx context.Context, u *url.URL, adm *limiter.Admission, hops HopAdmitter, skip skipSet, headers downloader.RequestHeaders, start, deadline time.Time, held bool) (out *downloader.Outcome) {
 	if u == nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
 		return downloader.FailedBy(downloader.CauseInvalidURL)
 	}
@@ -662,7 +662,7 @@ func (p *Pool) render(ctx context.Context, u *url.URL, adm *limiter.Admission, h
 	}
 	st := newRenderState(p.clk, domain, adm)
 	st.caps = subrequestCaps{total: p.cfg.MaxSubrequestCount, perHost: p.cfg.MaxHostSubrequestCount}
-	job := &renderJob{p: p, u: u, st: st, skip: skip, hops: hops, start: start, deadline: deadline, done: make(chan *downloader.Outcome, 1)}
+	job := &renderJob{p: p, u: u, st: st, skip: skip, hops: hops, headers: headers, start: start, deadline: deadline, done: make(chan *downloader.Outcome, 1)}
 	if !p.goTracked(func() { job.run(ctx) }) {
 		return downloader.FailedBy(downloader.CauseCancelled)
 	}

@@ -343,7 +343,7 @@ func (r *Runner) fetch(ctx context.Context, t *downloader.Task, u *url.URL, doma
 	rctx, rcancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer rcancel()
 	ru := &url.URL{Scheme: u.Scheme, Host: u.Host, Path: "/robots.txt"}
-	out := r.cfg.Fetcher.Fetch(rctx, ru, &adm, r.cfg.Hops)
+	out := r.cfg.Fetcher.FetchWith(rctx, ru, &adm, r.cfg.Hops, downloader.FetchOptions{})
 	if r.isStopping() && out.HTTPStatus == 0 {
 		return nil
 	}

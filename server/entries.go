@@ -20,6 +20,8 @@ type probeRequest struct {
 	Domain        string `json:"domain"`
 	ShouldRender  *bool  `json:"should_render"`
 	MinIntervalMs *int64 `json:"min_interval_ms"`
+	// RequestHeaders are allow-listed headers to send (downloader.HeaderPolicy).
+	RequestHeaders map[string]string `json:"request_headers"`
 }
 
 // renderRequest is entry B's body (SPEC §5).
@@ -33,6 +35,9 @@ type renderRequest struct {
 	// SkipResourceTypes: absent is the renderer's default (image, media, font), [] loads
 	// everything.
 	SkipResourceTypes []string `json:"skip_resource_types"`
+	// RequestHeaders are allow-listed headers to send (downloader.HeaderPolicy); a render
+	// sends them with its main document.
+	RequestHeaders map[string]string `json:"request_headers"`
 }
 
 // renderResponse is entry B's answer: the lean summary plus the content.
@@ -73,17 +78,20 @@ func (s *Server) target(rawURL, domain string, minIntervalMs *int64) (*url.URL, 
 	return u, req, nil
 }
 
-// entryBody is what B and C share: the target of the request.
+// entryBody is what B and C share: the target of the request and its headers.
 type entryBody interface {
 	targetFields() (rawURL, domain string, minIntervalMs *int64)
+	requestHeaders() map[string]string
 }
 
 func (b *probeRequest) targetFields() (string, string, *int64) {
 	return b.URL, b.Domain, b.MinIntervalMs
 }
+func (b *probeRequest) requestHeaders() map[string]string { return b.RequestHeaders }
 func (b *renderRequest) targetFields() (string, string, *int64) {
 	return b.URL, b.Domain, b.MinIntervalMs
 }
+func (b *renderRequest) requestHeaders() map[string]string { return b.RequestHeaders }
 
 // decodeEntry decodes an entry's body and validates its target; on failure it has
 // answered the error and ok is false.
@@ -93,6 +101,9 @@ func (s *Server) decodeEntry(w http.ResponseWriter, r *http.Request, body entryB
 		return nil, req, false
 	}
 	u, req, err := s.target(body.targetFields())
+	if err == nil {
+		req.Headers, err = s.cfg.HeaderPolicy.Check("request_headers", body.requestHeaders())
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return nil, req, false

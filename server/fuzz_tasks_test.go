@@ -21,7 +21,7 @@ type memQueue struct {
 }
 
 func (q *memQueue) CheckTask(t downloader.Task) error {
-	_, err := localqueue.CheckTask(t, time.Second)
+	_, err := localqueue.CheckTask(t, time.Second, downloader.HeaderPolicy{})
 	return err
 }
 
@@ -38,7 +38,7 @@ func (q *memQueue) SubmitTasks(_ context.Context, tasks []downloader.Task) ([]Ta
 	defer q.mu.Unlock()
 	out := make([]TaskSubmission, len(tasks))
 	for i, t := range tasks {
-		if _, err := localqueue.CheckTask(t, time.Second); err != nil {
+		if _, err := localqueue.CheckTask(t, time.Second, downloader.HeaderPolicy{}); err != nil {
 			return nil, err // the handler handed over a task that did not pass CheckTask
 		}
 		out[i] = TaskSubmission{TaskID: t.TaskID, URL: t.URL, IsDuplicate: q.urls[t.URL], State: "queued"}

@@ -34,6 +34,8 @@ type Config struct {
 	Egress func(now time.Time) (st downloader.EgressState, ok bool)
 
 	Guard  URLGuard // nil: no literal-address check
+	// HeaderPolicy decides which request_headers entries B and C accept.
+	HeaderPolicy downloader.HeaderPolicy
 	Logger *slog.Logger
 	Clock  clock.Clock
 	// APIToken guards entries B and C, task submission and the read API; AdminToken

@@ -25,7 +25,7 @@ type fakeFetcher struct {
 	fn  func(ctx context.Context, u *url.URL, adm *limiter.Admission) *downloader.Outcome
 }
 
-func (f *fakeFetcher) Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission, _ limiter.HopAdmitter) *downloader.Outcome {
+func (f *fakeFetcher) FetchWith(ctx context.Context, u *url.URL, adm *limiter.Admission, _ limiter.HopAdmitter, _ downloader.FetchOptions) *downloader.Outcome {
 	if f.fn != nil {
 		return f.fn(ctx, u, adm)
 	}
@@ -108,6 +108,13 @@ func TestBadInputIs400NamingTheField(t *testing.T) {
 		{"skip unknown type", "/v1/render", `{"url":"http://a.test/","skip_resource_types":["Image"]}`, "skip_resource_types"},
 		{"skip not a list", "/v1/render", `{"url":"http://a.test/","skip_resource_types":"image"}`, "skip_resource_types"},
 		{"body over 1 MiB", "/v1/probe", big, "body"},
+		{"header host", "/v1/render", `{"url":"http://a.test/","request_headers":{"Host":"b.test"}}`, "request_headers.Host"},
+		{"header hop by hop", "/v1/probe", `{"url":"http://a.test/","request_headers":{"connection":"close"}}`, "request_headers.connection"},
+		{"header not allowed", "/v1/probe", `{"url":"http://a.test/","request_headers":{"X-Api-Key":"k"}}`, "request_headers.X-Api-Key"},
+		{"header user agent", "/v1/render", `{"url":"http://a.test/","request_headers":{"User-Agent":"me"}}`, "request_headers.User-Agent"},
+		{"header value newline", "/v1/probe", `{"url":"http://a.test/","request_headers":{"Cookie":"a=b\r\nX: y"}}`, "request_headers.Cookie"},
+		{"header value not a string", "/v1/probe", `{"url":"http://a.test/","request_headers":{"Cookie":1}}`, "request_headers"},
+		{"headers not an object", "/v1/probe", `{"url":"http://a.test/","request_headers":["Cookie: a"]}`, "request_headers"},
 		{"settings missing", "/v1/settings", `{}`, "max_concurrent_count"},
 		{"settings zero", "/v1/settings", `{"max_concurrent_count":0}`, "max_concurrent_count"},
 		{"settings unknown", "/v1/settings", `{"min_interval_ms":1}`, "min_interval_ms"},

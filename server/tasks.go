@@ -48,12 +48,16 @@ type submittedTask struct {
 	MinIntervalMs *int64 `json:"min_interval_ms"`
 	ShouldRender  bool   `json:"should_render"`
 	ShouldStore   *bool  `json:"should_store"`
+	// RequestHeaders are allow-listed headers to send (downloader.HeaderPolicy, checked by
+	// the queue's CheckTask).
+	RequestHeaders downloader.RequestHeaders `json:"request_headers"`
 }
 
 // Task returns the task to queue; should_store defaults to true (a crawl keeps its pages).
 func (t submittedTask) Task() downloader.Task {
 	return downloader.Task{TaskID: t.TaskID, URL: t.URL, Domain: t.Domain, MinIntervalMs: t.MinIntervalMs,
-		ShouldRender: t.ShouldRender, ShouldStore: t.ShouldStore == nil || *t.ShouldStore}
+		ShouldRender: t.ShouldRender, ShouldStore: t.ShouldStore == nil || *t.ShouldStore,
+		RequestHeaders: t.RequestHeaders}
 }
 
 type submitResponse struct {

@@ -26,7 +26,7 @@ type queueAdapter struct {
 }
 
 func (a queueAdapter) CheckTask(t downloader.Task) error {
-	_, err := localqueue.CheckTask(t, a.def)
+	_, err := localqueue.CheckTask(t, a.def, downloader.HeaderPolicy{})
 	return err
 }
 

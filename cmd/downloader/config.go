@@ -29,7 +29,13 @@ type config struct {
 	ConnectTo            []netguard.Rule
 	AllowPrivateNetworks bool
 	UserAgent            string
-	RequestTimeoutMs     int64
+	// Request headers (SPEC §5): callers' request_headers are checked against the
+	// allow-list (User-Agent only with ShouldAllowUserAgentHeader); DefaultRequestHeaderLines
+	// ("Name: value", --default-request-header) go with every request of A, B and C.
+	ShouldAllowUserAgentHeader bool
+	DefaultRequestHeaderLines  []string
+	defaultRequestHeaders      downloader.RequestHeaders // parsed by check
+	RequestTimeoutMs           int64
 	RenderConcurrency    int
 	RenderIsolation      string
 	RenderScaling        string
@@ -95,6 +101,15 @@ func (f connectToFlag) Set(s string) error {
 	return nil
 }
 
+// linesFlag collects a repeatable flag's values.
+type linesFlag struct{ lines *[]string }
+
+func (f linesFlag) String() string { return "" }
+func (f linesFlag) Set(s string) error {
+	*f.lines = append(*f.lines, s)
+	return nil
+}
+
 type levelFlag struct{ l *slog.Level }
 
 func (f levelFlag) String() string {
@@ -118,6 +133,8 @@ func newFlagSet(name string, c *config, stderr io.Writer) *flag.FlagSet {
 	fs.Var(connectToFlag{&c.ConnectTo}, "connect-to", "HOST1:PORT1:HOST2:PORT2: send requests for HOST1:PORT1 to HOST2:PORT2 (curl style; repeatable or comma-separated; a leading *. matches subdomains)")
 	fs.BoolVar(&c.AllowPrivateNetworks, "allow-private-networks", false, "turn the SSRF guard off: allow loopback, private, link-local and metadata addresses")
 	fs.StringVar(&c.UserAgent, "user-agent", defaultUserAgent, "User-Agent of every request, plain and rendered")
+	fs.Var(linesFlag{&c.DefaultRequestHeaderLines}, "default-request-header", "'Name: value' sent with every request of A, B and C unless the request's request_headers name it (repeatable; the request_headers allow-list: Accept-Language, Cookie, Referer)")
+	fs.BoolVar(&c.ShouldAllowUserAgentHeader, "should-allow-user-agent-header", false, "let request_headers (and --default-request-header) set User-Agent")
 	fs.Int64Var(&c.RequestTimeoutMs, "request-timeout-ms", 30000, "default timeout of one fetch or render")
 	fs.IntVar(&c.RenderConcurrency, "render-concurrency", runtime.NumCPU(), "renders at once (the browser pool size)")
 	fs.StringVar(&c.RenderIsolation, "render-isolation", "wipe", "how renders are kept apart: wipe (long-lived contexts, every touched origin's state wiped between renders, HTTP and code cache kept) or context (a new browser context per render)")
@@ -243,12 +260,28 @@ func (c *config) check() error {
 	if err := c.Cluster.check(); err != nil {
 		return err
 	}
+	c.defaultRequestHeaders = nil
+	for _, line := range c.DefaultRequestHeaderLines {
+		name, value, err := c.headerPolicy().ParseHeaderLine("--default-request-header", line)
+		if err != nil {
+			return errors.New(downloader.ErrorMessage(err))
+		}
+		if c.defaultRequestHeaders == nil {
+			c.defaultRequestHeaders = downloader.RequestHeaders{}
+		}
+		c.defaultRequestHeaders[name] = value
+	}
 	if c.EgressCanary != "" {
 		if _, _, err := net.SplitHostPort(c.EgressCanary); err != nil {
 			return fmt.Errorf("--egress-canary %q: want HOST:PORT", c.EgressCanary)
 		}
 	}
 	return c.checkAccess()
+}
+
+// headerPolicy is the request_headers policy of the service.
+func (c *config) headerPolicy() downloader.HeaderPolicy {
+	return downloader.HeaderPolicy{ShouldAllowUserAgent: c.ShouldAllowUserAgentHeader}
 }
 
 // checkAccess is the access rule: without both tokens the service serves loopback

@@ -121,7 +121,7 @@ func runCrawl(ctx context.Context, args []string, getenv func(string) string, st
 	q := svc.entryA.queue
 	fmt.Fprintf(stderr, "downloader: console on http://%s/ (API under /v1/, data dir %s)\n", svc.addr, c.DataDir)
 
-	in, err := submitFile(ctx, q, f, path, time.Duration(c.DefaultMinIntervalMs)*time.Millisecond, stderr)
+	in, err := submitFile(ctx, q, f, path, stderr)
 	if err != nil {
 		_ = stopService()
 		return err
@@ -174,7 +174,7 @@ type crawlLine struct {
 
 // submitFile reads r line by line, reports invalid lines on w (FILE:LINE: field: why) and
 // queues the valid tasks in chunks.
-func submitFile(ctx context.Context, q *localqueue.Queue, r io.Reader, name string, defaultInterval time.Duration, w io.Writer) (crawlInput, error) {
+func submitFile(ctx context.Context, q *localqueue.Queue, r io.Reader, name string, w io.Writer) (crawlInput, error) {
 	var in crawlInput
 	var chunk []downloader.Task
 	flush := func() error {
@@ -203,7 +203,7 @@ func submitFile(ctx context.Context, q *localqueue.Queue, r io.Reader, name stri
 		}
 		t, err := parseCrawlLine(line)
 		if err == nil {
-			_, err = localqueue.CheckTask(t, defaultInterval)
+			_, err = q.CheckTask(t)
 		}
 		if err != nil {
 			in.invalidCount++

@@ -35,7 +35,7 @@ func FuzzParseCrawlLine(f *testing.F) {
 		if !strings.HasPrefix(line, "{") && task.URL != line {
 			t.Fatalf("parseCrawlLine(%q): URL %q, want the line itself", line, task.URL)
 		}
-		checked, err := localqueue.CheckTask(task, time.Second)
+		checked, err := localqueue.CheckTask(task, time.Second, downloader.HeaderPolicy{})
 		if err != nil {
 			if downloader.ErrorCode(err) != downloader.EINVALID || downloader.ErrorField(err) == "" {
 				t.Fatalf("CheckTask(%+v): %v, want an EINVALID error naming a field", task, err)

@@ -64,12 +64,13 @@ const (
 
 // entryA is the lease loop with its source (the scheduler or the local queue) and outbox.
 type entryA struct {
-	log       *slog.Logger
-	loop      *lease.Loop
-	runner    interface{ Stop() } // the loop's runner: the engine, or robots.txt in front of it
-	queue     *localqueue.Queue   // nil with a scheduler
-	client    *scheduler.Client   // nil with the local queue
-	defaultIv time.Duration
+	log          *slog.Logger
+	loop         *lease.Loop
+	runner       interface{ Stop() } // the loop's runner: the engine, or robots.txt in front of it
+	queue        *localqueue.Queue   // nil with a scheduler
+	client       *scheduler.Client   // nil with the local queue
+	defaultIv    time.Duration
+	headerPolicy downloader.HeaderPolicy
 	// stopLeasing ends the loop's run and done is closed once it returned; both are set
 	// by service.wait, which runs the loop as an actor (nil before).
 	stopLeasing context.CancelFunc
@@ -79,7 +80,7 @@ type entryA struct {
 // newEntryA builds entry A on st: with c.Lease.SchedulerURL set it leases from the
 // scheduler, else from the local queue kept in st.
 func newEntryA(ctx context.Context, c *config, logger *slog.Logger, clk clock.Clock, st *embedded.Store, eng *engine.Engine, lim *limiter.Limiter, gate *limiter.Gate, fetcher engine.Fetcher) (*entryA, error) {
-	a := &entryA{log: logger, defaultIv: time.Duration(c.DefaultMinIntervalMs) * time.Millisecond}
+	a := &entryA{log: logger, defaultIv: time.Duration(c.DefaultMinIntervalMs) * time.Millisecond, headerPolicy: c.headerPolicy()}
 	cfg := lease.Config{
 		Runner: eng, Outbox: outbox.New(st), Clock: clk, Logger: logger, WorkerID: c.Lease.WorkerID,
 		MaxHeldCount:  func() int { return heldPerSlot * gate.Capacity() },
@@ -93,7 +94,7 @@ func newEntryA(ctx context.Context, c *config, logger *slog.Logger, clk clock.Cl
 		a.client, cfg.Source = cl, cl
 	} else {
 		q, err := localqueue.Open(ctx, st, localqueue.Config{Clock: clk, Logger: logger, DefaultMinInterval: a.defaultIv,
-			MaxAttemptCount: c.Lease.MaxAttemptCount})
+			HeaderPolicy: a.headerPolicy, MaxAttemptCount: c.Lease.MaxAttemptCount})
 		if err != nil {
 			return nil, fmt.Errorf("open local queue: %w", err)
 		}
@@ -132,7 +133,7 @@ func (a *entryA) taskQueue() server.TaskQueue {
 	if a.queue == nil {
 		return nil
 	}
-	return queueAdapter{q: a.queue, defaultInterval: a.defaultIv}
+	return queueAdapter{q: a.queue}
 }
 
 // run runs the loop until ctx ends, then through its shutdown (lease.Loop.Run).
@@ -168,12 +169,11 @@ func (a *entryA) close() {
 
 // queueAdapter serves POST /v1/tasks from the embedded local queue.
 type queueAdapter struct {
-	q               *localqueue.Queue
-	defaultInterval time.Duration
+	q *localqueue.Queue
 }
 
 func (a queueAdapter) CheckTask(t downloader.Task) error {
-	_, err := localqueue.CheckTask(t, a.defaultInterval)
+	_, err := a.q.CheckTask(t)
 	return err
 }
 

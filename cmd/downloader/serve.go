@@ -150,6 +150,7 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 		Clock: clk, Logger: logger, Limiter: lim, Gate: gate, Fetcher: fetcher, Renderer: pool,
 		Results: results, Pages: pages, Settings: settings, Observer: obs.observer, Egress: det, DefaultMinInterval: defaultInterval,
 		DefaultTimeout: c.requestTimeout(), Shared: shared,
+		HeaderPolicy: c.headerPolicy(), DefaultRequestHeaders: c.defaultRequestHeaders,
 	})
 	if err := eng.LoadSettings(ctx); err != nil {
 		pool.Close()
@@ -185,7 +186,7 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 		return nil, err
 	}
 	srv := server.New(server.Config{Probe: eng, Render: eng, Settings: eng, Domains: lim, Slots: gate,
-		Cluster: clusterView, Egress: egressOf, Guard: guard, Logger: logger, Clock: clk, Extra: extra,
+		Cluster: clusterView, Egress: egressOf, Guard: guard, HeaderPolicy: c.headerPolicy(), Logger: logger, Clock: clk, Extra: extra,
 		Tasks: a.taskQueue(), Results: results, Pages: pages, APIToken: c.APIToken, AdminToken: c.AdminToken,
 		MetricsToken: c.MetricsToken, StartedAt: clk.Now()})
 	ln, err := net.Listen("tcp", c.Listen)
