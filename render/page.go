@@ -176,10 +176,10 @@ type renderJob struct {
 	st       *renderState
 	start    time.Time
 	deadline time.Time
-	skip     skipSet                  // the resource types not loaded
-	hops     HopAdmitter              // admits the render's later main documents; nil: none is
+	skip     skipSet                   // the resource types not loaded
+	hops     HopAdmitter               // admits the render's later main documents; nil: none is
 	headers  downloader.RequestHeaders // sent with the main documents (the pauser's; none without one)
-	done     chan *downloader.Outcome // buffered: the job never blocks on it
+	done     chan *downloader.Outcome  // buffered: the job never blocks on it
 }
 
 func (j *renderJob) run(ctx context.Context) {

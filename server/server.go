@@ -33,11 +33,11 @@ type Config struct {
 	// Egress is the egress detector's state at now; nil (or ok false): no detector.
 	Egress func(now time.Time) (st downloader.EgressState, ok bool)
 
-	Guard  URLGuard // nil: no literal-address check
+	Guard URLGuard // nil: no literal-address check
 	// HeaderPolicy decides which request_headers entries B and C accept.
 	HeaderPolicy downloader.HeaderPolicy
-	Logger *slog.Logger
-	Clock  clock.Clock
+	Logger       *slog.Logger
+	Clock        clock.Clock
 	// APIToken guards entries B and C, task submission and the read API; AdminToken
 	// guards settings and console actions (and also opens the API). Empty: not required.
 	// See auth.go for the whole policy.

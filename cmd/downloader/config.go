@@ -36,9 +36,9 @@ type config struct {
 	DefaultRequestHeaderLines  []string
 	defaultRequestHeaders      downloader.RequestHeaders // parsed by check
 	RequestTimeoutMs           int64
-	RenderConcurrency    int
-	RenderIsolation      string
-	RenderScaling        string
+	RenderConcurrency          int
+	RenderIsolation            string
+	RenderScaling              string
 	// RenderMaxContextHeapBytes recycles a long-lived tab whose renderer's JS heap is
 	// above it after a render (--render-isolation=wipe); negative: no bound.
 	RenderMaxContextHeapBytes int64
