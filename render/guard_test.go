@@ -287,7 +287,7 @@ func TestRenderSubrequestCapsHTTPS(t *testing.T) {
 	})
 	l := limiter.New(clock.Real{})
 	p, err := New(Config{Concurrency: 1, WarmTabs: -1, UserAgent: testUserAgent, Guard: guard, Hops: limiterHops{l: l},
-		Logger: testLogger(t), MaxHostSubrequestCount: perHost})
+		Logger: testLogger(t), MaxHostSubrequestCount: perHost, extraFlags: []string{"ignore-certificate-errors"}})
 	if err != nil {
 		t.Fatal(err)
 	}

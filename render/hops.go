@@ -309,9 +309,19 @@ func (p *pauser) admit(tctx context.Context, r *hopRender, e *fetch.EventRequest
 // pass lets a paused request go on. A plain http:// one (a document: only those and the
 // skipped types are paused over http) is marked decided first, so that the proxy, which
 // counts the plain-http requests it was not told of as sub-requests, does not count it.
+//
+// An https:// one leaves a tunnel credit for its host: the CONNECT it may open is
+// counted already (tunnelcaps.go).
 func (p *pauser) pass(tctx context.Context, r *hopRender, e *fetch.EventRequestPaused) {
-	if e.Request != nil && strings.HasPrefix(e.Request.URL, "http://") {
-		r.st.markDecided(e.Request.URL)
+	if e.Request != nil {
+		switch {
+		case strings.HasPrefix(e.Request.URL, "http://"):
+			r.st.markDecided(e.Request.URL)
+		case strings.HasPrefix(e.Request.URL, "https://"):
+			if d, err := requestDomain(e.Request); err == nil {
+				r.st.creditTunnel(d)
+			}
+		}
 	}
 	p.resume(tctx, e.RequestID)
 }
