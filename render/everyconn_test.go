@@ -159,7 +159,7 @@ func newEveryConnEnv(t *testing.T, perHost int) *everyConnEnv {
 		// A page is read once its script calls done (its /hold request in flight until
 		// then), however long a loaded machine takes.
 		NetworkIdleMax: 25 * time.Second,
-		Hops: limiterHops{l: limiter.New(clock.Real{})}, Logger: testLogger(t),
+		Hops:           limiterHops{l: limiter.New(clock.Real{})}, Logger: testLogger(t),
 		MaxHostSubrequestCount: perHost,
 		// The test server's certificate names no .test host: taken at the first
 		// handshake, as a real site's is.
