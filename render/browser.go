@@ -295,6 +295,9 @@ func (p *Pool) execOptions() []chromedp.ExecAllocatorOption {
 		chromedp.Flag("proxy-bypass-list", "<-loopback>"),
 		killTreeOnCancel(),
 	)
+	for _, f := range p.cfg.extraFlags {
+		opts = append(opts, chromedp.Flag(f, true))
+	}
 	return opts
 }
 
@@ -343,6 +346,11 @@ func localFlags(binaryPath, userAgent string) []chromedp.ExecAllocatorOption {
 		// pauser.
 		chromedp.Flag("disable-features", "Translate,OptimizationHints,MediaRouter,InterestFeedContentSuggestions,CalculateNativeWinOcclusion,AutofillServerCommunication,CertificateTransparencyComponentUpdater,IsolateOrigins,site-per-process,Prerender2,NoStatePrefetch"),
 		chromedp.Flag("disable-site-isolation-trials", true),
+		// A shared worker's requests are in no tab's Fetch domain: its HTTPS ones could
+		// ride an admitted tunnel uncounted (SPEC §3: every connection a render opens
+		// counts). A text crawl does without it, as Chrome on Android long did; pages
+		// feature-test for it. Dedicated workers stay: the tab's pauser sees theirs.
+		chromedp.Flag("disable-blink-features", "SharedWorker"),
 		// WebRTC could reach addresses without the proxy.
 		chromedp.Flag("force-webrtc-ip-handling-policy", "disable_non_proxied_udp"),
 		chromedp.Flag("webrtc-ip-handling-policy", "disable_non_proxied_udp"),

@@ -313,11 +313,26 @@ func (p *pauser) admit(tctx context.Context, r *hopRender, e *fetch.EventRequest
 // pass lets a paused request go on. A plain http:// one (a document: only those and the
 // skipped types are paused over http) is marked decided first, so that the proxy, which
 // counts the plain-http requests it was not told of as sub-requests, does not count it.
+//
+// An https:// one leaves a tunnel credit for its host: the CONNECT it may open is
+// counted already (tunnelcaps.go).
 func (p *pauser) pass(tctx context.Context, r *hopRender, e *fetch.EventRequestPaused) {
-	if e.Request != nil && strings.HasPrefix(e.Request.URL, "http://") {
-		r.st.markDecided(e.Request.URL)
-	}
+	p.markPassed(r, e)
 	p.resume(tctx, e.RequestID)
+}
+
+// markPassed tells the proxy of a request the pauser lets go on (pass).
+func (p *pauser) markPassed(r *hopRender, e *fetch.EventRequestPaused) {
+	if e.Request != nil {
+		switch {
+		case strings.HasPrefix(e.Request.URL, "http://"):
+			r.st.markDecided(e.Request.URL)
+		case strings.HasPrefix(e.Request.URL, "https://"):
+			if d, err := requestDomain(e.Request); err == nil {
+				r.st.creditTunnel(d)
+			}
+		}
+	}
 }
 
 // passDocument is pass for a main-frame document: it goes on with the request's headers
@@ -328,9 +343,7 @@ func (p *pauser) passDocument(tctx context.Context, r *hopRender, e *fetch.Event
 		p.pass(tctx, r, e)
 		return
 	}
-	if strings.HasPrefix(e.Request.URL, "http://") {
-		r.st.markDecided(e.Request.URL)
-	}
+	p.markPassed(r, e)
 	// continueRequest's headers replace the request's: the browser's own, then ours.
 	entries := make([]*fetch.HeaderEntry, 0, len(e.Request.Headers)+len(h))
 	for name, v := range e.Request.Headers {

@@ -262,7 +262,6 @@ func (j *renderJob) renderTab(ctx context.Context, t *tab) *downloader.Outcome {
 	if t.pause != nil {
 		t.pause.arm(hr)
 	} else if t.b.prof.interception == interceptProxy {
-		j.st.countTunnels()
 		j.st.skipAtProxy(j.skip)
 		if j.hops != nil {
 			j.st.setProxyHops(&proxyHops{r: hr, log: j.p.log})
@@ -512,6 +511,11 @@ func (j *renderJob) base(md mainDocument, t *tab) *downloader.Outcome {
 		hs.RetryAfterSeconds = retryafter.Seconds(header(md.headers, "Retry-After"), j.p.clk.Now())
 	}
 	c := t.tr.counts()
+	// The tunnels the proxy counted itself (WebSockets, workers' HTTPS) are in no event
+	// of the page.
+	tunnels, refusedTunnels := j.st.tunnelCounts()
+	c.sub += tunnels
+	c.subFailed += refusedTunnels
 	_, blocked := j.st.snapshot()
 	hs.XHRCount, hs.XHRFailedCount = &c.xhr, &c.xhrFailed
 	hs.SubrequestCount, hs.SubrequestFailedCount = &c.sub, &c.subFailed

@@ -190,15 +190,14 @@ func (x *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	st.sawRequest()
 	if r.Method == http.MethodConnect {
-		if st.countsTunnels() {
-			// No pauser sees what goes inside: each tunnel to another host is one of the
-			// page's sub-requests, under the render's caps (SPEC §3).
-			if d, err := downloader.NormalizeDomain(r.Host); err == nil && !st.isOwnDomain(d) && !st.admitSubrequest(d) {
-				x.log.Debug("render tunnel over the render's cap, refused", "domain", d)
-				w.Header().Set(proxyErrorHeader, x.token+" "+string(downloader.FailSelfRateLimited))
-				w.WriteHeader(http.StatusTooManyRequests)
-				return
-			}
+		// Every tunnel is at least one request, under the render's caps (SPEC §3;
+		// tunnelcaps.go). A refusal is an error status to the CONNECT, which the browser
+		// reports as net::ERR_TUNNEL_CONNECTION_FAILED; nothing is dialled.
+		if d, err := downloader.NormalizeDomain(r.Host); err == nil && !st.admitTunnel(d) {
+			x.log.Debug("render tunnel over the render's cap, refused", "domain", d)
+			w.Header().Set(proxyErrorHeader, x.token+" "+string(downloader.FailSelfRateLimited))
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
 		}
 		x.connect(w, r, st)
 		return
@@ -409,19 +408,21 @@ type renderState struct {
 	refused        bool            // a hop was not admitted in time
 	unwiredHops    atomic.Int32    // hops admitted and not yet on the wire
 
-	caps           subrequestCaps
-	pausedCount    bool           // the tab's pauser counts the https sub-requests, the proxy the plain-http ones it was not told of
-	decided        map[string]int // plain-http URLs the pauser let through, not yet seen by the proxy
-	atProxy        *proxyHops     // the proxy admits the main document hops (interceptProxy)
-	tunnelCounts   bool           // each CONNECT to another host is a sub-request (interceptProxy)
-	subCount       int            // sub-requests let through
-	subByHost      map[string]int // of them, per host other than the page's
-	capped         int            // sub-requests refused at a cap
-	chainRedirects int            // redirects resolveChain followed (interceptProxy)
-	proxySkip      skipSet        // the types refused at the proxy (interceptProxy)
-	proxySkipped   int            // of them, requests refused
-	popups         int            // windows the page tried to open
-	skippedFrames  int            // cross-host iframe documents not admitted now
+	caps               subrequestCaps
+	pausedCount        bool           // the tab's pauser counts the https sub-requests, the proxy the plain-http ones it was not told of
+	decided            map[string]int // plain-http URLs the pauser let through, not yet seen by the proxy
+	atProxy            *proxyHops     // the proxy admits the main document hops (interceptProxy)
+	tunnelCredits      map[string]int // https requests the pauser let go on, per host, whose tunnel is counted already (tunnelcaps.go)
+	tunnelSubCount     int            // tunnels counted as sub-requests of their own, with a pauser
+	tunnelRefusedCount int            // of them, refused at a cap
+	subCount           int            // sub-requests let through
+	subByHost          map[string]int // of them, per host other than the page's
+	capped             int            // sub-requests refused at a cap
+	chainRedirects     int            // redirects resolveChain followed (interceptProxy)
+	proxySkip          skipSet        // the types refused at the proxy (interceptProxy)
+	proxySkipped       int            // of them, requests refused
+	popups             int            // windows the page tried to open
+	skippedFrames      int            // cross-host iframe documents not admitted now
 }
 
 // subrequestCaps bound the sub-requests of one render (SPEC §3): they go out under the
@@ -444,6 +445,11 @@ func newRenderState(clk clock.Clock, domain string, adm *limiter.Admission) *ren
 func (st *renderState) admitSubrequest(domain string) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	return st.admitSubrequestLocked(domain)
+}
+
+// admitSubrequestLocked is admitSubrequest with st.mu held.
+func (st *renderState) admitSubrequestLocked(domain string) bool {
 	if st.caps.total > 0 && st.subCount >= st.caps.total {
 		st.capped++
 		return false

@@ -113,25 +113,3 @@ func isDocumentRequest(r *http.Request) bool {
 	}
 	return false
 }
-
-// countTunnels makes the proxy count each CONNECT to a host other than the page's (and its
-// admitted hops') as one sub-request: with no pauser (interceptProxy) nothing else sees
-// the requests inside.
-func (st *renderState) countTunnels() {
-	st.mu.Lock()
-	st.tunnelCounts = true
-	st.mu.Unlock()
-}
-
-func (st *renderState) countsTunnels() bool {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.tunnelCounts
-}
-
-// isOwnDomain is ownDomain for a caller without st.mu.
-func (st *renderState) isOwnDomain(domain string) bool {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.ownDomain(domain)
-}

@@ -230,6 +230,10 @@ type Config struct {
 	// chainTLS, when set, is the TLS configuration of resolveChain's requests (tests,
 	// whose origins have a test CA); nil: the system's roots.
 	chainTLS *tls.Config
+	// extraFlags are added to the local browser's flags (tests: a certificate flag for
+	// their HTTPS origins, which the browser must take at the first handshake as it takes
+	// a real site's: each refused handshake would be a tunnel of its own).
+	extraFlags []string
 }
 
 // Stats is a snapshot of the pool for health pages and metrics.
