@@ -19,6 +19,7 @@ import (
 
 	"downloader"
 	"downloader/clock"
+	"downloader/discover"
 	"downloader/store/embedded"
 	"downloader/store/keys"
 )
@@ -216,6 +217,9 @@ type queueRecord struct {
 	OwnFailureCount int `json:"own_failure_count"`
 	// NextAttemptAt is set while the pending task waits out a retry backoff.
 	NextAttemptAt time.Time `json:"next_attempt_at,omitzero"`
+	// Depth is how many links away from a seed a discovered task was found (0: a seed,
+	// or any task of a list crawl; records written before it read as 0).
+	Depth int `json:"depth,omitempty"`
 }
 
 // Queue is the embedded local queue over a Store. Create it with Open, at most one per
@@ -428,9 +432,16 @@ func (q *Queue) requeueStale(ctx context.Context) (int, error) {
 	return len(touched), nil
 }
 
-// CanonicalURL returns the form of a task URL the queue stores and deduplicates on: scheme
-// and host in lower case, no fragment.
+// CanonicalURL returns the form of a task URL the queue stores and deduplicates on:
+// discover.Canonical's (scheme and host in lower case, the host normalised as the
+// limiter's key, no default port, dot segments resolved, no fragment), so that a URL
+// given in a crawl file and the same URL found as a link are queued once. A URL that form
+// refuses (ValidateTarget accepted it) keeps the older form: scheme and host in lower
+// case, no fragment.
 func CanonicalURL(u *url.URL) string {
+	if s, _, err := discover.Canonical(u); err == nil {
+		return s
+	}
 	c := *u
 	c.Scheme = strings.ToLower(c.Scheme)
 	c.Host = strings.ToLower(c.Host)
@@ -470,6 +481,13 @@ func CheckTask(t downloader.Task, defaultInterval time.Duration) (downloader.Tas
 // not queued again (its result says is_duplicate). It returns once the new tasks are
 // durable.
 func (q *Queue) Submit(ctx context.Context, tasks []downloader.Task) ([]SubmitResult, error) {
+	return q.SubmitAtDepth(ctx, tasks, 0)
+}
+
+// SubmitAtDepth is Submit for tasks found depth links away from a seed (discover): the
+// new ones keep their depth in their record (TaskRecord.Depth); a duplicate keeps the
+// depth it was first queued with.
+func (q *Queue) SubmitAtDepth(ctx context.Context, tasks []downloader.Task, depth int) ([]SubmitResult, error) {
 	if len(tasks) > MaxSubmitCount {
 		return nil, downloader.Invalidf("tasks", "at most %d tasks at once", MaxSubmitCount)
 	}
@@ -525,7 +543,7 @@ func (q *Queue) Submit(ctx context.Context, tasks []downloader.Task) ([]SubmitRe
 		} else if ok {
 			return nil, downloader.Invalidf("task_id", "task_id %q is already used by another URL", t.TaskID)
 		}
-		rec := &queueRecord{Task: *t, Seq: seq, State: TaskPending, SubmittedAt: now}
+		rec := &queueRecord{Task: *t, Seq: seq, State: TaskPending, SubmittedAt: now, Depth: max(depth, 0)}
 		if err := q.putRecord(b, rec); err != nil {
 			return nil, err
 		}
@@ -879,6 +897,7 @@ type TaskRecord struct {
 	AttemptCount    int       `json:"attempt_count"`
 	OwnFailureCount int       `json:"own_failure_count"`
 	NextAttemptAt   time.Time `json:"next_attempt_at,omitzero"` // while waiting out a backoff
+	Depth           int       `json:"depth,omitempty"`          // links from a seed (queueRecord.Depth)
 }
 
 // Status is the record's state as the task status API names it.
@@ -927,7 +946,7 @@ func (r *TaskRecord) TaskStatus() downloader.TaskStatus {
 
 func (rec *queueRecord) taskRecord() *TaskRecord {
 	return &TaskRecord{Task: rec.Task, State: rec.State, SubmittedAt: rec.SubmittedAt, LeaseCount: rec.LeaseCount,
-		Report: rec.Report, AttemptCount: rec.AttemptCount, OwnFailureCount: rec.OwnFailureCount, NextAttemptAt: rec.NextAttemptAt}
+		Report: rec.Report, AttemptCount: rec.AttemptCount, OwnFailureCount: rec.OwnFailureCount, NextAttemptAt: rec.NextAttemptAt, Depth: rec.Depth}
 }
 
 // Task returns one task's record, or an ENOTFOUND error.
