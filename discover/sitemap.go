@@ -50,6 +50,11 @@ func LooksLikeSitemap(body []byte) bool {
 // within the bounds above. It returns ErrNotSitemap for another document, and an error
 // for XML that breaks before the root element was found.
 func ParseSitemap(body []byte) (*Sitemap, error) {
+	return parseSitemap(body, MaxSitemapBytes, MaxSitemapURLCount)
+}
+
+// parseSitemap is ParseSitemap within the bounds given (tests use small ones).
+func parseSitemap(body []byte, maxBytes int64, maxURLCount int) (*Sitemap, error) {
 	var r io.Reader = bytes.NewReader(body)
 	if bytes.HasPrefix(body, gzipMagic) {
 		zr, err := gzip.NewReader(r)
@@ -59,7 +64,7 @@ func ParseSitemap(body []byte) (*Sitemap, error) {
 		defer zr.Close()
 		r = zr
 	}
-	lr := &io.LimitedReader{R: r, N: MaxSitemapBytes + 1}
+	lr := &io.LimitedReader{R: r, N: maxBytes + 1}
 	dec := xml.NewDecoder(lr)
 	dec.Strict = false // as lenient as the usual sitemap readers; entities stay unexpanded
 	dec.CharsetReader = func(_ string, in io.Reader) (io.Reader, error) { return in, nil }
@@ -111,7 +116,7 @@ func ParseSitemap(body []byte) (*Sitemap, error) {
 			if inLoc && depth == 3 {
 				inLoc = false
 				if u := strings.TrimSpace(loc.String()); u != "" {
-					if len(sm.URLs) == MaxSitemapURLCount {
+					if len(sm.URLs) == maxURLCount {
 						sm.IsTruncated = true
 						return sm, nil
 					}
