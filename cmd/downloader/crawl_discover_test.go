@@ -226,3 +226,41 @@ func TestCrawlDiscoversASite(t *testing.T) {
 		t.Errorf("%d revisit records, want 1", n)
 	}
 }
+
+// TestCrawlDiscoveryBounds: --max-page-count bounds the tasks of a discovering crawl, and
+// bad discovery flags are refused before anything is queued.
+func TestCrawlDiscoveryBounds(t *testing.T) {
+	origin, _ := newDiscoverSite(t)
+	defer origin.Close()
+	dir := t.TempDir()
+	seed := writeFile(t, "http://www.site.test/")
+	var stdout, stderr syncBuffer
+	args := append(crawlArgs(filepath.Join(dir, "data"), origin, "--default-min-interval-ms", "0",
+		"--max-depth", "3", "--scope", "domain", "--max-page-count", "6"), seed)
+	if err := run(context.Background(), args, noEnv, &stdout, &stderr); err != nil {
+		t.Fatalf("crawl: %v\n%s", err, stderr.String())
+	}
+	pages := 0
+	for _, a := range origin.Arrivals() {
+		if a.Path != "/robots.txt" {
+			pages++
+		}
+	}
+	sum := squash(stdout.String())
+	if pages > 6 || !strings.Contains(sum, "tasks 6") || !strings.Contains(sum, "over --max-page-count") {
+		t.Errorf("%d requests beside robots.txt, want at most 6; summary:\n%s", pages, stdout.String())
+	}
+	for _, bad := range [][]string{
+		{"--max-depth", "-1"},
+		{"--max-depth", "1", "--scope", "site"},
+		{"--max-depth", "1", "--scope", "hosts"},
+		{"--max-depth", "1", "--scope-include", "("},
+		{"--max-depth", "1", "--max-page-count", "-2"},
+	} {
+		stdout, stderr = syncBuffer{}, syncBuffer{}
+		args := append(crawlArgs(filepath.Join(dir, "bad"), origin, bad...), seed)
+		if err := run(context.Background(), args, noEnv, &stdout, &stderr); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+}
