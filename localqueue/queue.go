@@ -52,8 +52,9 @@ import (
 //	    task is pending but not in the pending index until its time comes.
 //
 // Deduplication: a URL is queued once for the life of the data directory. The canonical
-// URL is the URL with its scheme and host in lower case and without its fragment (which
-// never reaches the origin). Submitting it again, pending, leased or done, returns the
+// URL is discover.Canonical's form (CanonicalURL): scheme and host in lower case, the
+// limiter's host, no default port, dot segments resolved, no fragment (which never reaches
+// the origin). Submitting it again, pending, leased or done, returns the
 // existing task with is_duplicate=true. That is what makes `downloader crawl FILE` resume:
 // running it again on the same file queues nothing new and finishes what is left. To crawl
 // a URL again, use a new data directory.
