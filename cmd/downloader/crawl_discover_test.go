@@ -264,3 +264,43 @@ func TestCrawlDiscoveryBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestCrawlDiscoversRenderedLinks: a rendered seed's links are read from its DOM after
+// the render (real headless Chromium): a link only a script writes is followed.
+func TestCrawlDiscoversRenderedLinks(t *testing.T) {
+	origin := origintest.New(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		switch r.URL.Path {
+		case "/js":
+			fmt.Fprint(w, `<!doctype html><html><body><p>js</p><script>
+document.body.insertAdjacentHTML("beforeend", '<a href="/from-script">written by a script</a>');
+</script></body></html>`)
+		case "/from-script":
+			fmt.Fprint(w, `<!doctype html><html><body><p>found in the DOM</p></body></html>`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer origin.Close()
+	dir := t.TempDir()
+	seed := writeFile(t, `{"url":"http://js.test/js","should_render":true,"min_interval_ms":0}`)
+	var stdout, stderr syncBuffer
+	args := []string{"crawl", "--data-dir", filepath.Join(dir, "data"), "--connect-to", origin.ConnectTo(),
+		"--render-concurrency", "1", "--shutdown-grace-seconds", "5", "--should-read-sitemaps=false",
+		"--max-depth", "1", "--output", filepath.Join(dir, "out.jsonl"), seed}
+	if err := run(context.Background(), args, noEnv, &stdout, &stderr); err != nil {
+		t.Fatalf("crawl: %v\n%s\n%s", err, stdout.String(), stderr.String())
+	}
+	if got := pageArrivals(origin); got["js.test/from-script"] == 0 {
+		t.Fatalf("the link written by the script was not followed: %v\n%s", got, stdout.String())
+	}
+	var found map[string]any
+	for _, l := range readLines(t, filepath.Join(dir, "out.jsonl")) {
+		if l["url"] == "http://js.test/from-script" {
+			found = l
+		}
+	}
+	if found == nil || found["state"] != "done" || found["text_length"] == nil {
+		t.Errorf("the found page's line: %v", found)
+	}
+}
