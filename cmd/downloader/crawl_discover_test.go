@@ -7,45 +7,27 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"downloader/origintest"
 )
 
-var (
-	discoverBuildOnce sync.Once
-	discoverBinPath   string
-	discoverBuildErr  error
-)
-
-// discoverBinary builds cmd/downloader once per test run: the discovery test runs the
-// program as an operator does.
+// discoverBinary builds cmd/downloader into the test's temporary directory (removed with
+// it): the discovery tests run the program as an operator does. Go's build cache makes
+// the second build of a run a link only.
 func discoverBinary(t *testing.T) string {
 	t.Helper()
-	discoverBuildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "downloader-bin-")
-		if err != nil {
-			discoverBuildErr = err
-			return
-		}
-		discoverBinPath = filepath.Join(dir, "downloader")
-		cmd := exec.Command("go", "build", "-o", discoverBinPath, ".")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			discoverBuildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if discoverBuildErr != nil {
-		t.Fatal(discoverBuildErr)
+	bin := filepath.Join(t.TempDir(), "downloader")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	t.Cleanup(func() {}) // the binary stays for the other tests of the run
-	return discoverBinPath
+	return bin
 }
 
 // discoverSite is a site on three hosts of site.test, and other.test outside it. page
