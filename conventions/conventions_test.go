@@ -28,6 +28,10 @@ func knownExceptions() []knownException {
 		// The cluster flag --store tikv: the value names a backend, not the should_store
 		// switch of a request.
 		{"cmd/downloader/cluster.go", "store", "one_name", "the store backend flag (--store embedded|tikv)"},
+		// A crawl's depth is a level of the link graph, an ordinal like an index, under the
+		// name crawlers give it (Colly MaxDepth, Scrapy DEPTH_LIMIT, the issue's --max-depth).
+		{"cmd/downloader/discover.go", "max-depth", "count_suffix", "the crawl depth flag operators know (--max-depth)"},
+		{"localqueue/queue.go", "depth", "count_suffix", "a discovered task's level in the link graph, as --max-depth names it"},
 	}
 }
 

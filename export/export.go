@@ -45,6 +45,7 @@ type Line struct {
 type Stats struct {
 	LineCount     int // JSON lines
 	PageCount     int // pages written to the WARC file
+	RevisitCount  int // of which as revisit records (a body an earlier record holds)
 	MissingCount  int // pages a report names that the page store no longer has
 	WARCByteCount int64
 }
@@ -80,14 +81,18 @@ func Export(ctx context.Context, tasks Tasks, o Options) (Stats, error) {
 			}
 		}
 		if enc != nil {
-			if err := enc.Encode(lineOf(t, page)); err != nil {
+			var p *downloader.Page
+			if page != nil {
+				p = pageOfTask(t, page)
+			}
+			if err := enc.Encode(lineOf(t, p)); err != nil {
 				werr = fmt.Errorf("write JSON line: %w", err)
 				return false
 			}
 			st.LineCount++
 		}
 		if o.WARC != nil && page != nil {
-			if err := o.WARC.WritePage(t, page); err != nil {
+			if err := o.WARC.WritePage(t, pageOfTask(t, page)); err != nil {
 				werr = err
 				return false
 			}
@@ -100,8 +105,25 @@ func Export(ctx context.Context, tasks Tasks, o Options) (Stats, error) {
 	}
 	if o.WARC != nil {
 		st.WARCByteCount = o.WARC.ByteCount()
+		st.RevisitCount = o.WARC.RevisitCount()
 	}
 	return st, err
+}
+
+// pageOfTask is p as task t fetched it. The page store keeps one copy of a body, with the
+// URL, final URL and fetch time of the first task that stored it: another task with the
+// same body keeps its own URL and fetch time (its final URL after redirects is not
+// kept).
+func pageOfTask(t *Task, p *downloader.Page) *downloader.Page {
+	if p.URL == t.Status.URL || t.Status.URL == "" {
+		return p
+	}
+	c := *p
+	c.URL, c.FinalURL = t.Status.URL, ""
+	if t.Report != nil && !t.Report.FetchedAt.IsZero() {
+		c.FetchedAt = t.Report.FetchedAt
+	}
+	return &c
 }
 
 func lineOf(t *Task, page *downloader.Page) Line {

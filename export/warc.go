@@ -26,6 +26,14 @@ import (
 // kept); a render becomes a resource record of the rendered HTML, since it is not one
 // HTTP response. A body cut at the size cap carries WARC-Truncated: length.
 //
+// Dedup: the page store keeps one body once (its key is the body's SHA-256, the payload
+// digest the crawl deduplicates on). The first task of a body gets the records above;
+// every later task with the same page key (the same body under another URL) gets a
+// revisit record of the identical-payload-digest profile instead, whose
+// WARC-Refers-To, WARC-Refers-To-Target-URI and WARC-Refers-To-Date name the first
+// record, and whose WARC-Payload-Digest (SHA-1, base32) is the first record's, with only
+// the HTTP head as its block. RevisitCount counts them.
+//
 // Not safe for concurrent use.
 type WARCWriter struct {
 	w         *countWriter
@@ -34,12 +42,16 @@ type WARCWriter struct {
 	warcinfo  string // its record id
 	opts      []gowarc.WarcRecordOption
 	marshal   gowarc.Marshaler
+	// refs: page key → the record that holds its payload, for the revisits.
+	refs     map[string]*gowarc.RevisitRef
+	revisits int
 }
 
 // NewWARCWriter returns a writer on w that starts with a warcinfo record naming software
 // and the file name; compress gzips each record.
 func NewWARCWriter(w io.Writer, compress bool, filename, software, userAgent string, now time.Time) (*WARCWriter, error) {
 	ww := &WARCWriter{w: &countWriter{w: w}, gzip: compress, userAgent: userAgent, marshal: gowarc.NewMarshaler(),
+		refs: map[string]*gowarc.RevisitRef{},
 		opts: []gowarc.WarcRecordOption{
 			gowarc.WithAddMissingDigest(true), gowarc.WithDefaultDigestAlgorithm("sha1"),
 			gowarc.WithDefaultDigestEncoding(gowarc.Base32), gowarc.WithAddMissingContentLength(true),
@@ -59,6 +71,10 @@ func NewWARCWriter(w io.Writer, compress bool, filename, software, userAgent str
 	ww.warcinfo = id
 	return ww, nil
 }
+
+// RevisitCount is how many revisit records were written (pages whose body an earlier
+// record holds).
+func (ww *WARCWriter) RevisitCount() int { return ww.revisits }
 
 // ByteCount is how many bytes were written.
 func (ww *WARCWriter) ByteCount() int64 { return ww.w.n }
@@ -82,7 +98,7 @@ func (ww *WARCWriter) WritePage(t *Task, p *downloader.Page) error {
 		}
 		ww.headers(b, target, at, truncated)
 		b.AddWarcHeader(gowarc.ContentType, ct)
-		_, err := ww.write(b)
+		_, err := ww.writePayload(b, p.PageKey)
 		return err
 	}
 	u, err := url.Parse(target)
@@ -104,7 +120,7 @@ func (ww *WARCWriter) WritePage(t *Task, p *downloader.Page) error {
 	}
 	ww.headers(rb, target, at, truncated)
 	rb.AddWarcHeader(gowarc.ContentType, "application/http;msgtype=response")
-	respID, err := ww.write(rb)
+	respID, err := ww.writePayload(rb, p.PageKey)
 	if err != nil {
 		return err
 	}
@@ -132,6 +148,41 @@ func (ww *WARCWriter) headers(b gowarc.WarcRecordBuilder, target string, at time
 	}
 }
 
+// writePayload writes the record that carries a page's payload: as built, the first time
+// its page key is written, else as a revisit of that first record. It returns the id of
+// the record written.
+func (ww *WARCWriter) writePayload(b gowarc.WarcRecordBuilder, pageKey string) (string, error) {
+	rec, validation, err := b.Build()
+	if err != nil {
+		return "", fmt.Errorf("warc: build record: %w (%v)", err, validation)
+	}
+	defer rec.Close()
+	if pageKey == "" {
+		return rec.RecordId(), ww.emit(rec)
+	}
+	if ref, ok := ww.refs[pageKey]; ok {
+		rv, err := rec.ToRevisitRecord(ref)
+		if err != nil {
+			return "", fmt.Errorf("warc: revisit record: %w", err)
+		}
+		defer rv.Close()
+		if err := ww.emit(rv); err != nil {
+			return "", err
+		}
+		ww.revisits++
+		return rv.RecordId(), nil
+	}
+	ref, err := rec.CreateRevisitRef(gowarc.ProfileIdenticalPayloadDigestV1_1)
+	if err != nil {
+		return "", fmt.Errorf("warc: revisit reference: %w", err)
+	}
+	if err := ww.emit(rec); err != nil {
+		return "", err
+	}
+	ww.refs[pageKey] = ref
+	return rec.RecordId(), nil
+}
+
 // write builds b's record and writes it, gzipped on its own when compressing; it returns
 // the record's id.
 func (ww *WARCWriter) write(b gowarc.WarcRecordBuilder) (string, error) {
@@ -140,6 +191,11 @@ func (ww *WARCWriter) write(b gowarc.WarcRecordBuilder) (string, error) {
 		return "", fmt.Errorf("warc: build record: %w (%v)", err, validation)
 	}
 	defer rec.Close()
+	return rec.RecordId(), ww.emit(rec)
+}
+
+// emit writes rec, gzipped on its own when compressing.
+func (ww *WARCWriter) emit(rec gowarc.WarcRecord) error {
 	var out io.Writer = ww.w
 	var gz *gzip.Writer
 	if ww.gzip {
@@ -147,14 +203,14 @@ func (ww *WARCWriter) write(b gowarc.WarcRecordBuilder) (string, error) {
 		out = gz
 	}
 	if _, _, err := ww.marshal.Marshal(out, rec, 0); err != nil {
-		return "", fmt.Errorf("warc: write record: %w", err)
+		return fmt.Errorf("warc: write record: %w", err)
 	}
 	if gz != nil {
 		if err := gz.Close(); err != nil {
-			return "", fmt.Errorf("warc: write record: %w", err)
+			return fmt.Errorf("warc: write record: %w", err)
 		}
 	}
-	return rec.RecordId(), nil
+	return nil
 }
 
 type countWriter struct {

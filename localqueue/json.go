@@ -71,6 +71,10 @@ func encodeQueueRecord(b []byte, rec *queueRecord) ([]byte, error) {
 			return nil, err
 		}
 	}
+	if rec.Depth != 0 {
+		b = append(b, `,"depth":`...)
+		b = strconv.AppendInt(b, int64(rec.Depth), 10)
+	}
 	return append(b, '}'), nil
 }
 
@@ -161,6 +165,10 @@ func decodeQueueRecordPlain(v []byte, rec *queueRecord) bool {
 		return false
 	}
 	if d.key(`,"next_attempt_at":`) && !d.time(&rec.NextAttemptAt) {
+		return false
+	}
+	rec.Depth = 0
+	if d.key(`,"depth":`) && !d.int(&rec.Depth) {
 		return false
 	}
 	if !d.key(`}`) || d.i != len(d.v) {

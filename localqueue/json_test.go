@@ -29,6 +29,8 @@ func TestEncodeQueueRecordIsJSONMarshal(t *testing.T) {
 		{"escapes: HTML, quotes, control, non-ASCII, invalid UTF-8", queueRecord{Task: downloader.Task{TaskID: "a\"b\\c", URL: "http://x.test/?a=<b>&c=\u2028\x01", Domain: "bücher.test\xff"}, State: "pending"}},
 		{"zone and monotonic reading", queueRecord{SubmittedAt: time.Now(), Task: downloader.Task{LeaseExpiresAt: at.In(time.FixedZone("x", 5*3600+1800))}}},
 		{"retry backoff", queueRecord{State: "pending", NextAttemptAt: at.Add(time.Nanosecond)}},
+		{"discovered, depth", queueRecord{Task: downloader.Task{TaskID: "t-4", URL: "http://d.test/a", Domain: "d.test", MinIntervalMs: &ms, ShouldStore: true}, Seq: 9, State: "pending", SubmittedAt: at, Depth: 3}},
+		{"depth and backoff", queueRecord{State: "pending", NextAttemptAt: at.Add(time.Nanosecond), Depth: 1}},
 		{"done with a report", queueRecord{State: "done", Report: &downloader.Report{TaskID: "t-3", Summary: downloader.Summary{Domain: "c.test", HTTPStatus: &status, TextLength: &n, FailReason: &fail}, FetchedAt: at, PageKey: "ab"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 
 	"downloader"
 	"downloader/clock"
+	"downloader/discover"
 	"downloader/store/embedded"
 	"downloader/store/keys"
 )
@@ -51,8 +52,9 @@ import (
 //	    task is pending but not in the pending index until its time comes.
 //
 // Deduplication: a URL is queued once for the life of the data directory. The canonical
-// URL is the URL with its scheme and host in lower case and without its fragment (which
-// never reaches the origin). Submitting it again, pending, leased or done, returns the
+// URL is discover.Canonical's form (CanonicalURL): scheme and host in lower case, the
+// limiter's host, no default port, dot segments resolved, no fragment (which never reaches
+// the origin). Submitting it again, pending, leased or done, returns the
 // existing task with is_duplicate=true. That is what makes `downloader crawl FILE` resume:
 // running it again on the same file queues nothing new and finishes what is left. To crawl
 // a URL again, use a new data directory.
@@ -218,6 +220,9 @@ type queueRecord struct {
 	OwnFailureCount int `json:"own_failure_count"`
 	// NextAttemptAt is set while the pending task waits out a retry backoff.
 	NextAttemptAt time.Time `json:"next_attempt_at,omitzero"`
+	// Depth is how many links away from a seed a discovered task was found (0: a seed,
+	// or any task of a list crawl; records written before it read as 0).
+	Depth int `json:"depth,omitempty"`
 }
 
 // Queue is the embedded local queue over a Store. Create it with Open, at most one per
@@ -430,9 +435,16 @@ func (q *Queue) requeueStale(ctx context.Context) (int, error) {
 	return len(touched), nil
 }
 
-// CanonicalURL returns the form of a task URL the queue stores and deduplicates on: scheme
-// and host in lower case, no fragment.
+// CanonicalURL returns the form of a task URL the queue stores and deduplicates on:
+// discover.Canonical's (scheme and host in lower case, the host normalised as the
+// limiter's key, no default port, dot segments resolved, no fragment), so that a URL
+// given in a crawl file and the same URL found as a link are queued once. A URL that form
+// refuses (ValidateTarget accepted it) keeps the older form: scheme and host in lower
+// case, no fragment.
 func CanonicalURL(u *url.URL) string {
+	if s, _, err := discover.Canonical(u); err == nil {
+		return s
+	}
 	c := *u
 	c.Scheme = strings.ToLower(c.Scheme)
 	c.Host = strings.ToLower(c.Host)
@@ -481,6 +493,13 @@ func (q *Queue) CheckTask(t downloader.Task) (downloader.Task, error) {
 // not queued again (its result says is_duplicate). It returns once the new tasks are
 // durable.
 func (q *Queue) Submit(ctx context.Context, tasks []downloader.Task) ([]SubmitResult, error) {
+	return q.SubmitAtDepth(ctx, tasks, 0)
+}
+
+// SubmitAtDepth is Submit for tasks found depth links away from a seed (discover): the
+// new ones keep their depth in their record (TaskRecord.Depth); a duplicate keeps the
+// depth it was first queued with.
+func (q *Queue) SubmitAtDepth(ctx context.Context, tasks []downloader.Task, depth int) ([]SubmitResult, error) {
 	if len(tasks) > MaxSubmitCount {
 		return nil, downloader.Invalidf("tasks", "at most %d tasks at once", MaxSubmitCount)
 	}
@@ -536,7 +555,7 @@ func (q *Queue) Submit(ctx context.Context, tasks []downloader.Task) ([]SubmitRe
 		} else if ok {
 			return nil, downloader.Invalidf("task_id", "task_id %q is already used by another URL", t.TaskID)
 		}
-		rec := &queueRecord{Task: *t, Seq: seq, State: TaskPending, SubmittedAt: now}
+		rec := &queueRecord{Task: *t, Seq: seq, State: TaskPending, SubmittedAt: now, Depth: max(depth, 0)}
 		if err := q.putRecord(b, rec); err != nil {
 			return nil, err
 		}
@@ -890,6 +909,7 @@ type TaskRecord struct {
 	AttemptCount    int       `json:"attempt_count"`
 	OwnFailureCount int       `json:"own_failure_count"`
 	NextAttemptAt   time.Time `json:"next_attempt_at,omitzero"` // while waiting out a backoff
+	Depth           int       `json:"depth,omitempty"`          // links from a seed (queueRecord.Depth)
 }
 
 // Status is the record's state as the task status API names it.
@@ -938,7 +958,7 @@ func (r *TaskRecord) TaskStatus() downloader.TaskStatus {
 
 func (rec *queueRecord) taskRecord() *TaskRecord {
 	return &TaskRecord{Task: rec.Task, State: rec.State, SubmittedAt: rec.SubmittedAt, LeaseCount: rec.LeaseCount,
-		Report: rec.Report, AttemptCount: rec.AttemptCount, OwnFailureCount: rec.OwnFailureCount, NextAttemptAt: rec.NextAttemptAt}
+		Report: rec.Report, AttemptCount: rec.AttemptCount, OwnFailureCount: rec.OwnFailureCount, NextAttemptAt: rec.NextAttemptAt, Depth: rec.Depth}
 }
 
 // Task returns one task's record, or an ENOTFOUND error.

@@ -83,6 +83,10 @@ type Config struct {
 	// CrawlDelay, when set, is told each site's Crawl-delay for our group (the local
 	// queue's SetCrawlDelay), so that the queue paces the domain's tasks to it.
 	CrawlDelay func(domain string, d time.Duration)
+	// Sitemaps, when set, is told the Sitemap: lines of each robots.txt read (the crawl's
+	// discovery queues them, discover.Crawler.RobotsSitemaps). It is called with the
+	// runner's lock held: it must not block.
+	Sitemaps func(site string, urls []string)
 }
 
 // Runner is safe for concurrent use. Create it with New.
@@ -301,6 +305,9 @@ func (r *Runner) learn(s *site, out *downloader.Outcome, now time.Time, domain, 
 		}
 		if r.cfg.CrawlDelay != nil {
 			r.cfg.CrawlDelay(domain, s.crawlDelay)
+		}
+		if r.cfg.Sitemaps != nil && data != nil && len(data.Sitemaps) > 0 {
+			r.cfg.Sitemaps(key, data.Sitemaps)
 		}
 		r.log.Debug("robots.txt read", "site", key, "crawl_delay_ms", s.crawlDelay.Milliseconds())
 	case st >= 400 && st < 500 && st != 429:

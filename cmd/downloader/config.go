@@ -78,6 +78,9 @@ type config struct {
 	// observeWire, when set (by crawl, for its politeness summary), is told the wire
 	// moment of every request the limiter lets out (limiter.ObserveWire).
 	observeWire func(domain string, interval time.Duration, at time.Time)
+	// discovery, when set (by crawl --max-depth), follows the links of the local queue's
+	// pages (discover.go).
+	discovery *discovery
 }
 
 const defaultUserAgent = "downloader/1.0 (+https://example.invalid/crawler)"

@@ -72,6 +72,8 @@ func runCrawl(ctx context.Context, args []string, getenv func(string) string, st
 	var outputPath, warcPath string
 	fs.StringVar(&outputPath, "output", "", "write one JSON line per task to this file when the crawl ends (- for standard output)")
 	fs.StringVar(&warcPath, "warc", "", "write the stored pages to this WARC/1.1 file when the crawl ends (gzipped per record when it ends in .gz)")
+	var dc discoverConfig
+	addDiscoverFlags(fs, &dc)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, crawlUsage)
 		printFlags(stderr, fs, crawlFlagNames)
@@ -91,6 +93,10 @@ func runCrawl(ctx context.Context, args []string, getenv func(string) string, st
 		return fmt.Errorf("crawl uses the local queue: --scheduler-url cannot be set (use serve)")
 	}
 	path := fs.Arg(0)
+	var err error
+	if c.discovery, err = newDiscovery(dc, newLogger(stderr, c.LogLevel)); err != nil {
+		return fmt.Errorf("%s", downloader.ErrorMessage(err))
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", path, err)
@@ -121,6 +127,10 @@ func runCrawl(ctx context.Context, args []string, getenv func(string) string, st
 	q := svc.entryA.queue
 	fmt.Fprintf(stderr, "downloader: console on http://%s/ (API under /v1/, data dir %s)\n", svc.addr, c.DataDir)
 
+	if err := seedDiscovery(ctx, c.discovery, q, path); err != nil {
+		_ = stopService()
+		return err
+	}
 	in, err := submitFile(ctx, q, f, path, stderr)
 	if err != nil {
 		_ = stopService()
@@ -133,11 +143,13 @@ func runCrawl(ctx context.Context, args []string, getenv func(string) string, st
 	if interrupted {
 		fmt.Fprintln(stderr, "downloader: interrupted: stopping politely (in-flight requests may finish)…")
 	}
+	found := collectDiscovery(context.WithoutCancel(ctx), c.discovery, q) // before the store closes
 	if err := stopService(); err != nil {
 		return err
 	}
 	counts := q.Counts()
 	printSummary(stdout, counts, in, time.Since(start), wires, interrupted)
+	printDiscovery(stdout, found)
 	if outputs.isSet() {
 		if err := outputs.write(ctx, c.DataDir, c.UserAgent, stderr); err != nil {
 			return err

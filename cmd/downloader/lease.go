@@ -99,6 +99,14 @@ func newEntryA(ctx context.Context, c *config, logger *slog.Logger, clk clock.Cl
 			return nil, fmt.Errorf("open local queue: %w", err)
 		}
 		a.queue, cfg.Source = q, q
+		if c.discovery != nil {
+			if c.Cluster.Store == storeTiKV {
+				return nil, fmt.Errorf("crawl --max-depth reads the pages from the embedded store: not with --store tikv")
+			}
+			if cfg.Source, err = c.discovery.attach(q, st); err != nil {
+				return nil, err
+			}
+		}
 		cfg.PollMax = localPollMax
 		if c.Lease.ShouldObeyRobotsTxt && c.Cluster.Store == storeTiKV {
 			// The robots.txt request would be admitted by this instance's limiter only, not
@@ -108,7 +116,7 @@ func newEntryA(ctx context.Context, c *config, logger *slog.Logger, clk clock.Cl
 			rr, err := robots.New(robots.Config{Next: eng, Limiter: lim, Gate: gate, Fetcher: fetcher, Clock: clk,
 				Hops:   &engine.Hops{Limiter: lim, DefaultMinInterval: eng.DefaultMinInterval(), DefaultTimeout: c.requestTimeout()},
 				Logger: logger, UserAgent: c.UserAgent, Timeout: c.requestTimeout(), MaxAttemptCount: c.Lease.MaxAttemptCount,
-				CrawlDelay: q.SetCrawlDelay})
+				CrawlDelay: q.SetCrawlDelay, Sitemaps: c.discovery.robotsSitemaps()})
 			if err != nil {
 				return nil, err
 			}
