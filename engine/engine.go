@@ -166,7 +166,7 @@ func (e *Engine) Probe(ctx context.Context, req downloader.Request, u *url.URL) 
 	res, err := e.do(ctx, req, u)
 	if ol := (*OverLimitError)(nil); errors.As(err, &ol) {
 		s := downloader.Failed(ol.Reason).Summary(req.Domain)
-		s.HealthSignal = nil
+		s.HealthSignal = refusalHealthSignal(ol)
 		return s
 	}
 	return res.Summary

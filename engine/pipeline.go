@@ -154,6 +154,7 @@ func (e *Engine) pipeline(ctx context.Context, req downloader.Request, u *url.UR
 	start := e.cfg.Clock.Now()
 	out := e.run(ctx, req, u, &adm, end)
 	took := e.cfg.Clock.Now().Sub(start)
+	e.holdForOrigin(req, out)
 	e.sharedDone(ctx, ticket, &adm, req.Domain)
 	release()
 	switch {
@@ -168,7 +169,7 @@ func (e *Engine) pipeline(ctx context.Context, req downloader.Request, u *url.UR
 // admitDomain takes the local limiter's admission of req's domain, at the decision's
 // time now. Entry A reserves the next slot and waits for it, unless it would pass the
 // policy's deadline (then the task goes back at once, to come again when the slot is
-// near); B and C are admitted now or refused self_rate_limited with the wait. ok is false
+// near), and reserves again if an origin's wait began meanwhile; B and C are admitted now or refused self_rate_limited with the wait. ok is false
 // when the request stops here, with the passage to answer.
 func (e *Engine) admitDomain(ctx context.Context, req downloader.Request, pol policy, now time.Time) (adm limiter.Admission, stop passage, ok bool) {
 	if !pol.isWaiting {
@@ -178,19 +179,26 @@ func (e *Engine) admitDomain(ctx context.Context, req downloader.Request, pol po
 		}
 		return adm, passage{}, true
 	}
-	adm, delay, ok := e.cfg.Limiter.Reserve(now, req.Domain, req.MinInterval, req.IntervalSource, req.Entry, pol.deadline)
-	if delay > 0 {
-		e.observe(&downloader.Event{At: now, Entry: req.Entry, URL: req.URL, Domain: req.Domain, ShouldRender: req.ShouldRender,
-			MinInterval: req.MinInterval, IntervalSource: req.IntervalSource, OverLimit: true, Delay: delay, TaskID: pol.taskID()})
-	}
-	if !ok {
-		return adm, pol.overLimit(now, downloader.FailSelfRateLimited, delay), false
-	}
-	if err := e.sleep(ctx, delay); err != nil {
+	for at := now; ; at = e.cfg.Clock.Now() {
+		adm, delay, ok := e.cfg.Limiter.Reserve(at, req.Domain, req.MinInterval, req.IntervalSource, req.Entry, pol.deadline)
+		if delay > 0 {
+			e.observe(&downloader.Event{At: at, Entry: req.Entry, URL: req.URL, Domain: req.Domain, ShouldRender: req.ShouldRender,
+				MinInterval: req.MinInterval, IntervalSource: req.IntervalSource, OverLimit: true, Delay: delay, TaskID: pol.taskID()})
+		}
+		if !ok {
+			return adm, pol.overLimit(now, downloader.FailSelfRateLimited, delay), false
+		}
+		if err := e.sleep(ctx, delay); err != nil {
+			adm.Cancel()
+			return adm, pol.notSent(now, nil), false
+		}
+		// The origin may have asked for a wait (hold.go) while the task waited for its
+		// slot: give the slot back and reserve one after the wait, or hand the task back.
+		if adm.HeldFor(e.cfg.Clock.Now()) == 0 {
+			return adm, passage{}, true
+		}
 		adm.Cancel()
-		return adm, pol.notSent(now, nil), false
 	}
-	return adm, passage{}, true
 }
 
 // admitShared takes the cluster-wide admission (cluster mode), after the local one:

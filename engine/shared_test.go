@@ -143,8 +143,15 @@ func TestSharedAdmissionPerEntry(t *testing.T) {
 					t.Fatalf("err = %v; want 429 %s after 2 s", err, tt.reason)
 				}
 			default:
-				if s.FailReason == nil || *s.FailReason != tt.reason || s.HasReachedOrigin || s.HTTPStatus != nil || s.HealthSignal != nil {
+				if s.FailReason == nil || *s.FailReason != tt.reason || s.HasReachedOrigin || s.HTTPStatus != nil {
 					t.Fatalf("summary = %+v; want %s, not reached", s, tt.reason)
+				}
+				// Our limiter's refusal tells the wait (health_signal.retry_after_seconds);
+				// a full queue, nothing.
+				if hs := s.HealthSignal; tt.reason == downloader.FailSelfRateLimited &&
+					(hs == nil || hs.RetryAfterSeconds == nil || *hs.RetryAfterSeconds != 2) ||
+					tt.reason != downloader.FailSelfRateLimited && hs != nil {
+					t.Fatalf("health_signal = %+v; want retry_after_seconds 2 for self_rate_limited, else null", hs)
 				}
 			}
 			if len(f.at) != 0 {

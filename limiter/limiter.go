@@ -86,8 +86,10 @@ type entry struct {
 	// outNs is the latest moment a request went on the wire or was admitted to go out at
 	// once (its slot was its decision time), and outSeq the admission that set it (0: a
 	// loss). Wire spaces requests from it.
-	outNs      int64
-	overNs     int64  // when the latest over-limit event happened (see overEntry)
+	outNs  int64
+	overNs int64 // when the latest over-limit event happened (see overEntry)
+	// holdNs: no request before it, the origin's own wait (hold.go); noHoldNs: none.
+	holdNs     int64
 	seq        uint32 // the latest admission's number, to tell admissions apart
 	outSeq     uint32
 	inFlight   int32
@@ -175,14 +177,15 @@ func (a *Admission) Domain() string { return a.domain }
 func (a *Admission) Slot() time.Time { return a.l.at(a.slotNs) }
 
 // Allow admits a request to domain now if its interval has passed since the domain's last
-// request and returns the admission; otherwise it returns the wait until it would pass,
-// records an over-limit event for entry and changes nothing else.
+// request, and the origin's own wait (HoldDomain) is over, and returns the admission;
+// otherwise it returns the wait until both are, records an over-limit event for entry and
+// changes nothing else.
 func (l *Limiter) Allow(now time.Time, domain string, interval time.Duration, source downloader.IntervalSource, e downloader.Entry) (Admission, time.Duration) {
 	t := l.ns(now)
 	s := l.shardOf(domain)
 	s.mu.Lock()
 	en := s.lookup(l, domain)
-	if next := en.lastNs + int64(interval); t < next {
+	if next := max(en.lastNs+int64(interval), en.holdNs); t < next {
 		s.overLimit(en, e, t)
 		s.mu.Unlock()
 		return Admission{}, time.Duration(next - t)
@@ -192,8 +195,8 @@ func (l *Limiter) Allow(now time.Time, domain string, interval time.Duration, so
 	return a, 0
 }
 
-// Reserve takes the next slot for domain: now if the interval has passed, otherwise the
-// moment it will. If that slot is after deadline (and deadline is not zero), nothing is
+// Reserve takes the next slot for domain: now if the interval has passed (and the
+// origin's own wait is over), otherwise the moment both are. If that slot is after deadline (and deadline is not zero), nothing is
 // reserved and ok is false. A delayed reservation counts as an over-limit event for e.
 func (l *Limiter) Reserve(now time.Time, domain string, interval time.Duration, source downloader.IntervalSource, e downloader.Entry, deadline time.Time) (a Admission, delay time.Duration, ok bool) {
 	t := l.ns(now)
@@ -201,7 +204,7 @@ func (l *Limiter) Reserve(now time.Time, domain string, interval time.Duration, 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	en := s.lookup(l, domain)
-	slot := max(t, en.lastNs+int64(interval))
+	slot := max(t, en.lastNs+int64(interval), en.holdNs)
 	if slot > t {
 		s.overLimit(en, e, t)
 		if !deadline.IsZero() && slot > l.ns(deadline) {
@@ -236,7 +239,7 @@ func (s *shard) lookup(l *Limiter, domain string) *entry {
 	en := s.entries[domain]
 	if en == nil {
 		loss := l.lossNs.Load()
-		en = &entry{lastNs: loss, outNs: loss, requests: newWindow()}
+		en = &entry{lastNs: loss, outNs: loss, holdNs: noHoldNs, requests: newWindow()}
 		s.entries[domain] = en
 	}
 	return en
@@ -336,6 +339,11 @@ func (a *Admission) claimWire(t int64, hold bool) time.Duration {
 	s, en := a.s, a.en
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !a.wired && t < en.holdNs {
+		// The origin asked for a wait after this request was admitted: it does not go
+		// out before the wait is over (SPEC §2, the origin's own wait).
+		return time.Duration(en.holdNs - t)
+	}
 	if en.outSeq != a.seq {
 		if en.holding {
 			if end := en.outNs + int64(writeHoldMax); t < end {
@@ -502,7 +510,9 @@ func (l *Limiter) Reset(now time.Time) {
 		s := &l.shards[i]
 		s.mu.Lock()
 		for d, en := range s.entries {
-			if en.inFlight == 0 {
+			// An entry holding an origin's wait is kept: this process still knows the
+			// wait, and forgetting it would let the next request out early (hold.go).
+			if en.inFlight == 0 && en.holdNs <= t {
 				delete(s.entries, d)
 			} else if en.lastNs < t {
 				en.lastNs = t

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"downloader"
+	"downloader/retryafter"
 )
 
 // The table across restarts of one machine (SPEC §2, loss and rebuild). The limiter does
@@ -34,6 +35,9 @@ type SavedEntry struct {
 	// InFlightCount counts requests still in flight at the save: they may send until the
 	// save, so the restore counts the domain as requested at Snapshot.SavedAt.
 	InFlightCount int
+	// HoldUntil is the end of the origin's own wait (hold.go) still in force at the save;
+	// zero when there is none.
+	HoldUntil time.Time
 }
 
 // Snapshot is the part of the table that can still refuse a request. Entries that cannot
@@ -49,7 +53,7 @@ type Snapshot struct {
 
 // canRefuse reports whether en can still refuse a request at t. Requires the shard's lock.
 func canRefuse(en *entry, t int64) bool {
-	return en.inFlight > 0 || t < en.lastNs+int64(downloader.MaxMinInterval)
+	return en.inFlight > 0 || t < en.lastNs+int64(downloader.MaxMinInterval) || t < en.holdNs
 }
 
 // Save returns the entries that can still refuse a request at now, with the instants on
@@ -74,6 +78,9 @@ func (l *Limiter) Save(now time.Time) Snapshot {
 			}
 			if en.seq != 0 {
 				e.MinIntervalMs, e.IntervalSource = int64(en.intervalMs), en.source.source()
+			}
+			if until, ok := l.holdUntil(en, t); ok {
+				e.HoldUntil = wall(until)
 			}
 			snap.Entries = append(snap.Entries, e)
 		}
@@ -107,10 +114,14 @@ func (l *Limiter) Restore(now time.Time, snap Snapshot) {
 		if e.InFlightCount > 0 {
 			gate = max(gate, savedAt)
 		}
-		en := &entry{lastNs: gate, outNs: gate, requests: newWindow(),
+		en := &entry{lastNs: gate, outNs: gate, holdNs: noHoldNs, requests: newWindow(),
 			intervalMs: int32(min(e.MinIntervalMs, math.MaxInt32)), source: sourceCodeOf(e.IntervalSource)}
 		if e.IntervalSource != "" {
 			en.seq = 1
+		}
+		if !e.HoldUntil.IsZero() {
+			// At most the longest wait from the save, however the saved moment was set.
+			en.holdNs = min(ns(e.HoldUntil), savedAt+int64(retryafter.MaxWait))
 		}
 		if !e.WireAt.IsZero() {
 			// The saved request is the entry's first admission here, so that Wire spaces

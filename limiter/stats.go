@@ -45,7 +45,10 @@ type DomainState struct {
 	// the moment of the table's loss (the previous process's last sign of life after a
 	// crash), which counts as the domain's last request, so that a request is admitted
 	// from RebuildLossAt + its min_interval_ms. Zero (absent) otherwise.
-	RebuildLossAt   time.Time `json:"rebuild_loss_at,omitzero"`
+	RebuildLossAt time.Time `json:"rebuild_loss_at,omitzero"`
+	// HoldUntilAt is the end of the origin's own wait while it holds the domain (a 429 or
+	// 503 with Retry-After: no request on any entry before it); zero (absent) otherwise.
+	HoldUntilAt     time.Time `json:"hold_until_at,omitzero"`
 	InFlightCount   int       `json:"in_flight_count"`
 	Request24hCount uint64    `json:"request_24h_count"`
 	State           State     `json:"state"`
@@ -77,6 +80,9 @@ func (l *Limiter) snapshot(domain string, en *entry, t int64) DomainState {
 	}
 	if fromLoss && t < loss+int64(downloader.MaxMinInterval) {
 		st.RebuildLossAt = l.at(loss).UTC()
+	}
+	if until, ok := l.holdUntil(en, t); ok {
+		st.HoldUntilAt = until.UTC()
 	}
 	if en.overEntry != 0 {
 		at := l.at(en.overNs).UTC()
@@ -161,7 +167,8 @@ func (l *Limiter) Stats(now time.Time) Stats {
 
 // Sweep drops every entry that can no longer refuse a request and holds no statistic of
 // the last 24 hours: nothing in flight, its last request at least downloader.MaxMinInterval
-// ago (so any accepted interval has passed) and no request or over-limit event in 24 h.
+// ago (so any accepted interval has passed), no origin's wait in force, and no request or
+// over-limit event in 24 h.
 // It returns how many entries it dropped.
 func (l *Limiter) Sweep(now time.Time) int {
 	t := l.ns(now)
@@ -172,7 +179,7 @@ func (l *Limiter) Sweep(now time.Time) int {
 		s.mu.Lock()
 		for d, en := range s.entries {
 			if en.inFlight == 0 &&
-				t-en.lastNs >= int64(downloader.MaxMinInterval) &&
+				t-en.lastNs >= int64(downloader.MaxMinInterval) && t >= en.holdNs &&
 				en.requests.isEmpty(h) &&
 				(en.overEntry == 0 || t-en.overNs >= int64(windowHours*time.Hour)) {
 				delete(s.entries, d)

@@ -256,8 +256,9 @@ type Queue struct {
 	// holds: domain → no task before then (the origin's Retry-After); floors: domain →
 	// the least spacing of its tasks (robots.txt Crawl-delay). Both in memory only, one
 	// entry per domain that has one: a restart forgets them (robots.txt is read again).
-	holds  map[string]time.Time
-	floors map[string]time.Duration
+	holds     map[string]time.Time
+	floors    map[string]time.Duration
+	pushbacks pushbacks // the domains' pushback curve (pushback.go)
 
 	// recordBufs holds buffers for encoding task records (a batch copies what it is
 	// given): one record is written per Submit, Lease and Report.
@@ -779,7 +780,7 @@ func (q *Queue) Report(ctx context.Context, r *downloader.Report) error {
 	rep := *r
 	rec.Report = &rep
 	rec.LeaseExpiresAt = time.Time{}
-	d := q.cfg.decide(rec, r, now)
+	d := q.decideLocked(rec, r, now)
 	switch d.action {
 	case actionFinish:
 		q.finishRecord(rec, r, &next)

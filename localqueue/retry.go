@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"downloader"
+	"downloader/retryafter"
 	"downloader/store/keys"
 )
 
@@ -29,8 +30,11 @@ import (
 // our own: the same task is just as invalid the next time. A failure of our own is retried
 // at most MaxOwnFailureCount times, then final: without that bound a crawl whose browser
 // cannot start would never end. A Retry-After holds the whole domain (the origin asked for
-// it), a plain backoff only the task; a Retry-After longer than downloader.MaxMinInterval
-// (an hour) makes the failure final rather than keeping the crawl waiting.
+// it), a plain backoff only the task. A Retry-After longer than retryafter.MaxWait (an
+// hour, the largest min_interval_ms) counts as that longest wait: the task and its domain
+// wait an hour, never less because the number was too large to count (SPEC §2, the
+// origin's own wait). A 429 or 503 without Retry-After holds the domain too, by the
+// queue's own curve (pushback.go).
 
 // Retry defaults.
 const (
@@ -97,7 +101,10 @@ func FailureClass(r *downloader.Report) string {
 	return "final"
 }
 
-// decide updates rec's attempt counts for the report r and says what to do with it.
+// decide updates rec's attempt counts for the report r and says what to do with it. The
+// origin's Retry-After on a transient failure holds the domain whatever becomes of the
+// task (its last attempt too: the domain's other tasks must still wait), and the task
+// comes back no earlier than it.
 func (c *Config) decide(rec *queueRecord, r *downloader.Report, now time.Time) retryDecision {
 	rec.NextAttemptAt = time.Time{}
 	class := FailureClass(r)
@@ -111,22 +118,26 @@ func (c *Config) decide(rec *queueRecord, r *downloader.Report, now time.Time) r
 	if r.SkipReason == "" && r.HasReachedOrigin {
 		rec.AttemptCount++
 	}
-	if class != "transient" || rec.AttemptCount >= c.MaxAttemptCount {
-		return retryDecision{action: actionFinish}
-	}
-	wait := c.backoff(rec.AttemptCount)
 	var hold time.Time
-	if r.HealthSignal != nil && r.HealthSignal.RetryAfterSeconds != nil {
-		ra := time.Duration(*r.HealthSignal.RetryAfterSeconds) * time.Second
-		if ra > downloader.MaxMinInterval {
-			return retryDecision{action: actionFinish}
-		}
-		if ra > 0 {
-			wait = max(wait, ra)
-			hold = now.Add(ra)
-		}
+	ra := originWait(r)
+	if class == "transient" && ra > 0 {
+		hold = now.Add(ra)
 	}
-	return retryDecision{action: actionRetryLater, at: now.Add(wait), hold: hold}
+	if class != "transient" || rec.AttemptCount >= c.MaxAttemptCount {
+		return retryDecision{action: actionFinish, hold: hold}
+	}
+	return retryDecision{action: actionRetryLater, at: now.Add(max(c.backoff(rec.AttemptCount), ra)), hold: hold}
+}
+
+// originWait is the origin's Retry-After in r as a wait, 0 when it sent none. However
+// large the reported number (a report from an older process may carry any int64), the
+// wait is at most retryafter.MaxWait: saturated, never wrapped by the conversion to a
+// time.Duration (SPEC §2, the origin's own wait).
+func originWait(r *downloader.Report) time.Duration {
+	if r.HealthSignal == nil || r.HealthSignal.RetryAfterSeconds == nil {
+		return 0
+	}
+	return retryafter.Duration(*r.HealthSignal.RetryAfterSeconds)
 }
 
 // backoff is the wait after the attempt-th attempt: RetryBaseDelay doubled per attempt,

@@ -125,8 +125,9 @@ func TestQueueRetryOwnFailureInPlace(t *testing.T) {
 	}
 }
 
-// TestQueueRetryBackoff: a 503 comes back after the backoff (not before), with the attempt
-// counted, until MaxAttemptCount; the domain's other tasks are not held by a plain backoff.
+// TestQueueRetryBackoff: a 500 comes back after the backoff (not before), with the attempt
+// counted, until MaxAttemptCount; the domain's other tasks are not held by a plain backoff
+// (a 500 is not the origin pushing back: pushback_test.go has the 429 and 503).
 func TestQueueRetryBackoff(t *testing.T) {
 	s := embeddedtest.Open(t, t.TempDir())
 	clk := clock.NewFake(queueStart)
@@ -140,7 +141,7 @@ func TestQueueRetryBackoff(t *testing.T) {
 	// Nominal waits 2 s then 4 s, jitter 0.5 of the upper half: 1.5 s, then 3 s.
 	waits := []time.Duration{1500 * time.Millisecond, 3 * time.Second}
 	for i, wait := range waits {
-		if err := q.Report(t.Context(), statusReport(id, clk.Now(), 503, nil)); err != nil {
+		if err := q.Report(t.Context(), statusReport(id, clk.Now(), 500, nil)); err != nil {
 			t.Fatal(err)
 		}
 		rec := taskRecord(t, q, id)
@@ -164,11 +165,11 @@ func TestQueueRetryBackoff(t *testing.T) {
 			t.Fatalf("after the backoff leased %v, want the retried task", urls(again))
 		}
 	}
-	if err := q.Report(t.Context(), statusReport(id, clk.Now(), 503, nil)); err != nil {
+	if err := q.Report(t.Context(), statusReport(id, clk.Now(), 500, nil)); err != nil {
 		t.Fatal(err)
 	}
 	rec := taskRecord(t, q, id)
-	if rec.AttemptCount != 3 || rec.Status() != downloader.TaskFailed || rec.Report == nil || *rec.Report.HTTPStatus != 503 {
+	if rec.AttemptCount != 3 || rec.Status() != downloader.TaskFailed || rec.Report == nil || *rec.Report.HTTPStatus != 500 {
 		t.Fatalf("after the last attempt: %+v", rec)
 	}
 	c := q.Counts()
@@ -178,7 +179,7 @@ func TestQueueRetryBackoff(t *testing.T) {
 }
 
 // TestQueueRetryAfter: the origin's Retry-After is honoured, for the task and its domain,
-// and survives a restart of the queue; one above an hour makes the failure final.
+// and survives a restart of the queue; one above an hour counts as an hour.
 func TestQueueRetryAfter(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
 	s, err := embedded.Open(dir, nil)
@@ -204,8 +205,8 @@ func TestQueueRetryAfter(t *testing.T) {
 	if got := lease(t, q, 5); len(got) != 1 || got[0].URL != "http://b.test/1" {
 		t.Fatalf("during a.test's Retry-After leased %v, want b.test/1 alone", urls(got))
 	}
-	if st := taskRecord(t, q, res[1].TaskID).Status(); st != downloader.TaskFailed {
-		t.Fatalf("a Retry-After of two hours: status %s, want failed", st)
+	if rec := taskRecord(t, q, res[1].TaskID); rec.Status() != downloader.TaskQueued || !rec.NextAttemptAt.Equal(clk.Now().Add(time.Hour)) {
+		t.Fatalf("a Retry-After of two hours: status %s, next_attempt_at %v; want queued, now + the longest wait (1 h)", rec.Status(), rec.NextAttemptAt)
 	}
 	rec := taskRecord(t, q, res[0].TaskID)
 	if !rec.NextAttemptAt.Equal(clk.Now().Add(30 * time.Second)) {

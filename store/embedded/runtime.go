@@ -31,9 +31,11 @@ import (
 //	    while saving) and the heartbeat decides.
 //	downloader:domain_runtime:{domain}
 //	    One saved limiter entry (entries that can still refuse a request), binary:
-//	    version byte, last_request_at and wire_at as Unix ns (int64, big-endian; wire_at 0
-//	    when unknown), min_interval_ms (uint32), in_flight_count (uint32), then the
-//	    interval_source string. {domain} is escaped as in the fetch_result index.
+//	    version byte (2), last_request_at and wire_at as Unix ns (int64, big-endian;
+//	    wire_at 0 when unknown), min_interval_ms (uint32), in_flight_count (uint32),
+//	    hold_until_at as Unix ns (int64; 0 when the origin asked for no wait), then the
+//	    interval_source string. Version 1, without hold_until_at, is still read. {domain}
+//	    is escaped as in the fetch_result index.
 //
 // The next start reads them and, in one synchronous commit, deletes the snapshot and
 // writes its first heartbeat, so that a crash at any later moment is seen as one.
@@ -41,8 +43,10 @@ const (
 	domainRuntimePrefix = "downloader:domain_runtime:"
 	heartbeatKey        = domainRuntimePrefix + ":heartbeat"
 	cleanStopKey        = domainRuntimePrefix + ":clean_stop"
-	runtimeEntryVersion = 1
-	runtimeBatchSize    = 10_000
+	runtimeEntryVersion = 2
+	// runtimeEntryVersion1 is the layout before hold_until_at, still read.
+	runtimeEntryVersion1 = 1
+	runtimeBatchSize     = 10_000
 )
 
 // RuntimeStartKind says what the previous process left of downloader:domain_runtime.
@@ -244,7 +248,10 @@ func (s *Store) SaveRuntime(ctx context.Context, snap limiter.Snapshot) error {
 	return nil
 }
 
-const runtimeEntryFixed = 1 + 8 + 8 + 4 + 4
+const (
+	runtimeEntryFixed1 = 1 + 8 + 8 + 4 + 4
+	runtimeEntryFixed  = runtimeEntryFixed1 + 8
+)
 
 func encodeRuntimeEntry(e limiter.SavedEntry) []byte {
 	v := make([]byte, runtimeEntryFixed, runtimeEntryFixed+len(e.IntervalSource))
@@ -257,11 +264,22 @@ func encodeRuntimeEntry(e limiter.SavedEntry) []byte {
 	binary.BigEndian.PutUint64(v[9:], uint64(wire))
 	binary.BigEndian.PutUint32(v[17:], uint32(min(max(e.MinIntervalMs, 0), math.MaxUint32)))
 	binary.BigEndian.PutUint32(v[21:], uint32(min(max(e.InFlightCount, 0), math.MaxUint32)))
+	var hold int64
+	if !e.HoldUntil.IsZero() {
+		hold = e.HoldUntil.UnixNano()
+	}
+	binary.BigEndian.PutUint64(v[25:], uint64(hold))
 	return append(v, e.IntervalSource...)
 }
 
 func decodeRuntimeEntry(domain string, v []byte) (limiter.SavedEntry, error) {
-	if len(v) < runtimeEntryFixed || v[0] != runtimeEntryVersion {
+	fixed := runtimeEntryFixed
+	if len(v) > 0 && v[0] == runtimeEntryVersion1 {
+		fixed = runtimeEntryFixed1
+	} else if len(v) > 0 && v[0] != runtimeEntryVersion {
+		fixed = -1
+	}
+	if fixed < 0 || len(v) < fixed {
 		return limiter.SavedEntry{}, fmt.Errorf("embedded store: domain_runtime %q: not a saved entry", domain)
 	}
 	e := limiter.SavedEntry{
@@ -269,7 +287,12 @@ func decodeRuntimeEntry(domain string, v []byte) (limiter.SavedEntry, error) {
 		LastRequestAt:  time.Unix(0, int64(binary.BigEndian.Uint64(v[1:]))).UTC(),
 		MinIntervalMs:  int64(binary.BigEndian.Uint32(v[17:])),
 		InFlightCount:  int(binary.BigEndian.Uint32(v[21:])),
-		IntervalSource: downloader.IntervalSource(v[runtimeEntryFixed:]),
+		IntervalSource: downloader.IntervalSource(v[fixed:]),
+	}
+	if fixed == runtimeEntryFixed {
+		if hold := int64(binary.BigEndian.Uint64(v[25:])); hold != 0 {
+			e.HoldUntil = time.Unix(0, hold).UTC()
+		}
 	}
 	if wire := int64(binary.BigEndian.Uint64(v[9:])); wire != 0 {
 		e.WireAt = time.Unix(0, wire).UTC()

@@ -142,6 +142,8 @@ func TestRuntimeEntryCodec(t *testing.T) {
 		{Domain: "a.example", LastRequestAt: time.Unix(0, 1_700_000_000_123_456_789).UTC(), WireAt: time.Unix(0, 1_700_000_000_000_000_001).UTC(),
 			MinIntervalMs: 3_600_000, IntervalSource: downloader.IntervalSourceRequest, InFlightCount: 1},
 		{Domain: "b.example", LastRequestAt: time.Unix(0, 5).UTC()},
+		{Domain: "c.example", LastRequestAt: time.Unix(0, 1_700_000_000_123_456_789).UTC(), MinIntervalMs: 1000,
+			IntervalSource: downloader.IntervalSourceLease, HoldUntil: time.Unix(0, 1_700_000_003_600_000_000).UTC()},
 	}
 	for _, e := range tests {
 		got, err := decodeRuntimeEntry(e.Domain, encodeRuntimeEntry(e))
@@ -149,7 +151,15 @@ func TestRuntimeEntryCodec(t *testing.T) {
 			t.Errorf("round trip of %+v: %+v %v", e, got, err)
 		}
 	}
-	for _, bad := range [][]byte{nil, {runtimeEntryVersion}, append([]byte{9}, make([]byte, runtimeEntryFixed)...)} {
+	// A version 1 entry (no hold_until_at), as an older process saved it, is still read.
+	v1 := append([]byte{runtimeEntryVersion1}, make([]byte, runtimeEntryFixed1-1)...)
+	v1[17+3] = 7 // min_interval_ms 7
+	v1 = append(v1, "request"...)
+	if got, err := decodeRuntimeEntry("d.example", v1); err != nil || got.MinIntervalMs != 7 ||
+		got.IntervalSource != downloader.IntervalSourceRequest || !got.HoldUntil.IsZero() {
+		t.Errorf("version 1 entry: %+v %v", got, err)
+	}
+	for _, bad := range [][]byte{nil, {runtimeEntryVersion}, {runtimeEntryVersion1}, append([]byte{9}, make([]byte, runtimeEntryFixed)...)} {
 		if _, err := decodeRuntimeEntry("x", bad); err == nil {
 			t.Errorf("decoded %v", bad)
 		}
