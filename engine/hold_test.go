@@ -24,7 +24,7 @@ type askingFetcher struct {
 	at     []time.Time
 }
 
-func (f *askingFetcher) Fetch(ctx context.Context, u *url.URL, adm *limiter.Admission, _ limiter.HopAdmitter) *downloader.Outcome {
+func (f *askingFetcher) FetchWith(ctx context.Context, u *url.URL, adm *limiter.Admission, _ limiter.HopAdmitter, _ downloader.FetchOptions) *downloader.Outcome {
 	if err := adm.WaitWire(ctx); err != nil {
 		return downloader.FailedBy(downloader.CauseWireWaitFailed)
 	}
