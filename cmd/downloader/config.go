@@ -48,6 +48,8 @@ type config struct {
 	RenderGuardProxyListen string
 	// The guard proxy terminates TLS, its CA in --data-dir (docs/deploy.md).
 	ShouldRenderGuardProxyTerminateTLS bool
+	// Plain fetches offer HTTP/2 (ALPN h2, then http/1.1); false: HTTP/1.1 only.
+	ShouldUseHTTP2 bool
 
 	// The render's sub-request caps (SPEC §3), in total and per host other than the page's.
 	RenderMaxSubrequestCount     int
@@ -118,6 +120,7 @@ func newFlagSet(name string, c *config, stderr io.Writer) *flag.FlagSet {
 	fs.Var(connectToFlag{&c.ConnectTo}, "connect-to", "HOST1:PORT1:HOST2:PORT2: send requests for HOST1:PORT1 to HOST2:PORT2 (curl style; repeatable or comma-separated; a leading *. matches subdomains)")
 	fs.BoolVar(&c.AllowPrivateNetworks, "allow-private-networks", false, "turn the SSRF guard off: allow loopback, private, link-local and metadata addresses")
 	fs.StringVar(&c.UserAgent, "user-agent", defaultUserAgent, "User-Agent of every request, plain and rendered")
+	fs.BoolVar(&c.ShouldUseHTTP2, "should-use-http2", true, "plain fetches (and robots.txt) offer HTTP/2 to https origins (ALPN h2, then http/1.1; each stream admitted as a request); false: HTTP/1.1 only")
 	fs.Int64Var(&c.RequestTimeoutMs, "request-timeout-ms", 30000, "default timeout of one fetch or render")
 	fs.IntVar(&c.RenderConcurrency, "render-concurrency", runtime.NumCPU(), "renders at once (the browser pool size)")
 	fs.StringVar(&c.RenderIsolation, "render-isolation", "wipe", "how renders are kept apart: wipe (long-lived contexts, every touched origin's state wiped between renders, HTTP and code cache kept) or context (a new browser context per render)")
