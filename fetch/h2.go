@@ -201,7 +201,15 @@ func (c *h2Conn) RoundTrip(req *http.Request) (*http.Response, error) {
 	returned = true
 	timer.Stop()
 	mu.Unlock()
-	if err != nil {
+	if err == nil {
+		// An answer came, so the HEADERS went out; WroteHeaders runs on the stream's own
+		// goroutine and may come after RoundTrip returned, when the hop is over and the
+		// gate closed: the hold would then last until the admission's Done, and a next hop
+		// of the same request to the same domain (a 421's second send, a redirect) would
+		// wait behind it for writeHoldMax. A second Wrote (the late WroteHeaders before the
+		// gate closes) only moves the wire moment later.
+		t.Wrote()
+	} else {
 		if errors.Is(context.Cause(ctx), errNoHeadersInTime) {
 			err = errNoHeadersInTime
 		}
