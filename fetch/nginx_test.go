@@ -13,7 +13,7 @@ import (
 
 // nginxEnv is a fetcher whose *.example.com goes to a real nginx: https on its TLS port
 // (HTTP/2 and HTTP/1.1 under the test CA), http on its plain one.
-func nginxEnv(t *testing.T, s *nginxtest.Server, opts ...envOption) *env {
+func nginxEnv(t testing.TB, s *nginxtest.Server, opts ...envOption) *env {
 	t.Helper()
 	opts = append(opts,
 		withRule("*.example.com:443:"+s.HTTPSAddr), withRule("*.example.com:80:"+s.HTTPAddr),
@@ -93,7 +93,8 @@ func TestNginx(t *testing.T) {
 			h1++
 		}
 	}
-	if h2 < 6 || h1 < 3 {
-		t.Errorf("nginx logged %d HTTP/2 and %d HTTP/1.1 requests, want at least 6 and 3", h2, h1)
+	// (The 421's second send is the last request: its line may not be written yet.)
+	if h2 < 6 || h1 < 2 {
+		t.Errorf("nginx logged %d HTTP/2 and %d HTTP/1.1 requests, want at least 6 and 2", h2, h1)
 	}
 }
