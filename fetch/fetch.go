@@ -221,7 +221,7 @@ func (f *Fetcher) Close() {
 	f.transport.CloseIdleConnections()
 	if f.h2 != nil {
 		f.h1.CloseIdleConnections()
-		f.h2.closeIdle()
+		f.h2.close()
 	}
 }
 

@@ -50,6 +50,8 @@ var errMisdirected = errors.New("fetch: 421 Misdirected Request over HTTP/2")
 // (net/http's ResponseHeaderTimeout covers HTTP/1.1 only).
 var errNoHeadersInTime error = timeoutError("fetch: no response headers in time (HTTP/2)")
 
+var errFetcherClosed = errors.New("fetch: the fetcher is closed")
+
 type timeoutError string
 
 func (e timeoutError) Error() string   { return string(e) }
@@ -92,9 +94,10 @@ type h2Pool struct {
 	t               *http2.Transport
 	responseTimeout time.Duration
 
-	mu     sync.Mutex
-	conns  map[*http2.ClientConn]struct{}
-	pruned int // len(conns) at the last pruning of closed connections
+	mu       sync.Mutex
+	conns    map[*http2.ClientConn]struct{}
+	pruned   int  // len(conns) at the last pruning of closed connections
+	isClosed bool // the fetcher closed: a connection that finishes its handshake now is closed
 }
 
 func newH2Pool(responseTimeout time.Duration) *h2Pool {
@@ -124,6 +127,11 @@ func (p *h2Pool) upgrade(_ string, c *tls.Conn) http.RoundTripper {
 		return erringRoundTripper{err}
 	}
 	p.mu.Lock()
+	if p.isClosed {
+		p.mu.Unlock()
+		cc.Close()
+		return erringRoundTripper{errFetcherClosed}
+	}
 	if len(p.conns) >= 2*max(p.pruned, 64) {
 		for k := range p.conns {
 			if k.State().Closed {
@@ -137,11 +145,12 @@ func (p *h2Pool) upgrade(_ string, c *tls.Conn) http.RoundTripper {
 	return &h2Conn{cc: cc, conn: c, responseTimeout: p.responseTimeout}
 }
 
-// closeIdle closes every HTTP/2 connection with no stream open or reserved. A connection
-// still in use closes itself once idle for the idle timeout.
-func (p *h2Pool) closeIdle() {
+// close closes every HTTP/2 connection with no stream open or reserved, and any made
+// from now on. A connection still in use closes itself once idle for the idle timeout.
+func (p *h2Pool) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.isClosed = true
 	for cc := range p.conns {
 		st := cc.State()
 		if st.Closed || (st.StreamsActive == 0 && st.StreamsReserved == 0 && st.StreamsPending == 0) {
