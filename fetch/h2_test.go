@@ -200,7 +200,7 @@ type rawH2Origin struct {
 // h2Arrival is one HEADERS frame as a stamped origin saw it.
 type h2Arrival struct {
 	conn int
-	at   time.Time // the kernel's receive time
+	at   time.Time // the kernel's receive time; zero: unstamped (see startStampedH2)
 }
 
 func startRawH2(t *testing.T, leaf *testca.Leaf, behave func(conn, stream int) h2Behaviour) (*rawH2Origin, string) {
@@ -219,10 +219,11 @@ func startRawH2(t *testing.T, leaf *testca.Leaf, behave func(conn, stream int) h
 }
 
 // startStampedH2 is startRawH2 on an origintest listener: each HEADERS frame is stamped
-// with the kernel's receive time of the bytes it came in (origintest.ReceivedAt). Frames
-// are read one at a time, each stamp claimed after its frame; a frame that came in the
-// same read as the one before it takes that one's stamp (earlier: never a gap that is
-// longer than the real one).
+// with the kernel's receive time of the bytes it came in (origintest.ReceivedAt), claimed
+// after each frame. A frame read from bytes that came in the same read as the frame before
+// it (the server was slow to read, and the kernel merged the segments, keeping the later
+// stamp) has no stamp of its own: it is left unstamped, never given another frame's time,
+// as origintest does for HTTP/1.1.
 func startStampedH2(t *testing.T, leaf *testca.Leaf, behave func(conn, stream int) h2Behaviour) (*rawH2Origin, string) {
 	t.Helper()
 	o := &rawH2Origin{behave: behave}
@@ -274,8 +275,9 @@ func (o *rawH2Origin) stamped() []h2Arrival {
 
 // serve speaks HTTP/2 on c; raw, when not nil, is the stamped connection under it.
 func (o *rawH2Origin) serve(c, raw net.Conn, conn int) {
-	var last time.Time // the latest stamp claimed on raw
+	var last time.Time // the stamp claimed after the frame just read; zero: none
 	claim := func() {
+		last = time.Time{}
 		if raw == nil {
 			return
 		}
