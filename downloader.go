@@ -151,6 +151,9 @@ type HealthSignal struct {
 	IsBodyTruncated bool `json:"is_body_truncated"`
 	// RetryAfterSeconds is the origin's own Retry-After on a 429 or 503, when it sent one.
 	RetryAfterSeconds *int64 `json:"retry_after_seconds"`
+	// HTTPVersion is the protocol the final answer came in ("1.1", "2"; "1.0" from an old
+	// server); null when no answer came, and for renders.
+	HTTPVersion *string `json:"http_version"`
 
 	XHRCount              *int `json:"xhr_count"`
 	XHRFailedCount        *int `json:"xhr_failed_count"`

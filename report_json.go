@@ -110,6 +110,12 @@ func (h *HealthSignal) appendJSON(b []byte) []byte {
 	} else {
 		b = strconv.AppendInt(b, *h.RetryAfterSeconds, 10)
 	}
+	b = append(b, `,"http_version":`...)
+	if h.HTTPVersion == nil {
+		b = append(b, "null"...)
+	} else {
+		b = AppendJSONString(b, *h.HTTPVersion)
+	}
 	b = append(b, `,"xhr_count":`...)
 	b = appendJSONInt(b, h.XHRCount)
 	b = append(b, `,"xhr_failed_count":`...)

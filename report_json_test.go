@@ -53,7 +53,8 @@ func TestReportAppendJSONIsJSONMarshal(t *testing.T) {
 		fillAll(t, reflect.ValueOf(&f), s, n, at)
 		return &f
 	}
-	plainSignal := &HealthSignal{ElapsedMs: 12, BodyBytes: 3456, ContentType: "text/html; charset=utf-8", RedirectCount: 1}
+	h2 := "2"
+	plainSignal := &HealthSignal{ElapsedMs: 12, BodyBytes: 3456, ContentType: "text/html; charset=utf-8", RedirectCount: 1, HTTPVersion: &h2}
 	renderSignal := &HealthSignal{ElapsedMs: 900, ContentType: "text/html", IsBodyTruncated: true, RetryAfterSeconds: &retry,
 		XHRCount: &n, XHRFailedCount: &zero, SubrequestCount: &n, SubrequestFailedCount: &zero, BlockedRequestCount: &zero,
 		SkippedRequestCount: &n, PopupCount: &zero, SkippedFrameCount: &zero, CappedSubrequestCount: &n}

@@ -118,12 +118,13 @@ func TestExportLinesAndWARC(t *testing.T) {
 	kRendered := put("http://b.test/r", "http://b.test/r", "text/html", renderedBody)
 	kBig := put("http://c.test/big", "", "text/plain", bigBody)
 	st200, st404 := 200, 404
+	h2 := "2" // task 1 came over HTTP/2
 	httpErr := downloader.FailHTTPStatusError
 	skip := downloader.SkipRobotsDisallowed
 	tasks := []Task{
 		{Status: downloader.TaskStatus{TaskID: "1", URL: "http://a.test/p", Domain: "a.test", State: downloader.TaskDone, AttemptCount: 1},
 			Report: &downloader.Report{TaskID: "1", FetchedAt: at, PageKey: kPlain, Summary: downloader.Summary{Domain: "a.test", HTTPStatus: &st200, HasReachedOrigin: true,
-				HealthSignal: &downloader.HealthSignal{ContentType: "text/html; charset=utf-8"}}}},
+				HealthSignal: &downloader.HealthSignal{ContentType: "text/html; charset=utf-8", HTTPVersion: &h2}}}},
 		{Status: downloader.TaskStatus{TaskID: "2", URL: "http://b.test/r", Domain: "b.test", State: downloader.TaskDone, AttemptCount: 1, ShouldRender: true},
 			Report: &downloader.Report{TaskID: "2", FetchedAt: at, PageKey: kRendered, Summary: downloader.Summary{Domain: "b.test", HTTPStatus: &st200, HasReachedOrigin: true}}},
 		{Status: downloader.TaskStatus{TaskID: "3", URL: "http://c.test/big", Domain: "c.test", State: downloader.TaskDone, AttemptCount: 2},
@@ -235,6 +236,11 @@ func checkWARC(t *testing.T, recs []warcRecord, plainBody, renderedBody, bigBody
 	if resp.header["warc-target-uri"] != "http://a.test/p/final" || resp.header["content-type"] != "application/http;msgtype=response" ||
 		resp.header["warc-date"] != "2026-05-06T07:08:09Z" || resp.header["warc-warcinfo-id"] != info.header["warc-record-id"] {
 		t.Errorf("response header %v", resp.header)
+	}
+	// An HTTP/2 exchange is written as HTTP/1.1, and says what it was.
+	if resp.header["warc-protocol"] != "h2" || req.header["warc-protocol"] != "h2" || bigResp.header["warc-protocol"] != "" {
+		t.Errorf("WARC-Protocol: response %q request %q, an HTTP/1.1 response %q; want h2, h2 and none",
+			resp.header["warc-protocol"], req.header["warc-protocol"], bigResp.header["warc-protocol"])
 	}
 	if !bytes.HasPrefix(req.block, []byte("GET /p/final HTTP/1.1\r\nHost: a.test\r\n")) || req.header["warc-concurrent-to"] != resp.header["warc-record-id"] {
 		t.Errorf("request %v %q", req.header, req.block)

@@ -119,22 +119,45 @@ func (ww *WARCWriter) WritePage(t *Task, p *downloader.Page) error {
 		return fmt.Errorf("warc: %w", err)
 	}
 	ww.headers(rb, target, at, truncated)
+	protocol := warcProtocol(t)
+	if protocol != "" {
+		rb.AddWarcHeader(warcProtocolField, protocol)
+	}
 	rb.AddWarcHeader(gowarc.ContentType, "application/http;msgtype=response")
 	respID, err := ww.writePayload(rb, p.PageKey)
 	if err != nil {
 		return err
 	}
 	path := u.RequestURI()
-	req := fmt.Sprintf("GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: %s\r\nAccept-Encoding: gzip, br\r\n\r\n", path, u.Host, ww.userAgent)
+	req := fmt.Sprintf("GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: %s\r\nAccept-Encoding: gzip, deflate, br, zstd\r\n\r\n", path, u.Host, ww.userAgent)
 	qb := gowarc.NewRecordBuilder(gowarc.Request, ww.opts...)
 	if _, err := qb.WriteString(req); err != nil {
 		return fmt.Errorf("warc: %w", err)
 	}
 	ww.headers(qb, target, at, false)
+	if protocol != "" {
+		qb.AddWarcHeader(warcProtocolField, protocol)
+	}
 	qb.AddWarcHeader(gowarc.ContentType, "application/http;msgtype=request")
 	qb.AddWarcHeader(gowarc.WarcConcurrentTo, "<"+respID+">")
 	_, err = ww.write(qb)
 	return err
+}
+
+// warcProtocolField names the protocol an exchange really used when its records show an
+// HTTP/1.1 rendering of it: WARC/1.1 has no HTTP/2 form, so an HTTP/2 exchange is written
+// as HTTP/1.1 (status line, headers, body: what replay tools read), as Heritrix does, and
+// this field (the IIPC's proposed WARC-Protocol) says it was "h2" (docs/decisions.md).
+const warcProtocolField = "WARC-Protocol"
+
+// warcProtocol is the WARC-Protocol of t's exchange: "h2" over HTTP/2, else none (an
+// HTTP/1.1 exchange is what the records show).
+func warcProtocol(t *Task) string {
+	if t.Report != nil && t.Report.HealthSignal != nil && t.Report.HealthSignal.HTTPVersion != nil &&
+		*t.Report.HealthSignal.HTTPVersion == "2" {
+		return "h2"
+	}
+	return ""
 }
 
 func (ww *WARCWriter) headers(b gowarc.WarcRecordBuilder, target string, at time.Time, truncated bool) {

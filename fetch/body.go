@@ -19,7 +19,7 @@ import (
 
 // acceptEncoding is what we ask for: the codings readBody decodes itself, so that the cap
 // holds on decoded bytes.
-const acceptEncoding = "gzip, deflate, br"
+const acceptEncoding = "gzip, deflate, br, zstd"
 
 // maxCodings bounds a Content-Encoding chain; a longer one is left undecoded.
 const maxCodings = 3
@@ -124,7 +124,7 @@ func contentCodings(h http.Header) ([]string, bool) {
 			switch c {
 			case "", "identity":
 				continue
-			case "gzip", "x-gzip", "deflate", "br":
+			case "gzip", "x-gzip", "deflate", "br", "zstd":
 				out = append(out, c)
 			default:
 				return nil, false
@@ -150,6 +150,8 @@ func decoder(coding string, r io.Reader) (io.Reader, error) {
 		return flate.NewReader(br), nil
 	case "br":
 		return brotli.NewReader(r), nil
+	case "zstd":
+		return newZstdReader(r)
 	}
 	return r, nil
 }

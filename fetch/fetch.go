@@ -80,7 +80,10 @@ type Config struct {
 	// TLSConfig, when set, is cloned for the transport (trusted roots for a private CA,
 	// say). Default: the system roots, TLS 1.2 at least.
 	TLSConfig *tls.Config
-	Logger    *slog.Logger // default: discard
+	// DisableHTTP2 turns HTTP/2 off (--should-use-http2=false): every TLS connection
+	// offers http/1.1 only. By default ALPN offers h2 first (h2.go).
+	DisableHTTP2 bool
+	Logger       *slog.Logger // default: discard
 }
 
 // Defaults.
@@ -122,8 +125,12 @@ type Fetcher struct {
 	// The values of the headers every request sends, shared by all (never modified).
 	userAgent, accept, acceptEncoding []string
 	transport                         *http.Transport
-	closed                            context.Context // done after Close: aborts dials still in progress
-	close                             context.CancelFunc
+	// h1 never offers h2: a 421 over HTTP/2 is sent again on it (h2.go). It is transport
+	// itself when HTTP/2 is off.
+	h1     *http.Transport
+	h2     *h2Pool         // nil when HTTP/2 is off
+	closed context.Context // done after Close: aborts dials still in progress
+	close  context.CancelFunc
 
 	// wireHook, when set (by tests of this package), runs right after the wire wait let
 	// the request's first write out.
@@ -200,6 +207,10 @@ func New(cfg Config) *Fetcher {
 		IdleConnTimeout:        90 * time.Second,
 		MaxResponseHeaderBytes: 1 << 20,
 	}
+	f.h1 = f.transport
+	if !cfg.DisableHTTP2 {
+		f.enableHTTP2()
+	}
 	return f
 }
 
@@ -209,6 +220,10 @@ func New(cfg Config) *Fetcher {
 func (f *Fetcher) Close() {
 	f.close()
 	f.transport.CloseIdleConnections()
+	if f.h2 != nil {
+		f.h1.CloseIdleConnections()
+		f.h2.close()
+	}
 }
 
 // Fetch does one GET of u, following redirects. adm is the limiter admission of u's
@@ -246,9 +261,13 @@ func (f *Fetcher) FetchWith(ctx context.Context, u *url.URL, adm *limiter.Admiss
 		f.logOutcome(u, out, err)
 	}()
 
+	// h1: this hop is a 421's second send, on HTTP/1.1 (h2.go); misdirected counts those
+	// hops, which are not redirects (a 421 is sent again once: the second send is on
+	// HTTP/1.1, where a 421 is the answer).
+	h1, misdirected := false, 0
 	for hop := 0; ; hop++ {
 		out.FinalURL = cur.String()
-		out.HealthSignal.RedirectCount = hop
+		out.HealthSignal.RedirectCount = hop - misdirected
 		if cerr := f.cfg.Guard.CheckURLHost(cur.Host); cerr != nil {
 			err = cerr
 			out.Fail(downloader.CauseDestinationForbidden)
@@ -269,9 +288,13 @@ func (f *Fetcher) FetchWith(ctx context.Context, u *url.URL, adm *limiter.Admiss
 		if hop > 0 && len(headers) > 0 {
 			headers = headers.ForHop(strings.EqualFold(cur.Hostname(), u.Hostname()))
 		}
-		next, err = f.hop(ctx, hop, &cur, hopAdm, hops != nil, out, opts.IsOnce, headers)
+		next, err = f.hop(ctx, hop-misdirected, &cur, hopAdm, hops != nil, out, opts.IsOnce, h1, headers)
 		if hop > 0 {
 			hopAdm.Cancel() // degrades to Done once the hop went on the wire
+		}
+		if h1 = errors.Is(err, errMisdirected); h1 {
+			misdirected++
+			continue // the same URL under an admission of its own, like a hop
 		}
 		if next == nil {
 			return out
@@ -311,8 +334,10 @@ var (
 
 // hop sends one request for u and fills out from its answer. It returns the next URL
 // when the answer is a redirect to follow (only when follow: the caller gave a
-// HopAdmitter). once closes the connection after the answer (FetchOnce).
-func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Admission, follow bool, out *downloader.Outcome, once bool, headers downloader.RequestHeaders) (*url.URL, error) {
+// HopAdmitter). once closes the connection after the answer (FetchOnce). h1 sends it on
+// HTTP/1.1 (after a 421 over HTTP/2); a 421 over HTTP/2 to follow is errMisdirected.
+// headers are the caller's allow-listed headers for this hop.
+func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Admission, follow bool, out *downloader.Outcome, once, h1 bool, headers downloader.RequestHeaders) (*url.URL, error) {
 	hopCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	st := &hopState{}
@@ -334,6 +359,9 @@ func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Adm
 				closeConn(info.Conn)
 				return
 			}
+			if wc.isH2.Load() {
+				return // the stream passes the ticket in h2Conn.RoundTrip
+			}
 			if f.wireHook != nil {
 				ticket.setOnWire(func() { f.wireHook(hop, info) })
 			}
@@ -341,7 +369,7 @@ func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Adm
 		},
 		GotFirstResponseByte: func() { st.answered.Store(true) },
 	}
-	reqCtx := httptrace.WithClientTrace(netguard.WithConnectHook(hopCtx, ticket), trace)
+	reqCtx := httptrace.WithClientTrace(netguard.WithConnectHook(withTicket(hopCtx, ticket), ticket), trace)
 	req, err := http.NewRequestWithContext(reqCtx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		ticket.finish()
@@ -353,7 +381,11 @@ func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Adm
 	req.Header = http.Header{"User-Agent": f.userAgent, "Accept": f.accept, "Accept-Encoding": f.acceptEncoding}
 	headers.SetOn(req.Header) // the caller's allow-listed headers (User-Agent only where the operator allows it)
 
-	resp, err := f.transport.RoundTrip(req)
+	rt := f.transport
+	if h1 {
+		rt = f.h1
+	}
+	resp, err := rt.RoundTrip(req)
 	// The request's attempt and write have happened or never will: the admission is the
 	// caller's again.
 	st.wireErr, st.refused = ticket.finish()
@@ -372,7 +404,12 @@ func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Adm
 		return nil, fmt.Errorf("fetch %s: %w", u.Redacted(), err)
 	}
 	defer resp.Body.Close()
+	out.HealthSignal.HTTPVersion = httpVersion(resp)
 
+	if resp.StatusCode == http.StatusMisdirectedRequest && resp.ProtoMajor == 2 && follow && !h1 {
+		f.readBody(hopCtx, cancel, resp, redirectDrainBytes)
+		return nil, errMisdirected
+	}
 	if next := f.redirectTarget(hop, u, resp, follow); next != nil {
 		// Drain a little so the connection can be reused; errors here do not matter.
 		f.readBody(hopCtx, cancel, resp, redirectDrainBytes)

@@ -389,7 +389,7 @@ func TestFetchBodies(t *testing.T) {
 		"/plain":       {"text/plain; charset=utf-8", "", []byte("  plain \n\n text  ")},
 		"/json":        {"application/json", "", []byte(`{"a": "b"}`)},
 		"/sniffed":     {"", "", []byte(okPage)},
-		"/zstd":        {"text/html", "zstd", []byte("whatever")},
+		"/unknown":     {"text/html", "compress", []byte("whatever")}, // a coding we do not decode
 		"/corrupt":     {"text/html", "gzip", []byte("not gzip at all")},
 	}
 	o := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
@@ -429,7 +429,7 @@ func TestFetchBodies(t *testing.T) {
 		{"/plain", 17, 10},
 		{"/json", 10, 0},
 		{"/sniffed", int64(len(okPage)), len(okPageText)},
-		{"/zstd", 8, 0},
+		{"/unknown", 8, 0},
 		{"/corrupt", 0, 0},
 	}
 	for _, tt := range tests {

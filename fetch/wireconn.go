@@ -64,6 +64,9 @@ func (t *wireTicket) finish() (wireErr error, refused int) { return t.Close() }
 // write loop, and on a loaded machine the two can be many ms apart).
 type wireConn struct {
 	net.Conn
+	// isH2: the connection speaks HTTP/2 (h2.go): its writes are frames of many streams,
+	// so no request arms it; each stream passes its own gate.
+	isH2 atomic.Bool
 
 	mu    sync.Mutex
 	armed *wireTicket // guarded by mu

@@ -16,7 +16,7 @@ var errRefusedConn = errors.New("connection refused")
 // gateStep is one step of a WireGate test: op on the gate, after advancing the clock.
 type gateStep struct {
 	advance time.Duration
-	op      string // attempt, write (the forms that answer at once), connecting, send (the waiting forms), wrote, failed, close
+	op      string // attempt, write (the forms that answer at once), connecting, send, sending (the waiting forms), wrote, failed, close
 	wantErr error
 }
 
@@ -47,6 +47,14 @@ func TestWireGate(t *testing.T) {
 				{0, "connecting", ErrWireUsed}}, iv, 2},
 		{"waiting forms: a failed attempt", []gateStep{{0, "connecting", nil}, {20 * time.Millisecond, "failed", nil}},
 			iv - 20*time.Millisecond, 0},
+		{"a stream's headers on a shared connection: spaced from their write",
+			[]gateStep{{0, "sending", nil}, {30 * time.Millisecond, "wrote", nil}, {0, "sending", ErrWireUsed},
+				{0, "connecting", ErrWireUsed}}, iv, 2},
+		{"a stream after its connection's attempt: moved forward to the headers",
+			[]gateStep{{0, "connecting", nil}, {40 * time.Millisecond, "sending", nil}, {10 * time.Millisecond, "wrote", nil}}, iv, 0},
+		{"a stream that never wrote its headers: held until the request is done",
+			[]gateStep{{0, "sending", nil}, {25 * time.Millisecond, "close", nil}}, iv, 0},
+		{"nothing after close: sending", []gateStep{{0, "close", nil}, {0, "sending", ErrWireOver}}, 0, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -86,6 +94,8 @@ func runGateStep(g *WireGate, op string, now time.Time) error {
 		err = g.Connecting(context.Background())
 	case "send":
 		_, err = g.Send(func() (int, error) { return 0, nil })
+	case "sending":
+		err = g.Sending()
 	case "wrote":
 		g.Wrote()
 	case "failed":

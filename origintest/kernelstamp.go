@@ -2,6 +2,7 @@ package origintest
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"io"
 	"net"
@@ -151,7 +152,7 @@ func (c *stampConn) requestDone() {
 // connState is the origin's http.Server.ConnState: an idle connection waits for its next
 // request.
 func connState(c net.Conn, s http.ConnState) {
-	if sc, ok := c.(*stampConn); ok && s == http.StateIdle {
+	if sc, ok := stampConnOf(c); ok && s == http.StateIdle {
 		sc.requestDone()
 	}
 }
@@ -177,10 +178,21 @@ func withConn(ctx context.Context, c net.Conn) context.Context {
 
 // arrivalTime is the kernel receive time of r's first byte when known (ok), else now.
 func arrivalTime(r *http.Request) (time.Time, bool) {
-	if c, ok := r.Context().Value(connKey{}).(*stampConn); ok {
-		if at, ok := c.claimRequest(); ok {
-			return at, true
+	if c, ok := r.Context().Value(connKey{}).(net.Conn); ok {
+		if sc, ok := stampConnOf(c); ok {
+			if at, ok := sc.claimRequest(); ok {
+				return at, true
+			}
 		}
 	}
 	return time.Now(), false
+}
+
+// stampConnOf finds the stamping connection under c, which a TLS origin wraps.
+func stampConnOf(c net.Conn) (*stampConn, bool) {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	sc, ok := c.(*stampConn)
+	return sc, ok
 }

@@ -4,6 +4,7 @@
 package origintest
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -20,6 +21,7 @@ type Arrival struct {
 	Path   string
 	At     time.Time
 	Remote string // the client's address: which connection the request came on
+	Proto  string // HTTP/1.1, HTTP/2.0
 }
 
 // Origin is a recording origin server. Safe for concurrent use.
@@ -58,6 +60,30 @@ func New(h http.Handler) *Origin {
 	return o
 }
 
+// NewTLS is New over TLS with HTTP/2 offered (ALPN h2, then http/1.1), under cert: each
+// stream is recorded as a request, stamped like one. The stamp of a request is the
+// first byte the connection received after the previous request was done (the origin
+// goes idle when its last stream closes), so streams sent one after another are stamped
+// as HTTP/1.1 requests are; a stream that arrives while another is open is unstamped
+// (UnstampedCount), never stamped early.
+func NewTLS(h http.Handler, cert tls.Certificate) *Origin {
+	if h == nil {
+		h = http.HandlerFunc(Page)
+	}
+	o := &Origin{}
+	o.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		o.record(r)
+		h.ServeHTTP(w, r)
+	}))
+	o.srv.Listener = newStampListener(o.srv.Listener)
+	o.srv.Config.ConnContext = withConn
+	o.srv.Config.ConnState = connState
+	o.srv.EnableHTTP2 = true
+	o.srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2", "http/1.1"}}
+	o.srv.StartTLS()
+	return o
+}
+
 // Page answers a small HTML page that names the host.
 func Page(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -71,7 +97,7 @@ func (o *Origin) record(r *http.Request) {
 		host = h
 	}
 	o.mu.Lock()
-	o.arrivals = append(o.arrivals, Arrival{Host: strings.ToLower(host), Path: r.URL.Path, At: now, Remote: r.RemoteAddr})
+	o.arrivals = append(o.arrivals, Arrival{Host: strings.ToLower(host), Path: r.URL.Path, At: now, Remote: r.RemoteAddr, Proto: r.Proto})
 	if !isKernelTime {
 		o.unstamped++
 	}

@@ -3,11 +3,14 @@
 # Debian's headless Chromium for rendering, fonts (Latin and CJK, so pages have text
 # metrics and the console's screenshots show Chinese labels), Debian's prometheus
 # package for promtool (the tests check monitoring/'s alert rules and the service's
-# /metrics with it; the Prometheus server it also ships is stopped), and the Go
-# modules. Safe to run again: it installs only what is missing.
+# /metrics with it; the Prometheus server it also ships is stopped), Debian's nginx with
+# its brotli modules (a real origin for the fetch tests, internal/nginxtest: each test runs
+# its own; the system service the package starts is stopped), and the Go modules. Safe to
+# run again: it installs only what is missing.
 set -euo pipefail
 
-packages=(chromium-headless-shell fonts-liberation fonts-wqy-microhei ca-certificates prometheus)
+packages=(chromium-headless-shell fonts-liberation fonts-wqy-microhei ca-certificates prometheus
+	nginx libnginx-mod-http-brotli-filter libnginx-mod-http-brotli-static)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -18,13 +21,21 @@ if [ ${#missing[@]} -gt 0 ]; then
 		exit 1
 	fi
 	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -q
-	apt-get install -y -q --no-install-recommends "${missing[@]}"
+	apt-get -o DPkg::Lock::Timeout=600 update -q
+	apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "${missing[@]}"
 	# Only promtool is wanted: a Prometheus server that the package may have started is stopped.
 	if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
 		systemctl disable --now prometheus.service >/dev/null 2>&1 || true
 	fi
+	# Only the binary and the modules are wanted: the tests start nginx themselves.
+	if [[ " ${missing[*]} " == *" nginx "* ]] && command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
+		systemctl disable --now nginx.service >/dev/null 2>&1 || true
+	fi
 fi
+test -x /usr/sbin/nginx || {
+	echo "setup: /usr/sbin/nginx not found after install" >&2
+	exit 1
+}
 test -x /usr/lib/chromium/chromium-headless-shell || {
 	echo "setup: /usr/lib/chromium/chromium-headless-shell not found after install" >&2
 	exit 1

@@ -54,6 +54,8 @@ type config struct {
 	RenderGuardProxyListen string
 	// The guard proxy terminates TLS, its CA in --data-dir (docs/deploy.md).
 	ShouldRenderGuardProxyTerminateTLS bool
+	// Plain fetches offer HTTP/2 (ALPN h2, then http/1.1); false: HTTP/1.1 only.
+	ShouldUseHTTP2 bool
 
 	// The render's sub-request caps (SPEC §3), in total and per host other than the page's.
 	RenderMaxSubrequestCount     int
@@ -138,6 +140,7 @@ func newFlagSet(name string, c *config, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.UserAgent, "user-agent", defaultUserAgent, "User-Agent of every request, plain and rendered")
 	fs.Var(linesFlag{&c.DefaultRequestHeaderLines}, "default-request-header", "'Name: value' sent with every request of A, B and C unless the request's request_headers name it (repeatable; the request_headers allow-list: Accept-Language, Cookie, Referer)")
 	fs.BoolVar(&c.ShouldAllowUserAgentHeader, "should-allow-user-agent-header", false, "let request_headers (and --default-request-header) set User-Agent")
+	fs.BoolVar(&c.ShouldUseHTTP2, "should-use-http2", true, "plain fetches (and robots.txt) offer HTTP/2 to https origins (ALPN h2, then http/1.1; each stream admitted as a request); false: HTTP/1.1 only")
 	fs.Int64Var(&c.RequestTimeoutMs, "request-timeout-ms", 30000, "default timeout of one fetch or render")
 	fs.IntVar(&c.RenderConcurrency, "render-concurrency", runtime.NumCPU(), "renders at once (the browser pool size)")
 	fs.StringVar(&c.RenderIsolation, "render-isolation", "wipe", "how renders are kept apart: wipe (long-lived contexts, every touched origin's state wiped between renders, HTTP and code cache kept) or context (a new browser context per render)")

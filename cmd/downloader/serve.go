@@ -115,7 +115,7 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 	defaultInterval := time.Duration(c.DefaultMinIntervalMs) * time.Millisecond
 	// Every request's redirect hops are admitted by the hop admitter the engine passes
 	// with it (engine.Hops); the renderer's Hops turns on its document pausing.
-	fetcher := fetch.New(fetch.Config{Clock: clk, Guard: guard, Logger: logger, UserAgent: c.UserAgent})
+	fetcher := fetch.New(fetch.Config{Clock: clk, Guard: guard, Logger: logger, UserAgent: c.UserAgent, DisableHTTP2: !c.ShouldUseHTTP2})
 	pool, err := render.New(render.Config{
 		Clock: clk, Logger: logger, BinaryPath: c.ChromiumPath, Endpoint: c.RendererEndpoint,
 		Concurrency: c.RenderConcurrency, QueueLength: c.LocalQueueLength, UserAgent: c.UserAgent,
