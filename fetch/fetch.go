@@ -273,7 +273,7 @@ func (f *Fetcher) fetch(ctx context.Context, u *url.URL, adm *limiter.Admission,
 }
 
 func (f *Fetcher) admitHop(ctx context.Context, hops HopAdmitter, u *url.URL) (limiter.Admission, error) {
-	domain, err := downloader.NormalizeDomain(u.Hostname())
+	domain, err := downloader.CanonicalHost(u.Hostname())
 	if err != nil {
 		return limiter.Admission{}, fmt.Errorf("redirect to %s: %w", u.Redacted(), err)
 	}
@@ -420,7 +420,9 @@ func (f *Fetcher) redirectTarget(hop int, u *url.URL, resp *http.Response, follo
 	if loc == "" {
 		return nil
 	}
-	next, err := u.Parse(loc)
+	// The target is read with the one host parser (SPEC §2): its host is canonical
+	// before the hop is admitted, guarded, dialled and sent.
+	next, err := downloader.ParseLocation(u, loc)
 	if err != nil {
 		return nil
 	}

@@ -120,14 +120,14 @@ func parseRuleHost(f string, allowWildcard bool) (string, error) {
 			return "", fmt.Errorf("bad host %q", f)
 		}
 	}
-	h, err := downloader.NormalizeDomain(name)
+	h, err := downloader.CanonicalHost(name)
 	if err != nil {
 		return "", fmt.Errorf("bad host %q: %s", f, downloader.ErrorMessage(err))
 	}
 	if strings.Contains(h, ":") || h == "" || strings.HasPrefix(h, ".") || strings.Contains(h, "..") {
 		return "", fmt.Errorf("bad host %q", f)
 	}
-	if again, err := downloader.NormalizeDomain(h); err != nil || again != h {
+	if again, err := downloader.CanonicalHost(h); err != nil || again != h {
 		// The normal form must be a fixed point, or String would not parse back.
 		return "", fmt.Errorf("bad host %q", f)
 	}
@@ -153,21 +153,13 @@ func parseRulePort(f string) (string, error) {
 	return strconv.Itoa(n), nil
 }
 
-// canonicalIP writes an address the way NormalizeDomain does (IPv4-mapped as IPv4).
+// canonicalIP writes an address as downloader.CanonicalHost does.
 func canonicalIP(ip netip.Addr) string {
-	return ip.Unmap().WithZone("").String()
-}
-
-// normHost normalises a host from a URL or a dial address for matching against rules.
-func normHost(h string) string {
-	h = strings.TrimPrefix(strings.TrimSuffix(h, "]"), "[")
-	if ip, err := netip.ParseAddr(h); err == nil {
-		return canonicalIP(ip)
+	h, err := downloader.CanonicalHost("[" + ip.WithZone("").String() + "]")
+	if ip.Is4() || err != nil {
+		return ip.String()
 	}
-	if n, err := downloader.NormalizeDomain(h); err == nil {
-		return n
-	}
-	return strings.ToLower(strings.TrimSuffix(h, "."))
+	return h
 }
 
 // matchHost reports whether the rule's FromHost matches the normalised host.

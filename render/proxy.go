@@ -193,7 +193,7 @@ func (x *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if st.countsTunnels() {
 			// No pauser sees what goes inside: each tunnel to another host is one of the
 			// page's sub-requests, under the render's caps (SPEC §3).
-			if d, err := downloader.NormalizeDomain(r.Host); err == nil && !st.isOwnDomain(d) && !st.admitSubrequest(d) {
+			if d, err := downloader.CanonicalHost(r.Host); err == nil && !st.isOwnDomain(d) && !st.admitSubrequest(d) {
 				x.log.Debug("render tunnel over the render's cap, refused", "domain", d)
 				w.Header().Set(proxyErrorHeader, x.token+" "+string(downloader.FailSelfRateLimited))
 				w.WriteHeader(http.StatusTooManyRequests)
@@ -240,7 +240,7 @@ func (x *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if st.proxyCounts(r) {
-		if d, err := downloader.NormalizeDomain(r.URL.Host); err == nil && !st.admitSubrequest(d) {
+		if d, err := downloader.CanonicalHost(r.URL.Host); err == nil && !st.admitSubrequest(d) {
 			x.log.Debug("render sub-request over the render's cap, refused", "domain", d)
 			// Our own limit, as the tracker reads it from the mark.
 			w.Header().Set(proxyErrorHeader, x.token+" "+string(downloader.FailSelfRateLimited))
@@ -269,7 +269,7 @@ func isMainDocument(r *http.Request, domain string) bool {
 	if r.Header.Get("Sec-Fetch-Dest") != "document" {
 		return false
 	}
-	d, err := downloader.NormalizeDomain(r.URL.Host)
+	d, err := downloader.CanonicalHost(r.URL.Host)
 	return err == nil && d == domain
 }
 
@@ -282,7 +282,7 @@ func (x *proxy) dial(ctx context.Context, network, address string, tunnel bool) 
 		return nil, errNotArmed
 	}
 	if host, _, err := net.SplitHostPort(address); err == nil {
-		if d, err := downloader.NormalizeDomain(host); err == nil {
+		if d, err := downloader.CanonicalHost(host); err == nil {
 			ctx = netguard.WithConnectHook(ctx, &attemptHook{st: st, domain: d, stop: x.ctx.Done()})
 		}
 	}
@@ -299,7 +299,7 @@ func (x *proxy) dial(ctx context.Context, network, address string, tunnel bool) 
 	if err != nil {
 		return conn, nil
 	}
-	d, err := downloader.NormalizeDomain(host)
+	d, err := downloader.CanonicalHost(host)
 	if err != nil {
 		return conn, nil
 	}
