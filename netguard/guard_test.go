@@ -427,4 +427,3 @@ func TestDialContextFamilies(t *testing.T) {
 		t.Errorf("tcp4 dialled %v, want only the IPv4 answer", got)
 	}
 }
-
