@@ -107,20 +107,33 @@ func isPort(p string) bool {
 	return true
 }
 
-// canonicalDomain is the WHATWG host parser's non-IPv6 branch, without the trailing dot.
+// canonicalDomain is the WHATWG host parser's non-IPv6 branch, without the trailing dot,
+// and stricter in two ways a browser is not (both refusals, never a different host):
+//   - after IDNA, only letters, digits, '-', '_' and '.' are kept: the URL Standard also
+//     lets "!$&'()*+,;=`{}~" through, but no such name can be looked up in DNS, net/url
+//     refuses several of them in a host, and Chromium writes some percent-encoded ("*"
+//     becomes "%2A"), so the Host header would not be the key;
+//   - an "xn--" label with nothing after it is refused (golang.org/x/net/idna decodes it
+//     to an empty label, which would make "xn--.test" the key ".test").
 func canonicalDomain(input string) (string, error) {
+	if !utf8.ValidString(input) {
+		return "", errors.New("not UTF-8")
+	}
 	decoded := percentDecode(input)
 	if !utf8.ValidString(decoded) {
-		return "", errors.New("not UTF-8")
+		return "", errors.New("percent-encoding that is not UTF-8")
 	}
 	ascii, err := domainToASCII(decoded)
 	if err != nil {
 		return "", err
 	}
 	for i := 0; i < len(ascii); i++ {
-		if forbiddenDomainByte(ascii[i]) {
-			return "", fmt.Errorf("forbidden character %q", ascii[i])
+		if !hostByte(ascii[i]) {
+			return "", fmt.Errorf("character %q in a host name", ascii[i])
 		}
+	}
+	if emptyLabels(ascii) > emptyLabels(decoded) {
+		return "", errors.New("empty punycode label")
 	}
 	if ip, isIP, err := parseIPv4(ascii); err != nil {
 		return "", err
@@ -137,6 +150,30 @@ func canonicalDomain(input string) (string, error) {
 	return h, nil
 }
 
+// hostByte reports whether c may be in a canonical host name: a lower-case letter, a
+// digit, '-', '_' or '.'.
+func hostByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.'
+}
+
+// emptyLabels counts the empty labels of a host, its trailing dot aside; the four label
+// separators of UTS #46 count as dots.
+func emptyLabels(h string) int {
+	n, prevDot := 0, true
+	for _, c := range h {
+		switch c {
+		case '.', '\u3002', '\uff0e', '\uff61':
+			if prevDot {
+				n++
+			}
+			prevDot = true
+		default:
+			prevDot = false
+		}
+	}
+	return n
+}
+
 // domainToASCII is the WHATWG "domain to ASCII" with beStrict false.
 func domainToASCII(s string) (string, error) {
 	ascii, err := hostIDNA().ToASCII(s)
@@ -147,19 +184,6 @@ func domainToASCII(s string) (string, error) {
 		return "", errors.New("empty host")
 	}
 	return ascii, nil
-}
-
-// forbiddenDomainByte is the WHATWG forbidden domain code point test for ASCII (the
-// IDNA result has no other).
-func forbiddenDomainByte(c byte) bool {
-	if c <= 0x20 || c == 0x7f {
-		return true
-	}
-	switch c {
-	case '#', '/', ':', '<', '>', '?', '@', '[', '\\', ']', '^', '|', '%':
-		return true
-	}
-	return false
 }
 
 // percentDecode is the WHATWG percent-decode: a '%' not followed by two hex digits is
