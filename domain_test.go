@@ -75,6 +75,9 @@ func TestCanonicalHost(t *testing.T) {
 		{"exa%20mple.com", "", true},
 		{"a%25b.test", "", true},
 		{"a%zzb", "", true},
+		{"a..", "", true},
+		{"xn--.test", "", true},
+		{"a!b.test", "", true},
 		{"a<b", "", true},
 		{"a^b", "", true},
 		{"a|b", "", true},
@@ -147,9 +150,9 @@ func TestFailReasonsAreClosedAndLabelled(t *testing.T) {
 	}
 }
 
-// FuzzCanonicalHost: never panics; a result is lower case, has no port or trailing dot,
+// FuzzCanonicalHostFixedPoint: never panics; a result is lower case, has no port or trailing dot,
 // and is a fixed point.
-func FuzzCanonicalHost(f *testing.F) {
+func FuzzCanonicalHostFixedPoint(f *testing.F) {
 	for _, s := range []string{"Example.COM.", "例子.测试:80", "[::1]:8080", "a..b", "xn--", "1.2.3.4", "-a-.b", "\x00"} {
 		f.Add(s)
 	}

@@ -141,8 +141,10 @@ func canonicalDomain(input string) (string, error) {
 		return ip.String(), nil
 	}
 	h := strings.TrimSuffix(ascii, ".")
-	if h == "" {
-		return "", errors.New("empty host")
+	if h == "" || strings.HasSuffix(h, ".") {
+		// "a.." would keep a dot as the key ("a."), which is not "a": no such name
+		// resolves, so it is refused rather than given a second key.
+		return "", errors.New("empty host or last label")
 	}
 	if len(h) > maxHostLength {
 		return "", fmt.Errorf("longer than %d characters", maxHostLength)
