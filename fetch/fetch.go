@@ -243,6 +243,12 @@ func (f *Fetcher) fetch(ctx context.Context, u *url.URL, adm *limiter.Admission,
 	}()
 
 	for hop := 0; ; hop++ {
+		// The one host (SPEC §2): whatever URL a caller hands in, only its canonical
+		// host is guarded, dialled and written as the Host header and TLS server name.
+		// A host with no canonical form is left for CheckURLHost to refuse.
+		if c, _, cerr := downloader.CanonicalizeURL(&cur); cerr == nil {
+			cur = *c
+		}
 		out.FinalURL = cur.String()
 		out.HealthSignal.RedirectCount = hop
 		if cerr := f.cfg.Guard.CheckURLHost(cur.Host); cerr != nil {
