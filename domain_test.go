@@ -52,8 +52,10 @@ func TestCanonicalHost(t *testing.T) {
 		{"[0:0:0:0:0:0:0:0]", "::", false},
 		{"[1:0:0:2:0:0:0:3]", "1:0:0:2::3", false},
 		{"[1:0:0:2:0:0:3:4]", "1::2:0:0:3:4", false},
-		{"[::ffff:1.2.3.4]", "::ffff:102:304", false},
-		{"[::FFFF:7f00:1]", "::ffff:7f00:1", false},
+		{"[::ffff:1.2.3.4]", "", true}, // IPv4-mapped: the IPv4 address is the key
+		{"[::FFFF:7f00:1]", "", true},
+		{"[::1.2.3.4]", "::102:304", false},
+		{"[64:ff9b::1.2.3.4]", "64:ff9b::102:304", false},
 		{"[1:2:3:4:5:6:7::]", "1:2:3:4:5:6:7:0", false},
 		{"127.0.0.1:80", "127.0.0.1", false},
 		// Refused, as a browser refuses them.
@@ -190,7 +192,7 @@ func TestParseTargetURLRewritesHost(t *testing.T) {
 		{"http://11.22.8492:8080/", "http://11.22.33.44:8080/", "11.22.33.44"},
 		{"http://%41.test/", "http://a.test/", "a.test"},
 		{"http://a。b．c｡test/", "http://a.b.c.test/", "a.b.c.test"},
-		{"http://[::FFFF:1.2.3.4]:8080/p", "http://[::ffff:102:304]:8080/p", "::ffff:102:304"},
+		{"http://[2001:DB8:0::1]:8080/p", "http://[2001:db8::1]:8080/p", "2001:db8::1"},
 		{"http://例子.测试?q", "http://xn--fsqu00a.xn--0zwm56d?q", "xn--fsqu00a.xn--0zwm56d"},
 	}
 	for _, tt := range tests {

@@ -45,8 +45,9 @@ func hostIDNA() *idna.Profile {
 // host may be a URL's host with its port ("ｓｉｔｅ.test:8080", "[::1]:443") or a key
 // already canonical: an IPv6 key is written without brackets ("2001:db8::1"), which no
 // URL host can be confused with (a colon is a forbidden host code point). An IP literal's
-// key is the address itself: "0x7f.1" is "127.0.0.1", "[::FFFF:7f00:1]" is
-// "::ffff:7f00:1" (an IPv4-mapped IPv6 address stays IPv6, as in a browser). The result
+// key is the address itself: "0x7f.1" is "127.0.0.1", "[2001:DB8:0::1]" is "2001:db8::1".
+// An IPv4-mapped IPv6 address ("[::ffff:11.22.33.44]") is refused: it reaches the IPv4
+// address, which a browser would key apart from it. The result
 // is a fixed point: CanonicalHost(h) == h for every h it returns. Errors are EINVALID on
 // field "domain".
 func CanonicalHost(host string) (string, error) {
@@ -426,6 +427,12 @@ func parseIPv6(s string) (string, error) {
 		}
 	} else if piece != 8 {
 		return bad("too few pieces")
+	}
+	if pieces[0]|pieces[1]|pieces[2]|pieces[3]|pieces[4] == 0 && pieces[5] == 0xffff {
+		// An IPv4-mapped address dials the IPv4 address (the kernel maps it), but a
+		// browser keys it as IPv6: two keys for one origin. Refused: write the IPv4
+		// address.
+		return bad("an IPv4-mapped address (write the IPv4 address)")
 	}
 	return serializeIPv6(pieces), nil
 }

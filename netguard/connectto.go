@@ -98,14 +98,11 @@ func parseRuleHost(f string, allowWildcard bool) (string, error) {
 		return "", nil
 	}
 	if strings.HasPrefix(f, "[") {
-		if !strings.HasSuffix(f, "]") {
+		h, err := downloader.CanonicalHost(f)
+		if !strings.HasSuffix(f, "]") || err != nil || !strings.Contains(h, ":") {
 			return "", fmt.Errorf("bad IPv6 literal %q", f)
 		}
-		ip, err := netip.ParseAddr(f[1 : len(f)-1])
-		if err != nil || !ip.Is6() || ip.Zone() != "" {
-			return "", fmt.Errorf("bad IPv6 literal %q", f)
-		}
-		return canonicalIP(ip), nil
+		return h, nil
 	}
 	wild := ""
 	name := f
@@ -151,15 +148,6 @@ func parseRulePort(f string) (string, error) {
 		return "", fmt.Errorf("bad port %q", f)
 	}
 	return strconv.Itoa(n), nil
-}
-
-// canonicalIP writes an address as downloader.CanonicalHost does.
-func canonicalIP(ip netip.Addr) string {
-	h, err := downloader.CanonicalHost("[" + ip.WithZone("").String() + "]")
-	if ip.Is4() || err != nil {
-		return ip.String()
-	}
-	return h
 }
 
 // matchHost reports whether the rule's FromHost matches the normalised host.

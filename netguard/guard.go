@@ -200,7 +200,8 @@ func (g *Guard) DialContext(ctx context.Context, network, address string) (net.C
 	// the way a browser would dial it.
 	host, err := downloader.CanonicalHost(rawHost)
 	if err != nil {
-		return nil, fmt.Errorf("netguard: dial %q: %w", address, err)
+		// No canonical host, no dial: not even by a rule, which matches canonical hosts.
+		return nil, &ForbiddenError{Host: rawHost, Reason: "not a valid host: " + downloader.ErrorMessage(err)}
 	}
 	if target, ok := g.mapCanonical(host, port); ok {
 		return g.attempt(ctx, host, func() (net.Conn, error) { return g.dialer.DialContext(ctx, network, target) })

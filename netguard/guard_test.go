@@ -31,7 +31,7 @@ func TestParseConnectTo(t *testing.T) {
 		{"*:443:localhost:", Rule{"", "443", "localhost", ""}, false},
 		{"*.Example.COM.::[::1]:9000", Rule{"*.example.com", "", "::1", "9000"}, false},
 		{"[2001:db8::1]:443:[::1]:8443", Rule{"2001:db8::1", "443", "::1", "8443"}, false},
-		{"[::ffff:127.0.0.1]:80::", Rule{"::ffff:7f00:1", "80", "", ""}, false}, // an IPv4-mapped address stays IPv6, as in a browser
+		{"[::ffff:127.0.0.1]:80::", Rule{}, true}, // an IPv4-mapped address: write the IPv4 address
 		{"bücher.de:080:127.0.0.1:1", Rule{"xn--bcher-kva.de", "80", "127.0.0.1", "1"}, false},
 		{":::", Rule{}, false},
 		{"", Rule{}, true},
