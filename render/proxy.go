@@ -91,6 +91,12 @@ func (p *Pool) newProxy(listen bool) (*proxy, error) {
 			// The request line is absolute; send it on as it came. Rewrite strips
 			// X-Forwarded-* and Forwarded, and the hop-by-hop headers are removed.
 			pr.Out.Host = pr.In.Host
+			// The one host (SPEC §2): Chromium writes a host the WHATWG way, which is
+			// the canonical one but for a trailing dot; the request goes out with the
+			// canonical host, the key its admission was found under.
+			if c, _, err := downloader.CanonicalizeURL(pr.Out.URL); err == nil {
+				pr.Out.URL, pr.Out.Host = c, c.Host
+			}
 		},
 		Transport:     x.transport,
 		FlushInterval: -1,
