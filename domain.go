@@ -49,7 +49,9 @@ func ParseTargetURL(field, raw string) (*url.URL, string, error) {
 // ParseLocation resolves a redirect's Location against the URL that answered it, as a
 // browser does, and when the target is http or https returns it rewritten to its
 // canonical host (CanonicalizeURL), so that a redirect hop is admitted, guarded and sent
-// with the one host (SPEC §2). A target of another scheme is returned as parsed.
+// with the one host (SPEC §2). A target of another scheme, or whose host has no canonical
+// form, is returned as parsed: the caller's guard refuses the latter (CheckURLHost reads
+// hosts only through CanonicalHost), so it is refused as a hop, never sent.
 func ParseLocation(base *url.URL, loc string) (*url.URL, error) {
 	ref := loc
 	if strings.HasPrefix(loc, "//") && base != nil {
@@ -57,8 +59,8 @@ func ParseLocation(base *url.URL, loc string) (*url.URL, error) {
 	}
 	if rewritten, _, err := canonicalAuthority(ref); err == nil {
 		ref = rewritten
-	} else if hasHTTPPrefix(ref) {
-		return nil, fmt.Errorf("redirect to %q: %w", loc, err)
+	} else {
+		ref = loc
 	}
 	next, err := base.Parse(ref)
 	if err != nil {
@@ -66,9 +68,8 @@ func ParseLocation(base *url.URL, loc string) (*url.URL, error) {
 	}
 	switch next.Scheme {
 	case "http", "https":
-		next, _, err = CanonicalizeURL(next)
-		if err != nil {
-			return nil, fmt.Errorf("redirect to %q: %w", loc, err)
+		if c, _, err := CanonicalizeURL(next); err == nil {
+			next = c
 		}
 	}
 	return next, nil
