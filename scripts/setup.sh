@@ -3,11 +3,12 @@
 # Debian's headless Chromium for rendering, fonts (Latin and CJK, so pages have text
 # metrics and the console's screenshots show Chinese labels), Debian's prometheus
 # package for promtool (the tests check monitoring/'s alert rules and the service's
-# /metrics with it; the Prometheus server it also ships is stopped), and the Go
-# modules. Safe to run again: it installs only what is missing.
+# /metrics with it; the Prometheus server it also ships is stopped), iproute2 and
+# util-linux (ip and unshare: the canonical-host test makes its own network namespace),
+# and the Go modules. Safe to run again: it installs only what is missing.
 set -euo pipefail
 
-packages=(chromium-headless-shell fonts-liberation fonts-wqy-microhei ca-certificates prometheus)
+packages=(chromium-headless-shell fonts-liberation fonts-wqy-microhei ca-certificates prometheus iproute2 util-linux)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -19,7 +20,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 	fi
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -q
-	apt-get install -y -q --no-install-recommends "${missing[@]}"
+	apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "${missing[@]}"
 	# Only promtool is wanted: a Prometheus server that the package may have started is stopped.
 	if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
 		systemctl disable --now prometheus.service >/dev/null 2>&1 || true
