@@ -153,6 +153,32 @@ func canonicalDomain(input string) (string, error) {
 	return h, nil
 }
 
+// plainASCIIHost is domainToASCII's shortcut for the common host: only ASCII letters,
+// digits, '-', '_' and '.', and no "xn--" label. UTS #46 maps such a host to itself in
+// lower case (every such character is valid or, for upper case, mapped to lower case, and
+// there is no punycode to check), so the IDNA tables are not needed for it
+// (TestPlainASCIIHostShortcut checks it against the full mapping).
+func plainASCIIHost(s string) (string, bool) {
+	hasUpper := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'A' && c <= 'Z':
+			hasUpper = true
+		case hostByte(c):
+		default:
+			return "", false
+		}
+	}
+	if hasUpper {
+		s = strings.ToLower(s)
+	}
+	if s == "" || strings.HasPrefix(s, "xn--") || strings.Contains(s, ".xn--") {
+		return "", false
+	}
+	return s, true
+}
+
 // hostByte reports whether c may be in a canonical host name: a lower-case letter, a
 // digit, '-', '_' or '.'.
 func hostByte(c byte) bool {
@@ -179,6 +205,9 @@ func emptyLabels(h string) int {
 
 // domainToASCII is the WHATWG "domain to ASCII" with beStrict false.
 func domainToASCII(s string) (string, error) {
+	if lower, ok := plainASCIIHost(s); ok {
+		return lower, nil
+	}
 	ascii, err := hostIDNA().ToASCII(s)
 	if err != nil {
 		return "", fmt.Errorf("IDNA: %w", err)

@@ -50,3 +50,40 @@ func TestParseIPv4(t *testing.T) {
 		}
 	}
 }
+
+// TestPlainASCIIHostShortcut checks plainASCIIHost against the full UTS #46 mapping for
+// every host of up to 4 characters over an alphabet that holds each class it accepts, and
+// more: where it answers, the mapping must give the same host.
+func TestPlainASCIIHostShortcut(t *testing.T) {
+	const alphabet = "aZ09-_.xn"
+	hosts := []string{"Example.COM", "xn--nxasmq6b.com", "XN--NXASMQ6B.COM", "a.xn--b", "a..b", ".a", "a-.b", "-a.b",
+		"127.0.0.1.", "0x7F.1", "r3---sn-abc", "_dmarc.example", "a.b."}
+	for n := 1; n <= 4; n++ {
+		var gen func(prefix string)
+		gen = func(prefix string) {
+			if len(prefix) == n {
+				hosts = append(hosts, prefix)
+				return
+			}
+			for i := 0; i < len(alphabet); i++ {
+				gen(prefix + alphabet[i:i+1])
+			}
+		}
+		gen("")
+	}
+	answered := 0
+	for _, h := range hosts {
+		short, ok := plainASCIIHost(h)
+		if !ok {
+			continue
+		}
+		answered++
+		full, err := hostIDNA().ToASCII(h)
+		if err != nil || full != short {
+			t.Errorf("plainASCIIHost(%q) = %q, the full mapping gives %q, %v", h, short, full, err)
+		}
+	}
+	if answered < 5000 {
+		t.Errorf("the shortcut answered only %d hosts", answered)
+	}
+}
