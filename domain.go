@@ -1,76 +1,22 @@
 package downloader
 
 import (
-	"net"
+	"errors"
+	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
-	"unicode/utf8"
-
-	"golang.org/x/net/idna"
 )
 
 // maxURLLength bounds the URLs the service accepts.
 const maxURLLength = 8192
 
-// NormalizeDomain returns the limiter key of a host: lower case, IDNA to ASCII, without
-// port or trailing dot (SPEC §2). IP literals are returned in their canonical form.
-func NormalizeDomain(host string) (string, error) {
-	h := strings.TrimSpace(host)
-	if h == "" {
-		return "", Invalidf("domain", "domain is empty")
-	}
-	if strings.HasPrefix(h, "[") {
-		// [v6] or [v6]:port
-		end := strings.IndexByte(h, ']')
-		if end < 0 {
-			return "", Invalidf("domain", "domain %q has an unterminated IPv6 literal", host)
-		}
-		ip := net.ParseIP(h[1:end])
-		if ip == nil {
-			return "", Invalidf("domain", "domain %q is not a valid IPv6 literal", host)
-		}
-		return ip.String(), nil
-	}
-	if i := strings.LastIndexByte(h, ':'); i >= 0 {
-		if strings.Count(h, ":") > 1 {
-			if ip := net.ParseIP(h); ip != nil {
-				return ip.String(), nil
-			}
-			return "", Invalidf("domain", "domain %q is not a host name", host)
-		}
-		h = h[:i]
-	}
-	h = strings.TrimSuffix(h, ".")
-	if h == "" {
-		return "", Invalidf("domain", "domain %q is empty", host)
-	}
-	if ip := net.ParseIP(h); ip != nil {
-		return ip.String(), nil
-	}
-	if !utf8.ValidString(h) {
-		return "", Invalidf("domain", "domain %q is not valid UTF-8", host)
-	}
-	ascii, err := idna.Lookup.ToASCII(h)
-	if err == nil && ascii != h {
-		// The result must itself be a valid name: some inputs encode to labels that
-		// the lookup profile then refuses.
-		_, err = idna.Lookup.ToASCII(ascii)
-	}
-	if err != nil {
-		return "", Invalidf("domain", "domain %q is not a valid host name: %v", host, err)
-	}
-	ascii = strings.ToLower(strings.TrimSuffix(ascii, "."))
-	if ascii == "" || strings.HasSuffix(ascii, ".") {
-		return "", Invalidf("domain", "domain %q is not a valid host name", host)
-	}
-	if len(ascii) > 253 {
-		return "", Invalidf("domain", "domain %q is longer than 253 characters", host)
-	}
-	return ascii, nil
-}
-
-// ParseTargetURL validates a URL given by a caller or a task and returns it with its
-// normalised domain. Field names the request field for error messages.
+// ParseTargetURL validates a URL given by a caller or a task and returns it REWRITTEN to
+// its canonical host (CanonicalHost), with that host: everything downstream (the limiter
+// key, the SSRF guard, --connect-to, the dial, the Host header, the TLS server name) reads
+// the one host of the returned URL (SPEC §2). The scheme is lower case, the port is kept
+// in decimal unless it is the scheme's default (dropped, as a browser does: the Host
+// header is then the bare host). Field names the request field for error messages.
 func ParseTargetURL(field, raw string) (*url.URL, string, error) {
 	if raw == "" {
 		return nil, "", Invalidf(field, "%s is required", field)
@@ -78,11 +24,15 @@ func ParseTargetURL(field, raw string) (*url.URL, string, error) {
 	if len(raw) > maxURLLength {
 		return nil, "", Invalidf(field, "%s is longer than %d bytes", field, maxURLLength)
 	}
-	u, err := url.Parse(raw)
+	rewritten, host, err := canonicalAuthority(raw)
+	if err != nil {
+		return nil, "", Invalidf(field, "%s %s", field, err.Error())
+	}
+	u, err := url.Parse(rewritten)
 	if err != nil {
 		return nil, "", Invalidf(field, "%s is not a valid URL", field)
 	}
-	switch strings.ToLower(u.Scheme) {
+	switch u.Scheme {
 	case "http", "https":
 	default:
 		return nil, "", Invalidf(field, "%s must be an http or https URL", field)
@@ -90,23 +40,146 @@ func ParseTargetURL(field, raw string) (*url.URL, string, error) {
 	if u.User != nil {
 		return nil, "", Invalidf(field, "%s must not carry credentials", field)
 	}
-	if u.Host == "" || u.Hostname() == "" {
+	if host == "" || u.Hostname() == "" {
 		return nil, "", Invalidf(field, "%s has no host", field)
 	}
-	if p := u.Port(); p != "" {
-		if n, ok := parsePort(p); !ok || n == 0 {
-			return nil, "", Invalidf(field, "%s has an invalid port %q", field, p)
+	return u, host, nil
+}
+
+// ParseLocation resolves a redirect's Location against the URL that answered it, as a
+// browser does, and when the target is http or https returns it rewritten to its
+// canonical host (CanonicalizeURL), so that a redirect hop is admitted, guarded and sent
+// with the one host (SPEC §2). A target of another scheme, or whose host has no canonical
+// form, is returned as parsed: the caller's guard refuses the latter (CheckURLHost reads
+// hosts only through CanonicalHost), so it is refused as a hop, never sent.
+func ParseLocation(base *url.URL, loc string) (*url.URL, error) {
+	ref := loc
+	if strings.HasPrefix(loc, "//") && base != nil {
+		ref = base.Scheme + ":" + loc
+	}
+	if rewritten, _, err := canonicalAuthority(ref); err == nil {
+		ref = rewritten
+	} else {
+		ref = loc
+	}
+	next, err := base.Parse(ref)
+	if err != nil {
+		return nil, fmt.Errorf("redirect to %q: %w", loc, err)
+	}
+	switch next.Scheme {
+	case "http", "https":
+		if c, _, err := CanonicalizeURL(next); err == nil {
+			next = c
 		}
 	}
-	d, err := NormalizeDomain(u.Hostname())
+	return next, nil
+}
+
+// CanonicalizeURL returns a copy of an http(s) URL already parsed (a redirect target, a
+// URL the browser asked for) with its host canonical and its port as ParseTargetURL
+// writes it, and that host.
+func CanonicalizeURL(u *url.URL) (*url.URL, string, error) {
+	h, err := CanonicalHost(u.Host)
 	if err != nil {
-		return nil, "", Invalidf(field, "%s has an invalid host: %s", field, ErrorMessage(err))
+		return nil, "", err
 	}
-	return u, d, nil
+	port := u.Port()
+	if port != "" {
+		n, ok := parsePort(port)
+		if !ok || n == 0 {
+			return nil, "", Invalidf("url", "url has an invalid port %q", port)
+		}
+		port = strconv.Itoa(n)
+	}
+	c := *u
+	c.Scheme = strings.ToLower(c.Scheme)
+	c.Host = joinHostPort(c.Scheme, h, port)
+	return &c, h, nil
+}
+
+// hasHTTPPrefix reports whether s starts with "http://" or "https://" in any case.
+func hasHTTPPrefix(s string) bool {
+	_, _, ok := splitHTTPScheme(s)
+	return ok
+}
+
+// splitHTTPScheme splits "http://rest" or "https://rest" (scheme in any case) into the
+// lower-case scheme and rest.
+func splitHTTPScheme(s string) (scheme, rest string, ok bool) {
+	for _, sc := range []string{"http", "https"} {
+		if len(s) >= len(sc)+3 && strings.EqualFold(s[:len(sc)], sc) && s[len(sc):len(sc)+3] == "://" {
+			return sc, s[len(sc)+3:], true
+		}
+	}
+	return "", "", false
+}
+
+// canonicalAuthority rewrites the authority of an http(s) URL written as a string to the
+// canonical host (and port), before net/url reads it: net/url refuses a percent-encoded
+// ASCII host ("%41.test") a browser reads, and would hand the Unicode host on to the Host
+// header. A string that is not "http(s)://..." is returned as it is (net/url then gives
+// the error). The error says what is wrong after the field's name.
+func canonicalAuthority(raw string) (rewritten, host string, err error) {
+	scheme, rest, ok := splitHTTPScheme(raw)
+	if !ok {
+		return raw, "", nil
+	}
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	authority, tail := rest[:end], rest[end:]
+	if strings.Contains(authority, "@") {
+		return "", "", errors.New("must not carry credentials")
+	}
+	if authority == "" {
+		return "", "", errors.New("has no host")
+	}
+	hostPart, port := authority, ""
+	if strings.HasPrefix(authority, "[") {
+		if i := strings.IndexByte(authority, ']'); i >= 0 {
+			hostPart, port = authority[:i+1], authority[i+1:]
+		}
+	} else if i := strings.LastIndexByte(authority, ':'); i >= 0 {
+		hostPart, port = authority[:i], authority[i:]
+	}
+	if port != "" {
+		if port[0] != ':' {
+			return "", "", fmt.Errorf("has an invalid host %q", authority)
+		}
+		port = port[1:]
+		if port != "" {
+			n, ok := parsePort(port)
+			if !ok || n == 0 {
+				return "", "", fmt.Errorf("has an invalid port %q", port)
+			}
+			port = strconv.Itoa(n)
+		}
+	}
+	if hostPart == "" {
+		return "", "", errors.New("has no host")
+	}
+	h, err := CanonicalHost(hostPart)
+	if err != nil {
+		return "", "", fmt.Errorf("has an invalid host: %s", ErrorMessage(err))
+	}
+	return scheme + "://" + joinHostPort(scheme, h, port) + tail, h, nil
+}
+
+// joinHostPort writes a canonical host and port as a URL's authority: an IPv6 address in
+// brackets, the scheme's default port left out.
+func joinHostPort(scheme, host, port string) string {
+	if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
+	if port == "" || (scheme == "http" && port == "80") || (scheme == "https" && port == "443") {
+		return host
+	}
+	return host + ":" + port
 }
 
 func parsePort(p string) (int, bool) {
-	if len(p) > 5 {
+	if p == "" || len(p) > 5 {
 		return 0, false
 	}
 	n := 0

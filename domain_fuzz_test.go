@@ -47,11 +47,11 @@ func FuzzParseTargetURL(f *testing.F) {
 				t.Fatalf("ParseTargetURL(%q): port %q accepted", raw, p)
 			}
 		}
-		again, err := downloader.NormalizeDomain(u.Hostname())
+		again, err := downloader.CanonicalHost(u.Hostname())
 		if err != nil || again != domain {
 			t.Fatalf("ParseTargetURL(%q): domain %q, but the host %q normalises to %q (%v)", raw, domain, u.Hostname(), again, err)
 		}
-		if d2, err := downloader.NormalizeDomain(domain); err != nil || d2 != domain {
+		if d2, err := downloader.CanonicalHost(domain); err != nil || d2 != domain {
 			t.Fatalf("ParseTargetURL(%q): domain %q is not a fixed point: %q %v", raw, domain, d2, err)
 		}
 		// The URL as the engine passes it on parses to the same domain.

@@ -24,7 +24,7 @@ func ValidateTarget(rawURL, domain string, minIntervalMs *int64) (*url.URL, stri
 		return nil, "", err
 	}
 	if domain != "" {
-		d, err := NormalizeDomain(domain)
+		d, err := CanonicalHost(domain)
 		if err != nil {
 			return nil, "", err
 		}
@@ -80,7 +80,7 @@ func ValidateLeasedTask(t *Task, hp HeaderPolicy) (*url.URL, Request, error) {
 		return nil, Request{}, err
 	}
 	return u, Request{
-		URL: t.URL, Domain: host, MinInterval: time.Duration(*t.MinIntervalMs) * time.Millisecond,
+		URL: u.String(), Domain: host, MinInterval: time.Duration(*t.MinIntervalMs) * time.Millisecond,
 		IntervalSource: IntervalSourceLease, ShouldRender: t.ShouldRender,
 		ShouldStore: t.ShouldStore, Headers: headers, Entry: EntryLease,
 	}, nil

@@ -72,7 +72,7 @@ func NewScope(c ScopeConfig) (*Scope, error) {
 		if h == "" {
 			continue
 		}
-		d, err := downloader.NormalizeDomain(h)
+		d, err := downloader.CanonicalHost(h)
 		if err != nil {
 			return nil, downloader.Invalidf("scope_host_list", "--scope-host-list: %s", downloader.ErrorMessage(err))
 		}

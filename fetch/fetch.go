@@ -266,6 +266,12 @@ func (f *Fetcher) FetchWith(ctx context.Context, u *url.URL, adm *limiter.Admiss
 	// HTTP/1.1, where a 421 is the answer).
 	h1, misdirected := false, 0
 	for hop := 0; ; hop++ {
+		// The one host (SPEC §2): whatever URL a caller hands in, only its canonical
+		// host is guarded, dialled and written as the Host header and TLS server name.
+		// A host with no canonical form is left for CheckURLHost to refuse.
+		if c, _, cerr := downloader.CanonicalizeURL(&cur); cerr == nil {
+			cur = *c
+		}
 		out.FinalURL = cur.String()
 		out.HealthSignal.RedirectCount = hop - misdirected
 		if cerr := f.cfg.Guard.CheckURLHost(cur.Host); cerr != nil {
@@ -304,7 +310,7 @@ func (f *Fetcher) FetchWith(ctx context.Context, u *url.URL, adm *limiter.Admiss
 }
 
 func (f *Fetcher) admitHop(ctx context.Context, hops HopAdmitter, u *url.URL) (limiter.Admission, error) {
-	domain, err := downloader.NormalizeDomain(u.Hostname())
+	domain, err := downloader.CanonicalHost(u.Hostname())
 	if err != nil {
 		return limiter.Admission{}, fmt.Errorf("redirect to %s: %w", u.Redacted(), err)
 	}
@@ -466,7 +472,9 @@ func (f *Fetcher) redirectTarget(hop int, u *url.URL, resp *http.Response, follo
 	if loc == "" {
 		return nil
 	}
-	next, err := u.Parse(loc)
+	// The target is read with the one host parser (SPEC §2): its host is canonical
+	// before the hop is admitted, guarded, dialled and sent.
+	next, err := downloader.ParseLocation(u, loc)
 	if err != nil {
 		return nil
 	}

@@ -231,7 +231,7 @@ func (e *env) fetchWith(ctx context.Context, raw string, do func(context.Context
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	domain, err := downloader.NormalizeDomain(u.Hostname())
+	domain, err := downloader.CanonicalHost(u.Hostname())
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -109,7 +109,7 @@ func TestSpentSlot(t *testing.T) {
 			l := limiter.New(fake)
 			fake.Advance(time.Hour)
 			u, _ := url.Parse(tt.url)
-			domain, _ := downloader.NormalizeDomain(u.Hostname())
+			domain, _ := downloader.CanonicalHost(u.Hostname())
 			adm, wait := l.Allow(fake.Now(), domain, iv, downloader.IntervalSourceRequest, downloader.EntryProbe)
 			if wait != 0 {
 				t.Fatalf("not admitted: %v", wait)

@@ -98,14 +98,11 @@ func parseRuleHost(f string, allowWildcard bool) (string, error) {
 		return "", nil
 	}
 	if strings.HasPrefix(f, "[") {
-		if !strings.HasSuffix(f, "]") {
+		h, err := downloader.CanonicalHost(f)
+		if !strings.HasSuffix(f, "]") || err != nil || !strings.Contains(h, ":") {
 			return "", fmt.Errorf("bad IPv6 literal %q", f)
 		}
-		ip, err := netip.ParseAddr(f[1 : len(f)-1])
-		if err != nil || !ip.Is6() || ip.Zone() != "" {
-			return "", fmt.Errorf("bad IPv6 literal %q", f)
-		}
-		return canonicalIP(ip), nil
+		return h, nil
 	}
 	wild := ""
 	name := f
@@ -120,14 +117,14 @@ func parseRuleHost(f string, allowWildcard bool) (string, error) {
 			return "", fmt.Errorf("bad host %q", f)
 		}
 	}
-	h, err := downloader.NormalizeDomain(name)
+	h, err := downloader.CanonicalHost(name)
 	if err != nil {
 		return "", fmt.Errorf("bad host %q: %s", f, downloader.ErrorMessage(err))
 	}
 	if strings.Contains(h, ":") || h == "" || strings.HasPrefix(h, ".") || strings.Contains(h, "..") {
 		return "", fmt.Errorf("bad host %q", f)
 	}
-	if again, err := downloader.NormalizeDomain(h); err != nil || again != h {
+	if again, err := downloader.CanonicalHost(h); err != nil || again != h {
 		// The normal form must be a fixed point, or String would not parse back.
 		return "", fmt.Errorf("bad host %q", f)
 	}
@@ -151,23 +148,6 @@ func parseRulePort(f string) (string, error) {
 		return "", fmt.Errorf("bad port %q", f)
 	}
 	return strconv.Itoa(n), nil
-}
-
-// canonicalIP writes an address the way NormalizeDomain does (IPv4-mapped as IPv4).
-func canonicalIP(ip netip.Addr) string {
-	return ip.Unmap().WithZone("").String()
-}
-
-// normHost normalises a host from a URL or a dial address for matching against rules.
-func normHost(h string) string {
-	h = strings.TrimPrefix(strings.TrimSuffix(h, "]"), "[")
-	if ip, err := netip.ParseAddr(h); err == nil {
-		return canonicalIP(ip)
-	}
-	if n, err := downloader.NormalizeDomain(h); err == nil {
-		return n
-	}
-	return strings.ToLower(strings.TrimSuffix(h, "."))
 }
 
 // matchHost reports whether the rule's FromHost matches the normalised host.

@@ -93,8 +93,18 @@ func (e *ForbiddenError) Error() string {
 }
 
 // Map returns the connect-to target for host:port if a rule matches (the first one wins).
+// host is read in its canonical form (downloader.CanonicalHost); a host that has none
+// matches no rule.
 func (g *Guard) Map(host, port string) (target string, ok bool) {
-	h := normHost(host)
+	h, err := downloader.CanonicalHost(host)
+	if err != nil {
+		return "", false
+	}
+	return g.mapCanonical(h, port)
+}
+
+// mapCanonical is Map for a host already canonical.
+func (g *Guard) mapCanonical(h, port string) (target string, ok bool) {
 	p := port
 	if n, err := strconv.Atoi(port); err == nil {
 		p = strconv.Itoa(n)
@@ -107,9 +117,8 @@ func (g *Guard) Map(host, port string) (target string, ok bool) {
 	return "", false
 }
 
-// mapsHost reports whether any rule matches host on some port.
-func (g *Guard) mapsHost(host string) bool {
-	h := normHost(host)
+// mapsHost reports whether any rule matches the canonical host on some port.
+func (g *Guard) mapsHost(h string) bool {
 	for _, r := range g.rules {
 		if r.matchHost(h) {
 			return true
@@ -121,189 +130,41 @@ func (g *Guard) mapsHost(host string) bool {
 // CheckURLHost vets the host of a URL before anything is sent: a URL that names a
 // forbidden address directly (an IP literal in any form a browser reads as one, or a
 // "localhost" name) is refused with an EINVALID error on field "url", unless a connect-to
-// rule maps the host or private networks are allowed. A host whose last label is numeric
-// but is not a valid IPv4 address is refused too, as a browser would. The host is checked
-// as written and after IDNA mapping ("①②⑦.⓪.⓪.①" is 127.0.0.1). host may carry a
-// port ("127.0.0.1:80", "[::1]:443") or brackets.
+// rule maps the host or private networks are allowed. The guard reads the host only in
+// its canonical form (downloader.CanonicalHost, SPEC §2: "①②⑦.⓪.⓪.①" and "0x7f.1" are
+// 127.0.0.1), so a host it cannot canonicalise, as a browser would refuse it, is refused
+// too. host may carry a port ("127.0.0.1:80", "[::1]:443") or brackets.
 func (g *Guard) CheckURLHost(host string) error {
 	if g.allowPrivate {
 		return nil
 	}
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	host = strings.TrimPrefix(strings.TrimSuffix(host, "]"), "[")
 	if host == "" {
 		return downloader.Invalidf("url", "url has no host")
 	}
-	if err := g.checkHostName(host); err != nil {
-		return err
-	}
-	// A browser, net/http and the resolver all read a host after IDNA mapping (UTS #46:
-	// "①" is "1", "。" a dot, full-width letters are ASCII), so the mapped form is the
-	// address that would be dialled: it is checked the same way.
-	// A host of ASCII letters, digits, hyphens and dots, not ending in a dot, maps to
-	// itself lowercased (UTS #46 maps no such character to anything else; the mapping drops
-	// a trailing dot), so only other hosts pay for the mapping.
-	if isPlainASCIIHost(host) {
-		return nil
-	}
-	if mapped, err := downloader.NormalizeDomain(host); err == nil && mapped != strings.ToLower(host) {
-		return g.checkHostName(mapped)
-	}
-	return nil
-}
-
-// isPlainASCIIHost reports whether host has only ASCII letters, digits, '-' and '.', and
-// does not end in a dot.
-func isPlainASCIIHost(host string) bool {
-	if strings.HasSuffix(host, ".") {
-		return false
-	}
-	for i := 0; i < len(host); i++ {
-		c := host[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.') {
-			return false
-		}
-	}
-	return true
-}
-
-// checkHostName is CheckURLHost's test of one form of the host.
-func (g *Guard) checkHostName(host string) error {
-	if g.mapsHost(host) {
-		return nil
-	}
-	ip, isIP, err := literalIP(host)
+	h, err := downloader.CanonicalHost(host)
 	if err != nil {
-		return downloader.Invalidf("url", "url host %q is not a valid address: %v", host, err)
+		return downloader.Invalidf("url", "url host %q is not a valid address: %s", host, downloader.ErrorMessage(err))
 	}
-	if isIP {
+	if g.mapsHost(h) {
+		return nil
+	}
+	if ip, isIP := literalIP(h); isIP {
 		if reason, bad := Forbidden(ip); bad {
 			return downloader.Invalidf("url", "url names a forbidden address %s (%s)", ip, reason)
 		}
 		return nil
 	}
-	if isLocalhostName(host) {
+	if isLocalhostName(h) {
 		return downloader.Invalidf("url", "url names a forbidden host %q (loopback)", host)
 	}
 	return nil
 }
 
-// literalIP parses host as an IP literal: standard IPv4 and IPv6 (with zone), and the
-// legacy IPv4 forms browsers accept (WHATWG URL: 2130706433, 0x7f.1, 0177.0.0.1, 127.1).
-// isIP is false for a host name. err is set for a host that ends in a number but is not a
-// valid IPv4 address (a browser refuses such a URL).
-func literalIP(host string) (ip netip.Addr, isIP bool, err error) {
-	if a, err := netip.ParseAddr(host); err == nil {
-		return a, true, nil
-	}
-	if strings.Contains(host, ":") {
-		return netip.Addr{}, false, errors.New("bad IPv6 literal")
-	}
-	return parseLegacyIPv4(host)
-}
-
-// parseLegacyIPv4 implements the WHATWG URL IPv4 parser.
-func parseLegacyIPv4(host string) (netip.Addr, bool, error) {
-	parts := strings.Split(host, ".")
-	if len(parts) > 1 && parts[len(parts)-1] == "" {
-		parts = parts[:len(parts)-1]
-	}
-	if !endsInNumber(parts[len(parts)-1]) {
-		return netip.Addr{}, false, nil
-	}
-	if len(parts) > 4 {
-		return netip.Addr{}, false, errors.New("too many parts for an IPv4 address")
-	}
-	var nums [4]uint64
-	for i, p := range parts {
-		n, ok := parseIPv4Number(p)
-		if !ok {
-			return netip.Addr{}, false, fmt.Errorf("bad IPv4 part %q", p)
-		}
-		if i < len(parts)-1 && n > 255 {
-			return netip.Addr{}, false, fmt.Errorf("IPv4 part %q is over 255", p)
-		}
-		nums[i] = n
-	}
-	last := nums[len(parts)-1]
-	if last >= 1<<(8*(5-len(parts))) {
-		return netip.Addr{}, false, fmt.Errorf("IPv4 part %q is too large", parts[len(parts)-1])
-	}
-	v := last
-	for i := 0; i < len(parts)-1; i++ {
-		v += nums[i] << (8 * (3 - i))
-	}
-	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), true, nil
-}
-
-// endsInNumber is the WHATWG "ends in a number" test on the last label.
-func endsInNumber(last string) bool {
-	if last == "" {
-		return false
-	}
-	allDigits := true
-	for i := 0; i < len(last); i++ {
-		if last[i] < '0' || last[i] > '9' {
-			allDigits = false
-			break
-		}
-	}
-	if allDigits {
-		return true
-	}
-	if len(last) >= 2 && last[0] == '0' && (last[1] == 'x' || last[1] == 'X') {
-		for i := 2; i < len(last); i++ {
-			if !isHex(last[i]) {
-				return false
-			}
-		}
-		return true
-	}
-	return false
-}
-
-func isHex(c byte) bool {
-	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
-}
-
-// parseIPv4Number parses one part: 0x-prefixed hex, 0-prefixed octal, else decimal.
-// Values over 2^32 are reported as not ok.
-func parseIPv4Number(p string) (uint64, bool) {
-	if p == "" {
-		return 0, false
-	}
-	base := uint64(10)
-	switch {
-	case len(p) >= 2 && p[0] == '0' && (p[1] == 'x' || p[1] == 'X'):
-		base, p = 16, p[2:]
-	case len(p) >= 2 && p[0] == '0':
-		base, p = 8, p[1:]
-	}
-	var n uint64
-	for i := 0; i < len(p); i++ {
-		c := p[i]
-		var d uint64
-		switch {
-		case c >= '0' && c <= '9':
-			d = uint64(c - '0')
-		case c >= 'a' && c <= 'f':
-			d = uint64(c-'a') + 10
-		case c >= 'A' && c <= 'F':
-			d = uint64(c-'A') + 10
-		default:
-			return 0, false
-		}
-		if d >= base {
-			return 0, false
-		}
-		n = n*base + d
-		if n > 1<<32 {
-			return 0, false
-		}
-	}
-	return n, true
+// literalIP reports whether a canonical host is an IP address (every IPv4 number form is
+// dotted by then, SPEC §2) and which.
+func literalIP(canonical string) (netip.Addr, bool) {
+	ip, err := netip.ParseAddr(canonical)
+	return ip, err == nil
 }
 
 // isLocalhostName reports whether host is "localhost" or a name under it: RFC 6761 says
@@ -330,26 +191,31 @@ func isLocalhostName(host string) bool {
 // A ConnectHook in ctx (WithConnectHook) is told of the connection attempt once every
 // check has passed, right before the first connect, and may still refuse it.
 func (g *Guard) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
-	host, port, err := net.SplitHostPort(address)
+	rawHost, port, err := net.SplitHostPort(address)
 	if err != nil {
 		return nil, fmt.Errorf("netguard: dial %q: %w", address, err)
 	}
-	if target, ok := g.Map(host, port); ok {
+	// Callers pass the canonical host (SPEC §2); canonicalising it again is the identity
+	// for them, and for any other caller it is what makes the checks below read the host
+	// the way a browser would dial it.
+	host, err := downloader.CanonicalHost(rawHost)
+	if err != nil {
+		// No canonical host, no dial: not even by a rule, which matches canonical hosts.
+		return nil, &ForbiddenError{Host: rawHost, Reason: "not a valid host: " + downloader.ErrorMessage(err)}
+	}
+	if target, ok := g.mapCanonical(host, port); ok {
 		return g.attempt(ctx, host, func() (net.Conn, error) { return g.dialer.DialContext(ctx, network, target) })
 	}
+	canonicalAddress := net.JoinHostPort(host, port)
 	if g.allowPrivate {
-		return g.attempt(ctx, host, func() (net.Conn, error) { return g.dialer.DialContext(ctx, network, address) })
+		return g.attempt(ctx, host, func() (net.Conn, error) { return g.dialer.DialContext(ctx, network, canonicalAddress) })
 	}
-	ip, isIP, err := literalIP(host)
-	if err != nil {
-		return nil, fmt.Errorf("netguard: dial %q: %w", address, err)
-	}
-	if isIP {
+	if ip, isIP := literalIP(host); isIP {
 		if reason, bad := Forbidden(ip); bad {
 			return nil, &ForbiddenError{Host: host, Addr: ip, Reason: reason}
 		}
 		return g.attempt(ctx, host, func() (net.Conn, error) {
-			return g.dialer.DialContext(ctx, network, net.JoinHostPort(ip.WithZone("").String(), port))
+			return g.dialer.DialContext(ctx, network, canonicalAddress)
 		})
 	}
 	if isLocalhostName(host) {

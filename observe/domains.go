@@ -325,7 +325,7 @@ func normalizeSearch(q string) string {
 	if q == "" {
 		return ""
 	}
-	if d, err := downloader.NormalizeDomain(q); err == nil {
+	if d, err := downloader.CanonicalHost(q); err == nil {
 		return d
 	}
 	return q

@@ -103,10 +103,10 @@ func (g *guardProxy) route(r *http.Request) *proxy {
 	if r.Method != http.MethodConnect && r.URL.Host != "" {
 		host = r.URL.Host
 	}
-	domain, _ := downloader.NormalizeDomain(host)
+	domain, _ := downloader.CanonicalHost(host)
 	var referer string
 	if ref, err := url.Parse(r.Header.Get("Referer")); err == nil && ref.Host != "" {
-		referer, _ = downloader.NormalizeDomain(ref.Host)
+		referer, _ = downloader.CanonicalHost(ref.Host)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -405,7 +405,7 @@ func requestDomain(req *network.Request) (string, error) {
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
 		return "", errors.New("not an http(s) URL with a host")
 	}
-	return downloader.NormalizeDomain(u.Host)
+	return downloader.CanonicalHost(u.Host)
 }
 
 // withDeadline returns ctx with a Deadline of at (or ctx's own, if earlier) for the

@@ -150,7 +150,7 @@ func newHopEnvWith(t *testing.T, defaultInterval time.Duration, frames frameMode
 func (e *hopEnv) render(t *testing.T, u string, interval, timeout time.Duration) *downloader.Outcome {
 	t.Helper()
 	pu := getFixture(t).url(u)
-	domain, err := downloader.NormalizeDomain(pu.Host)
+	domain, err := downloader.CanonicalHost(pu.Host)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,7 +53,7 @@ func (j *renderJob) resolveChain(ctx context.Context, t *tab) (string, *download
 		if hop > maxChainHops {
 			return "", downloader.FailedBy(netErrorCause("ERR_TOO_MANY_REDIRECTS"))
 		}
-		domain, err := downloader.NormalizeDomain(cur.Hostname())
+		domain, err := downloader.CanonicalHost(cur.Hostname())
 		if err != nil {
 			return "", downloader.FailedBy(downloader.CauseInvalidURL)
 		}
@@ -74,7 +74,7 @@ func (j *renderJob) resolveChain(ctx context.Context, t *tab) (string, *download
 		loc := resp.Header.Get("Location")
 		// The final document is Obscura's to fetch: ours is not read.
 		resp.Body.Close()
-		next, err := cur.Parse(loc)
+		next, err := downloader.ParseLocation(cur, loc)
 		if !isRedirect(resp.StatusCode) || loc == "" || err != nil || (next.Scheme != "http" && next.Scheme != "https") {
 			break
 		}

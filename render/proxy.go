@@ -91,6 +91,12 @@ func (p *Pool) newProxy(listen bool) (*proxy, error) {
 			// The request line is absolute; send it on as it came. Rewrite strips
 			// X-Forwarded-* and Forwarded, and the hop-by-hop headers are removed.
 			pr.Out.Host = pr.In.Host
+			// The one host (SPEC §2): Chromium writes a host the WHATWG way, which is
+			// the canonical one but for a trailing dot; the request goes out with the
+			// canonical host, the key its admission was found under.
+			if c, _, err := downloader.CanonicalizeURL(pr.Out.URL); err == nil {
+				pr.Out.URL, pr.Out.Host = c, c.Host
+			}
 		},
 		Transport:     x.transport,
 		FlushInterval: -1,
@@ -193,7 +199,7 @@ func (x *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Every tunnel is at least one request, under the render's caps (SPEC §3;
 		// tunnelcaps.go). A refusal is an error status to the CONNECT, which the browser
 		// reports as net::ERR_TUNNEL_CONNECTION_FAILED; nothing is dialled.
-		if d, err := downloader.NormalizeDomain(r.Host); err == nil && !st.admitTunnel(d) {
+		if d, err := downloader.CanonicalHost(r.Host); err == nil && !st.admitTunnel(d) {
 			x.log.Debug("render tunnel over the render's cap, refused", "domain", d)
 			w.Header().Set(proxyErrorHeader, x.token+" "+string(downloader.FailSelfRateLimited))
 			w.WriteHeader(http.StatusTooManyRequests)
@@ -239,7 +245,7 @@ func (x *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if st.proxyCounts(r) {
-		if d, err := downloader.NormalizeDomain(r.URL.Host); err == nil && !st.admitSubrequest(d) {
+		if d, err := downloader.CanonicalHost(r.URL.Host); err == nil && !st.admitSubrequest(d) {
 			x.log.Debug("render sub-request over the render's cap, refused", "domain", d)
 			// Our own limit, as the tracker reads it from the mark.
 			w.Header().Set(proxyErrorHeader, x.token+" "+string(downloader.FailSelfRateLimited))
@@ -268,7 +274,7 @@ func isMainDocument(r *http.Request, domain string) bool {
 	if r.Header.Get("Sec-Fetch-Dest") != "document" {
 		return false
 	}
-	d, err := downloader.NormalizeDomain(r.URL.Host)
+	d, err := downloader.CanonicalHost(r.URL.Host)
 	return err == nil && d == domain
 }
 
@@ -281,7 +287,7 @@ func (x *proxy) dial(ctx context.Context, network, address string, tunnel bool) 
 		return nil, errNotArmed
 	}
 	if host, _, err := net.SplitHostPort(address); err == nil {
-		if d, err := downloader.NormalizeDomain(host); err == nil {
+		if d, err := downloader.CanonicalHost(host); err == nil {
 			ctx = netguard.WithConnectHook(ctx, &attemptHook{st: st, domain: d, stop: x.ctx.Done()})
 		}
 	}
@@ -298,7 +304,7 @@ func (x *proxy) dial(ctx context.Context, network, address string, tunnel bool) 
 	if err != nil {
 		return conn, nil
 	}
-	d, err := downloader.NormalizeDomain(host)
+	d, err := downloader.CanonicalHost(host)
 	if err != nil {
 		return conn, nil
 	}

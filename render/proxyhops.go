@@ -39,7 +39,7 @@ func (h *proxyHops) admit(r *http.Request) bool {
 	if h.takeExpected(r.URL) {
 		return true
 	}
-	domain, err := downloader.NormalizeDomain(r.URL.Host)
+	domain, err := downloader.CanonicalHost(r.URL.Host)
 	if err != nil {
 		return false
 	}

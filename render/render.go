@@ -646,7 +646,7 @@ func (p *Pool) render(ctx context.Context, u *url.URL, adm *limiter.Admission, h
 	if u == nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
 		return downloader.FailedBy(downloader.CauseInvalidURL)
 	}
-	domain, err := downloader.NormalizeDomain(u.Host)
+	domain, err := downloader.CanonicalHost(u.Host)
 	if err != nil {
 		return downloader.FailedBy(downloader.CauseInvalidURL)
 	}

@@ -5,12 +5,13 @@
 # package for promtool (the tests check monitoring/'s alert rules and the service's
 # /metrics with it; the Prometheus server it also ships is stopped), Debian's nginx with
 # its brotli modules (a real origin for the fetch tests, internal/nginxtest: each test runs
-# its own; the system service the package starts is stopped), and the Go modules. Safe to
-# run again: it installs only what is missing.
+# its own; the system service the package starts is stopped), iproute2 and util-linux (ip
+# and unshare: the canonical-host test makes its own network namespace), and the Go
+# modules. Safe to run again: it installs only what is missing.
 set -euo pipefail
 
 packages=(chromium-headless-shell fonts-liberation fonts-wqy-microhei ca-certificates prometheus
-	nginx libnginx-mod-http-brotli-filter libnginx-mod-http-brotli-static)
+	nginx libnginx-mod-http-brotli-filter libnginx-mod-http-brotli-static iproute2 util-linux)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -82,7 +82,7 @@ type domainAnswer struct {
 // and in cluster mode the shared record beside it. 404 when neither knows the domain.
 func (s *Server) handleDomain() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		d, err := downloader.NormalizeDomain(r.PathValue("domain"))
+		d, err := downloader.CanonicalHost(r.PathValue("domain"))
 		if err != nil {
 			s.writeError(w, r, err)
 			return

@@ -24,7 +24,7 @@ func (s *Server) handleFetchResults() http.Handler {
 		q := r.URL.Query()
 		domain := q.Get("domain")
 		if domain != "" {
-			d, err := downloader.NormalizeDomain(domain)
+			d, err := downloader.CanonicalHost(domain)
 			if err != nil {
 				s.writeError(w, r, err)
 				return
