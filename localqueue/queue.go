@@ -129,6 +129,10 @@ type Config struct {
 	Lookahead time.Duration
 	// DefaultMinInterval is given to submitted tasks that carry no min_interval_ms.
 	DefaultMinInterval time.Duration
+	// CheckURLHost is the SSRF guard's literal-address check, the one entries B and C
+	// apply (netguard's Guard.CheckURLHost): a task whose URL it refuses is not queued
+	// (Queue.CheckTask). nil: no such check.
+	CheckURLHost func(host string) error
 
 	// Retries (retry.go), the scheduler's table in seed 002. MaxAttemptCount bounds
 	// the attempts that reached the origin (default 3; 1 turns retries off);
@@ -475,7 +479,7 @@ func (q *Queue) Submit(ctx context.Context, tasks []downloader.Task) ([]SubmitRe
 	}
 	checked := make([]downloader.Task, len(tasks))
 	for i, t := range tasks {
-		c, err := CheckTask(t, q.cfg.DefaultMinInterval)
+		c, err := q.CheckTask(t)
 		if err != nil {
 			return nil, err
 		}

@@ -14,6 +14,7 @@ import (
 	"downloader/lease"
 	"downloader/limiter"
 	"downloader/localqueue"
+	"downloader/netguard"
 	"downloader/outbox"
 	"downloader/robots"
 	"downloader/scheduler"
@@ -78,7 +79,7 @@ type entryA struct {
 
 // newEntryA builds entry A on st: with c.Lease.SchedulerURL set it leases from the
 // scheduler, else from the local queue kept in st.
-func newEntryA(ctx context.Context, c *config, logger *slog.Logger, clk clock.Clock, st *embedded.Store, eng *engine.Engine, lim *limiter.Limiter, gate *limiter.Gate, fetcher engine.Fetcher) (*entryA, error) {
+func newEntryA(ctx context.Context, c *config, logger *slog.Logger, clk clock.Clock, st *embedded.Store, eng *engine.Engine, lim *limiter.Limiter, gate *limiter.Gate, fetcher engine.Fetcher, guard *netguard.Guard) (*entryA, error) {
 	a := &entryA{log: logger, defaultIv: time.Duration(c.DefaultMinIntervalMs) * time.Millisecond}
 	cfg := lease.Config{
 		Runner: eng, Outbox: outbox.New(st), Clock: clk, Logger: logger, WorkerID: c.Lease.WorkerID,
@@ -93,7 +94,7 @@ func newEntryA(ctx context.Context, c *config, logger *slog.Logger, clk clock.Cl
 		a.client, cfg.Source = cl, cl
 	} else {
 		q, err := localqueue.Open(ctx, st, localqueue.Config{Clock: clk, Logger: logger, DefaultMinInterval: a.defaultIv,
-			MaxAttemptCount: c.Lease.MaxAttemptCount})
+			MaxAttemptCount: c.Lease.MaxAttemptCount, CheckURLHost: guard.CheckURLHost})
 		if err != nil {
 			return nil, fmt.Errorf("open local queue: %w", err)
 		}
@@ -132,7 +133,7 @@ func (a *entryA) taskQueue() server.TaskQueue {
 	if a.queue == nil {
 		return nil
 	}
-	return queueAdapter{q: a.queue, defaultInterval: a.defaultIv}
+	return queueAdapter{q: a.queue}
 }
 
 // run runs the loop until ctx ends, then through its shutdown (lease.Loop.Run).
@@ -168,12 +169,11 @@ func (a *entryA) close() {
 
 // queueAdapter serves POST /v1/tasks from the embedded local queue.
 type queueAdapter struct {
-	q               *localqueue.Queue
-	defaultInterval time.Duration
+	q *localqueue.Queue
 }
 
 func (a queueAdapter) CheckTask(t downloader.Task) error {
-	_, err := localqueue.CheckTask(t, a.defaultInterval)
+	_, err := a.q.CheckTask(t)
 	return err
 }
 
