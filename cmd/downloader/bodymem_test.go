@@ -124,9 +124,13 @@ func memOrigin(t testing.TB, cases []bodyMemCase) *httptest.Server {
 }
 
 // serviceBinary builds cmd/downloader into a temporary directory of t: the service must be
-// a process of its own for its RSS to mean anything.
+// a process of its own for its RSS to mean anything. BODYMEM_BINARY names another build
+// to measure instead (an older commit's, to compare).
 func serviceBinary(t testing.TB) string {
 	t.Helper()
+	if bin := os.Getenv("BODYMEM_BINARY"); bin != "" {
+		return bin
+	}
 	bin := filepath.Join(t.TempDir(), "downloader")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
@@ -232,13 +236,13 @@ func (s *memService) peakGrowth(t testing.TB, i, round int) (growth, answered in
 		})
 	}
 	wg.Wait()
+	peak := procStatusKB(t, pid, "VmHWM")
 	for k, err := range errs {
 		if err != nil {
-			t.Fatalf("request %d: %v\n%s", k, err, s.stderr.String())
+			t.Fatalf("request %d: %v (peak RSS growth so far %d MiB)\n%s", k, err, (peak-before)>>10, s.stderr.String())
 		}
 		answered += sizes[k]
 	}
-	peak := procStatusKB(t, pid, "VmHWM")
 	return (peak - before) << 10, answered
 }
 
