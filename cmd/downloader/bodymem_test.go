@@ -256,9 +256,9 @@ const bodyMemCapMultiple = 12
 // worst-case bodies (SPEC §3: a few times N × the cap).
 const bodyMemBound = bodyMemConcurrency * bodyMemCapMultiple * fetch.DefaultMaxBodyBytes
 
-// TestBodyMemoryBounded: eight entry-B fetches at once of a gzip bomb, of a brotli bomb
-// (each 1 GiB of NULs) and of a page of text at the cap raise the service's peak RSS by
-// less than 8 × bodyMemCapMultiple × the body cap.
+// TestBodyMemoryBounded: eight entry-B fetches at once of a gzip bomb (1 GiB of NULs) and
+// of a page of text at the cap raise the service's peak RSS by less than 8 ×
+// bodyMemCapMultiple × the body cap. (BenchmarkBodyMemory adds the brotli bomb.)
 func TestBodyMemoryBounded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the service binary")
@@ -267,6 +267,9 @@ func TestBodyMemoryBounded(t *testing.T) {
 	o := memOrigin(t, cases)
 	bin := serviceBinary(t)
 	for i, c := range cases {
+		if c.encoding == "br" {
+			continue // as the gzip bomb here, at the cost of one more GiB of answers: the benchmark's
+		}
 		// A process of its own per case: memory the runtime kept from an earlier case
 		// would hide this one's growth.
 		s := startMemService(t, bin, o.URL)
