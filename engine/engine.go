@@ -22,6 +22,7 @@ import (
 
 	"downloader"
 	"downloader/clock"
+	"downloader/fetch"
 	"downloader/htmltext"
 	"downloader/limiter"
 )
@@ -211,9 +212,12 @@ func (e *Engine) finish(ctx context.Context, req downloader.Request, u *url.URL,
 		case req.ShouldRender:
 			res.HTML = string(out.Body)
 		default:
+			// The text first: its walk's buffers are garbage before the html's copy is made.
+			// At most the body cap of it, as a render's text (SPEC §3: the cap bounds what
+			// one request costs).
+			out.Text, _ = htmltext.TextUpTo(out.Body, ct, fetch.DefaultMaxBodyBytes)
 			html, _ := htmltext.AsUTF8(out.Body, ct) // not text (an image): as it is
 			res.HTML = string(html)
-			out.Text = htmltext.Text(out.Body, ct)
 		}
 	}
 	if req.Entry == downloader.EntryRender && req.ShouldStore {

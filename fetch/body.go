@@ -2,7 +2,6 @@ package fetch
 
 import (
 	"bufio"
-	"bytes"
 	"compress/flate"
 	"compress/gzip"
 	"compress/zlib"
@@ -90,13 +89,13 @@ func (f *Fetcher) readBody(ctx context.Context, cancel context.CancelCauseFunc, 
 		r = dr
 	}
 
-	var buf bytes.Buffer
+	hint := int64(0)
 	if len(codings) == 0 && resp.ContentLength > 0 {
-		buf.Grow(int(min(resp.ContentLength, limit) + 1))
+		hint = resp.ContentLength + 1 // one more, to read the end without growing
 	}
-	_, err := io.Copy(&buf, io.LimitReader(r, limit+1))
-	if int64(buf.Len()) > limit {
-		buf.Truncate(int(limit))
+	body, err := readUpTo(r, limit+1, hint)
+	if int64(len(body)) > limit {
+		body = body[:limit]
 		res.truncated = true
 	}
 	if wire.capped {
@@ -110,8 +109,42 @@ func (f *Fetcher) readBody(ctx context.Context, cancel context.CancelCauseFunc, 
 	case err != nil:
 		res.decodeErr = err
 	}
-	res.body = buf.Bytes()
+	res.body = body
 	return res
+}
+
+// firstBodyBytes is the first buffer of a body whose size is not known beforehand.
+const firstBodyBytes = 32 << 10
+
+// readUpTo reads r to its end or to n bytes, whichever comes first, into a buffer that
+// starts at hint (or firstBodyBytes) and doubles, but never past n: a body that decodes
+// past the cap costs at most n bytes of buffer (and n/2 more while the last growth
+// copies), where a bytes.Buffer would double to the next power of two above the cap and
+// keep the old buffer meanwhile. The error is r's, io.EOF excepted.
+func readUpTo(r io.Reader, n, hint int64) ([]byte, error) {
+	size := firstBodyBytes
+	if hint > 0 {
+		size = int(min(hint, n))
+	}
+	b := make([]byte, 0, min(int64(size), n))
+	for {
+		if len(b) == cap(b) {
+			if int64(len(b)) >= n {
+				return b, nil
+			}
+			grown := make([]byte, len(b), min(2*int64(cap(b))+1, n))
+			copy(grown, b)
+			b = grown
+		}
+		m, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+m]
+		switch {
+		case err == io.EOF:
+			return b, nil
+		case err != nil:
+			return b, err
+		}
+	}
 }
 
 // contentCodings lists the Content-Encoding chain in the order applied; ok is false when

@@ -179,6 +179,17 @@ func Text(body []byte, contentType string) string {
 	return sb.String()
 }
 
+// TextUpTo is Text cut to at most maxBytes, at a character boundary, and whether it was
+// cut: what one answer carries of a body (a body at the cap can make several times the cap
+// of text, a NUL being a three-byte U+FFFD). Its buffer is sized once, not doubled.
+func TextUpTo(body []byte, contentType string, maxBytes int) (string, bool) {
+	var sb strings.Builder
+	sb.Grow(min(len(body), maxBytes))
+	w := walker{sb: &sb, maxBytes: maxBytes}
+	w.body(body, contentType)
+	return sb.String(), w.isCut
+}
+
 // TextLength is the length of Text, without building it: raw_text_length (SPEC §3).
 func TextLength(body []byte, contentType string) int {
 	var w walker

@@ -63,6 +63,8 @@ func PlainTextLength(b []byte) int {
 
 type walker struct {
 	sb           *strings.Builder // nil: count only
+	maxBytes     int              // sb holds at most this many bytes (0: no bound)
+	isCut        bool             // a character was left out of sb by maxBytes
 	n            int
 	started      bool // a character was emitted
 	pendingSpace bool // white space seen since the last character
@@ -214,6 +216,10 @@ func (w *walker) text(t []byte) {
 }
 
 func (w *walker) emit(r rune) {
+	if w.sb != nil && w.maxBytes > 0 && w.sb.Len()+1+utf8.RuneLen(r) > w.maxBytes {
+		w.sb = nil // full: count only from here on
+		w.isCut = true
+	}
 	if w.pendingSpace {
 		w.pendingSpace = false
 		w.n++

@@ -133,6 +133,10 @@ type Config struct {
 	DefaultMinInterval time.Duration
 	// HeaderPolicy decides which request_headers a submitted task may carry.
 	HeaderPolicy downloader.HeaderPolicy
+	// CheckURLHost is the SSRF guard's literal-address check, the one entries B and C
+	// apply (netguard's Guard.CheckURLHost): a task whose URL it refuses is not queued
+	// (Queue.CheckTask). nil: no such check.
+	CheckURLHost func(host string) error
 
 	// Retries (retry.go), the scheduler's table in seed 002. MaxAttemptCount bounds
 	// the attempts that reached the origin (default 3; 1 turns retries off);
@@ -482,11 +486,6 @@ func CheckTask(t downloader.Task, defaultInterval time.Duration, hp downloader.H
 	t.URL = CanonicalURL(u)
 	t.Domain = host
 	return t, nil
-}
-
-// CheckTask is the package's CheckTask with the queue's default interval and header policy.
-func (q *Queue) CheckTask(t downloader.Task) (downloader.Task, error) {
-	return CheckTask(t, q.cfg.DefaultMinInterval, q.cfg.HeaderPolicy)
 }
 
 // Submit queues tasks (at most MaxSubmitCount). Every task is checked first (CheckTask); if

@@ -74,6 +74,16 @@ func (j *renderJob) resolveChain(ctx context.Context, t *tab) (string, *download
 		loc := resp.Header.Get("Location")
 		// The final document is Obscura's to fetch: ours is not read.
 		resp.Body.Close()
+		if otherSchemeRedirect(int64(resp.StatusCode), loc) {
+			// A redirect to a scheme no render fetches: the origin's bad answer (SPEC §4),
+			// as on Chromium's profile; the server is not sent to it.
+			out := downloader.FailedBy(downloader.CauseHTTPStatus)
+			out.HTTPStatus = resp.StatusCode
+			out.FinalURL = cur.String()
+			out.HealthSignal.ContentType = resp.Header.Get("Content-Type")
+			out.HealthSignal.RedirectCount = j.st.chainRedirectCount()
+			return "", out
+		}
 		next, err := downloader.ParseLocation(cur, loc)
 		if !isRedirect(resp.StatusCode) || loc == "" || err != nil || (next.Scheme != "http" && next.Scheme != "https") {
 			break

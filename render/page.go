@@ -493,6 +493,12 @@ func (j *renderJob) read(ctx context.Context, t *tab) *downloader.Outcome {
 // non-2xx status).
 func (j *renderJob) base(md mainDocument, t *tab) *downloader.Outcome {
 	out := &downloader.Outcome{HTTPStatus: int(md.status), FinalURL: md.committed, Cause: downloader.CauseOK}
+	if md.status == 0 && md.otherSchemeStatus != 0 {
+		// The origin redirected to a scheme the browser does not fetch: its answer is the
+		// redirect (SPEC §4), though the browser reports only the failed navigation.
+		md.status = md.otherSchemeStatus
+		out.HTTPStatus = int(md.status)
+	}
 	if md.proxyCause.IsFailure() {
 		// Our proxy's own answer: the origin said nothing.
 		out.HTTPStatus = 0

@@ -1,6 +1,7 @@
 package render
 
 import (
+	"net/url"
 	"strings"
 	"sync"
 
@@ -31,8 +32,11 @@ type tracker struct {
 	crashed   bool
 	awaitMain bool                       // a reload was asked for: the page is not loaded until its request starts
 	skipped   map[network.RequestID]bool // requests failed because their type is skipped
-	crash     chan struct{}              // closed at the first crash
-	notify    chan struct{}              // signalled (never blocking) after every change
+	// otherScheme holds the status of a redirect a request was answered with whose
+	// Location is not an http(s) URL (otherSchemeRedirect); the browser does not follow it.
+	otherScheme map[network.RequestID]int64
+	crash       chan struct{} // closed at the first crash
+	notify      chan struct{} // signalled (never blocking) after every change
 }
 
 // request is what the tracker knows of one request.
@@ -54,7 +58,7 @@ type request struct {
 }
 
 func newTracker() *tracker {
-	return &tracker{reqs: make(map[network.RequestID]*request), skipped: make(map[network.RequestID]bool), crash: make(chan struct{}), notify: make(chan struct{}, 1)}
+	return &tracker{reqs: make(map[network.RequestID]*request), skipped: make(map[network.RequestID]bool), otherScheme: make(map[network.RequestID]int64), crash: make(chan struct{}), notify: make(chan struct{}, 1)}
 }
 
 // crashedCh is closed when the tab's renderer crashes or the inspector detaches.
@@ -103,6 +107,14 @@ func (tr *tracker) onEvent(ev any) {
 		return
 	}
 	switch ev := ev.(type) {
+	case *network.EventResponseReceivedExtraInfo:
+		// The raw answer of every hop, redirects included (a redirect the browser refuses
+		// to follow has no other event with its status). It may come before or after the
+		// request's own events: kept by request id, read by main().
+		if otherSchemeRedirect(ev.StatusCode, header(ev.Headers, "Location")) {
+			tr.otherScheme[ev.RequestID] = ev.StatusCode
+		}
+		return
 	case *network.EventRequestWillBeSent:
 		if ev.Request == nil || !isHTTP(ev.Request.URL) {
 			return
@@ -218,6 +230,9 @@ type mainDocument struct {
 	errorText  string
 	proxyCause downloader.Cause // our proxy's answer (CauseReported: the origin's)
 	fromCache  bool
+	// otherSchemeStatus is the status of a redirect to a URL of a scheme the browser
+	// does not fetch (view-source:, javascript:, ftp:, file:, data:, ...); 0: none.
+	otherSchemeStatus int64
 }
 
 func (tr *tracker) main() mainDocument {
@@ -231,6 +246,7 @@ func (tr *tracker) main() mainDocument {
 		id: tr.mainReq, found: true, url: r.url, committed: tr.committed,
 		status: r.status, mime: r.mime, headers: r.headers, redirects: r.redirects,
 		failed: r.failed, errorText: r.errorText, proxyCause: r.proxyCause, fromCache: r.fromCache,
+		otherSchemeStatus: tr.otherScheme[tr.mainReq],
 	}
 }
 
@@ -282,4 +298,19 @@ func header(h network.Headers, name string) string {
 		}
 	}
 	return ""
+}
+
+// otherSchemeRedirect reports whether an answer is a redirect (3xx with a Location) to
+// something that is not an http(s) URL: a scheme no render fetches, or no URL at all.
+// A relative Location keeps the request's scheme. SPEC §4: the origin's bad answer, as a
+// plain fetch, which does not follow it either, says of the same answer.
+func otherSchemeRedirect(status int64, location string) bool {
+	if !isRedirect(int(status)) || location == "" {
+		return false
+	}
+	u, err := url.Parse(strings.TrimSpace(location))
+	if err != nil {
+		return true
+	}
+	return u.Scheme != "" && u.Scheme != "http" && u.Scheme != "https"
 }

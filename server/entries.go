@@ -176,7 +176,7 @@ func (s *Server) handleRender() http.Handler {
 			s.writeError(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, renderResponse{Summary: res.Summary, FinalURL: res.Outcome.FinalURL,
+		writeRenderAnswer(w, renderResponse{Summary: res.Summary, FinalURL: res.Outcome.FinalURL,
 			HTML: res.HTML, Text: res.Outcome.Text, PageKey: res.PageKey})
 	})
 }

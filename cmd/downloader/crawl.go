@@ -215,7 +215,7 @@ func submitFile(ctx context.Context, q *localqueue.Queue, r io.Reader, name stri
 		}
 		t, err := parseCrawlLine(line)
 		if err == nil {
-			_, err = q.CheckTask(t)
+			_, err = q.CheckTask(t) // as POST /v1/tasks: what B and C refuse included
 		}
 		if err != nil {
 			in.invalidCount++

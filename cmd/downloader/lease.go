@@ -14,6 +14,7 @@ import (
 	"downloader/lease"
 	"downloader/limiter"
 	"downloader/localqueue"
+	"downloader/netguard"
 	"downloader/outbox"
 	"downloader/robots"
 	"downloader/scheduler"
@@ -79,7 +80,7 @@ type entryA struct {
 
 // newEntryA builds entry A on st: with c.Lease.SchedulerURL set it leases from the
 // scheduler, else from the local queue kept in st.
-func newEntryA(ctx context.Context, c *config, logger *slog.Logger, clk clock.Clock, st *embedded.Store, eng *engine.Engine, lim *limiter.Limiter, gate *limiter.Gate, fetcher engine.Fetcher) (*entryA, error) {
+func newEntryA(ctx context.Context, c *config, logger *slog.Logger, clk clock.Clock, st *embedded.Store, eng *engine.Engine, lim *limiter.Limiter, gate *limiter.Gate, fetcher engine.Fetcher, guard *netguard.Guard) (*entryA, error) {
 	a := &entryA{log: logger, defaultIv: time.Duration(c.DefaultMinIntervalMs) * time.Millisecond, headerPolicy: c.headerPolicy()}
 	cfg := lease.Config{
 		Runner: eng, Outbox: outbox.New(st), Clock: clk, Logger: logger, WorkerID: c.Lease.WorkerID,
@@ -94,7 +95,7 @@ func newEntryA(ctx context.Context, c *config, logger *slog.Logger, clk clock.Cl
 		a.client, cfg.Source = cl, cl
 	} else {
 		q, err := localqueue.Open(ctx, st, localqueue.Config{Clock: clk, Logger: logger, DefaultMinInterval: a.defaultIv,
-			HeaderPolicy: a.headerPolicy, MaxAttemptCount: c.Lease.MaxAttemptCount})
+			HeaderPolicy: a.headerPolicy, MaxAttemptCount: c.Lease.MaxAttemptCount, CheckURLHost: guard.CheckURLHost})
 		if err != nil {
 			return nil, fmt.Errorf("open local queue: %w", err)
 		}
