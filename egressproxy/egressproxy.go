@@ -57,8 +57,12 @@ const (
 // They format as "[redacted]" (fmt, slog, JSON) so that no log line or error can carry
 // them.
 type Credentials struct {
-	username, password string
+	// A pointer, so that even fmt's reflection over a struct that holds Credentials in an
+	// unexported field (where it cannot call Format) prints an address, not the secret.
+	s *secret
 }
+
+type secret struct{ username, password string }
 
 // ParseCredentials reads "username:password" (one line; a trailing newline is dropped),
 // the form of --egress-proxy-credentials-file and DOWNLOADER_EGRESS_PROXY_CREDENTIALS.
@@ -76,11 +80,11 @@ func ParseCredentials(s string) (Credentials, error) {
 	case len(user) > 255 || len(pass) > 255:
 		return Credentials{}, errors.New("egress proxy credentials: username and password are at most 255 bytes each (RFC 1929)")
 	}
-	return Credentials{username: user, password: pass}, nil
+	return Credentials{s: &secret{username: user, password: pass}}, nil
 }
 
 // IsSet reports whether c holds credentials.
-func (c Credentials) IsSet() bool { return c.username != "" }
+func (c Credentials) IsSet() bool { return c.s != nil }
 
 const redacted = "[redacted]"
 
@@ -263,7 +267,7 @@ func (d *Dialer) connect(ctx context.Context, c net.Conn, target netip.AddrPort)
 	b.WriteString("CONNECT " + hp + " HTTP/1.1\r\nHost: " + hp + "\r\n")
 	if d.creds.IsSet() {
 		b.WriteString("Proxy-Authorization: Basic " +
-			base64.StdEncoding.EncodeToString([]byte(d.creds.username+":"+d.creds.password)) + "\r\n")
+			base64.StdEncoding.EncodeToString([]byte(d.creds.s.username+":"+d.creds.s.password)) + "\r\n")
 	}
 	b.WriteString("\r\n")
 	if err := d.connecting(ctx, target); err != nil {

@@ -128,7 +128,7 @@ func (d *Dialer) socks5(ctx context.Context, c net.Conn, target netip.AddrPort) 
 
 // socksAuth runs RFC 1929's username and password exchange.
 func (d *Dialer) socksAuth(c net.Conn) error {
-	u, p := d.creds.username, d.creds.password
+	u, p := d.creds.s.username, d.creds.s.password
 	msg := make([]byte, 0, 3+len(u)+len(p))
 	msg = append(msg, 1, byte(len(u)))
 	msg = append(msg, u...)
