@@ -40,6 +40,10 @@ const (
 	CauseRendererUnavailable  // the renderer cannot start or be reached
 	CauseRendererCrashed      // the browser or its tab died mid-render
 	CauseRenderTimeout        // the render did not finish in time
+	// CauseEgressProxyFailed: the operator's egress proxy is down or refused us (no
+	// connection to it, a 407, a failed SOCKS5 authentication, a refusal by its rules, a
+	// broken answer): no packet of ours reached the origin (docs/egress-proxy.md).
+	CauseEgressProxyFailed
 )
 
 // causeReasons is the one table from causes to SPEC §4's closed set: the reason a cause
@@ -66,6 +70,7 @@ var causeReasons = [...]FailReason{
 	CauseRendererUnavailable:  FailRendererUnavailable,
 	CauseRendererCrashed:      FailRendererCrashed,
 	CauseRenderTimeout:        FailRenderTimeout,
+	CauseEgressProxyFailed:    FailEgressUnavailable, // our own egress, as the detector's verdict
 }
 
 // causeNames are the causes' stable names (snake_case, SPEC §7), for where a cause is
@@ -94,6 +99,7 @@ var causeNames = [...]string{
 	CauseRendererUnavailable:  "renderer_unavailable",
 	CauseRendererCrashed:      "renderer_crashed",
 	CauseRenderTimeout:        "render_timeout",
+	CauseEgressProxyFailed:    "egress_proxy_failed",
 }
 
 // String is c's stable name (causeNames); a value outside the set is "cause(N)", which

@@ -34,6 +34,7 @@ func TestCauseReasons(t *testing.T) {
 		{CauseRendererUnavailable, FailRendererUnavailable},
 		{CauseRendererCrashed, FailRendererCrashed},
 		{CauseRenderTimeout, FailRenderTimeout},
+		{CauseEgressProxyFailed, FailEgressUnavailable},
 	}
 	if len(tests) != len(causeReasons) {
 		t.Fatalf("%d causes tested, the table has %d", len(tests), len(causeReasons))

@@ -52,7 +52,8 @@ const (
 	// be reached, so no admission can be given: we fail closed, and it is our problem.
 	FailRuntimeStoreUnavailable FailReason = "runtime_store_unavailable"
 	// FailEgressUnavailable: network failures hit many distinct domains at once: our own
-	// egress is failing, not every site at the same moment.
+	// egress is failing, not every site at the same moment; or the operator's egress proxy
+	// is down or refused us (CauseEgressProxyFailed).
 	FailEgressUnavailable FailReason = "egress_unavailable"
 
 	FailDomainNotFound       FailReason = "domain_not_found"

@@ -19,6 +19,8 @@ import (
 // fail_reason from it), from the error alone. It is safe for concurrent use. In order:
 //
 //   - nil → CauseOK;
+//   - an egress proxy's error (package egressproxy) → the cause it tells: our proxy down
+//     or refusing us (egress_proxy_failed), or the target's failure it reported;
 //   - *netguard.ForbiddenError → destination forbidden;
 //   - *net.DNSError: IsNotFound (NXDOMAIN, no address) → domain not found; anything else
 //     (timeout, SERVFAIL, a resolver that cannot be reached) → our resolver failed;
@@ -38,6 +40,9 @@ import (
 func Classify(err error) downloader.Cause {
 	if err == nil {
 		return downloader.CauseOK
+	}
+	if c, ok := egressCause(err); ok {
+		return c
 	}
 	var forbidden *netguard.ForbiddenError
 	if errors.As(err, &forbidden) {
@@ -108,7 +113,8 @@ func (f *Fetcher) classifyHop(ctx, hopCtx context.Context, st *hopState, err err
 		// The caller's overall deadline: which side was slow depends on how far we got.
 		switch c := Classify(err); c {
 		case downloader.CauseDomainNotFound, downloader.CauseResolverFailed,
-			downloader.CauseDestinationForbidden, downloader.CauseConnectRefused:
+			downloader.CauseDestinationForbidden, downloader.CauseConnectRefused,
+			downloader.CauseEgressProxyFailed:
 			return c // a definite answer that came before the deadline
 		}
 		if st.tlsStarted.Load() && !st.tlsDone.Load() {

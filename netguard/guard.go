@@ -204,17 +204,17 @@ func (g *Guard) DialContext(ctx context.Context, network, address string) (net.C
 		return nil, &ForbiddenError{Host: rawHost, Reason: "not a valid host: " + downloader.ErrorMessage(err)}
 	}
 	if target, ok := g.mapCanonical(host, port); ok {
-		return g.attempt(ctx, host, func() (net.Conn, error) { return g.dialer.DialContext(ctx, network, target) })
+		return g.attempt(ctx, host, func(ctx context.Context) (net.Conn, error) { return g.dialer.DialContext(ctx, network, target) })
 	}
 	canonicalAddress := net.JoinHostPort(host, port)
 	if g.allowPrivate {
-		return g.attempt(ctx, host, func() (net.Conn, error) { return g.dialer.DialContext(ctx, network, canonicalAddress) })
+		return g.attempt(ctx, host, func(ctx context.Context) (net.Conn, error) { return g.dialer.DialContext(ctx, network, canonicalAddress) })
 	}
 	if ip, isIP := literalIP(host); isIP {
 		if reason, bad := Forbidden(ip); bad {
 			return nil, &ForbiddenError{Host: host, Addr: ip, Reason: reason}
 		}
-		return g.attempt(ctx, host, func() (net.Conn, error) {
+		return g.attempt(ctx, host, func(ctx context.Context) (net.Conn, error) {
 			return g.dialer.DialContext(ctx, network, canonicalAddress)
 		})
 	}
@@ -231,7 +231,7 @@ func (g *Guard) DialContext(ctx context.Context, network, address string) (net.C
 			return nil, &ForbiddenError{Host: host, Addr: a, Reason: reason}
 		}
 	}
-	return g.attempt(ctx, host, func() (net.Conn, error) { return g.dialSerial(ctx, network, host, port, addrs) })
+	return g.attempt(ctx, host, func(ctx context.Context) (net.Conn, error) { return g.dialSerial(ctx, network, host, port, addrs) })
 }
 
 // ConnectHook is told of a dial's connection attempt: the moment a packet may first go
@@ -255,16 +255,20 @@ func WithConnectHook(ctx context.Context, h ConnectHook) context.Context {
 	return context.WithValue(ctx, connectHookKey{}, h)
 }
 
-// attempt runs dial, the connection attempt to host, telling the ConnectHook of ctx.
-func (g *Guard) attempt(ctx context.Context, host string, dial func() (net.Conn, error)) (net.Conn, error) {
+// attempt runs dial, the connection attempt to host, telling the ConnectHook of ctx (a
+// TunnelDialer tells it itself, at its proxy's connect request: tunnelAttempt).
+func (g *Guard) attempt(ctx context.Context, host string, dial func(context.Context) (net.Conn, error)) (net.Conn, error) {
 	h, _ := ctx.Value(connectHookKey{}).(ConnectHook)
 	if h == nil {
-		return dial()
+		return dial(ctx)
+	}
+	if _, ok := g.dialer.(TunnelDialer); ok {
+		return attemptTunnel(ctx, h, dial)
 	}
 	if err := h.Connecting(ctx); err != nil {
 		return nil, fmt.Errorf("netguard: connection to %s not attempted: %w", host, err)
 	}
-	c, err := dial()
+	c, err := dial(ctx)
 	h.Connected(err)
 	return c, err
 }

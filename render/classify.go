@@ -20,7 +20,10 @@ import (
 func errorCause(err error) downloader.Cause {
 	var fe *netguard.ForbiddenError
 	var dnsErr *net.DNSError
+	var egress interface{ EgressCause() downloader.Cause } // an egress proxy's (egressproxy)
 	switch {
+	case errors.As(err, &egress):
+		return egress.EgressCause()
 	case errors.As(err, &fe):
 		return downloader.CauseDestinationForbidden
 	case errors.As(err, &dnsErr):

@@ -42,6 +42,34 @@ test -x /usr/lib/chromium/chromium-headless-shell || {
 	exit 1
 }
 
+# Real egress proxies for the egress-proxy tests (internal/proxytest starts them on
+# 127.0.0.1 with configurations of their own): squid (HTTP CONNECT, basic auth checked by
+# its basic_ncsa_auth helper over a file made with openssl) and dante-server (SOCKS5).
+# The services the packages may start are stopped: the tests run their own.
+proxy_packages=(squid dante-server openssl)
+proxy_missing=()
+for p in "${proxy_packages[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || proxy_missing+=("$p")
+done
+if [ ${#proxy_missing[@]} -gt 0 ]; then
+	if [ "$(id -u)" -ne 0 ]; then
+		echo "setup: need root to install: ${proxy_missing[*]}" >&2
+		exit 1
+	fi
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get -o DPkg::Lock::Timeout=600 update -q
+	apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "${proxy_missing[@]}"
+	if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
+		systemctl disable --now squid.service danted.service >/dev/null 2>&1 || true
+	fi
+fi
+for b in /usr/sbin/squid /usr/sbin/danted /usr/lib/squid/basic_ncsa_auth; do
+	test -x "$b" || {
+		echo "setup: $b not found after installing ${proxy_packages[*]}" >&2
+		exit 1
+	}
+done
+
 command -v promtool >/dev/null || test -x /usr/bin/promtool || {
 	echo "setup: promtool not found after installing prometheus" >&2
 	exit 1

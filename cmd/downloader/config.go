@@ -15,6 +15,7 @@ import (
 
 	"downloader"
 	"downloader/egress"
+	"downloader/egressproxy"
 	"downloader/netguard"
 	"downloader/render"
 )
@@ -72,6 +73,13 @@ type config struct {
 	EgressCanary         string // HOST:PORT connected to as a canary; empty: none
 	EgressWindowSeconds  int
 	EgressMinDomainCount int
+
+	// The operator's egress proxy (egressproxy.go): every connection to an origin goes
+	// through it, behind the SSRF guard.
+	EgressProxy                string
+	EgressProxyCredentialsFile string
+	egressProxyCredentials     egressproxy.Credentials // from the file or the environment; never logged
+	egressProxyDialer          *egressproxy.Dialer     // nil: direct
 
 	// The API server's read timeouts: not flags, shortened by tests.
 	readHeaderTimeout time.Duration
@@ -162,6 +170,8 @@ func newFlagSet(name string, c *config, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&c.AllowUnauthenticated, "allow-unauthenticated", false, "serve on a non-loopback --listen address without --api-token and --admin-token")
 	fs.StringVar(&c.EgressCanary, "egress-canary", "", "HOST:PORT of a target that should always accept a TCP connection: it confirms or vetoes an egress outage (docs/reliability.md); empty: none")
 	fs.IntVar(&c.EgressWindowSeconds, "egress-window-seconds", int(egress.DefaultWindow/time.Second), "how long an outcome counts for its domain in the egress detector")
+	fs.StringVar(&c.EgressProxy, "egress-proxy", "", "http://HOST:PORT (HTTP CONNECT) or socks5://HOST:PORT: send every connection to an origin through this proxy, the SSRF guard still deciding on the target's address (docs/egress-proxy.md); empty: direct")
+	fs.StringVar(&c.EgressProxyCredentialsFile, "egress-proxy-credentials-file", "", "file holding the egress proxy's username:password (else DOWNLOADER_EGRESS_PROXY_CREDENTIALS; never in the URL)")
 	addClusterFlags(fs, &c.Cluster)
 	fs.IntVar(&c.EgressMinDomainCount, "egress-min-domain-count", egress.DefaultMinDomainCount, "distinct domains failing at network level (and at least 80% of the domains seen) before failures are reported as egress_unavailable")
 	addLeaseFlags(fs, &c.Lease)
@@ -176,16 +186,15 @@ const (
 )
 
 // egressCanary returns the canary of --egress-canary: a TCP connect to HOST:PORT, made
-// directly (the operator's choice, like the scheduler: not through the SSRF guard); nil
-// without one.
+// without the SSRF guard (the operator's choice, like the scheduler), through the egress
+// proxy when there is one (it checks the path our requests take); nil without one.
 func (c *config) egressCanary() func(ctx context.Context) error {
 	if c.EgressCanary == "" {
 		return nil
 	}
 	addr := c.EgressCanary
 	return func(ctx context.Context) error {
-		var d net.Dialer
-		conn, err := d.DialContext(ctx, "tcp", addr)
+		conn, err := c.canaryDialer().DialContext(ctx, "tcp", addr)
 		if err != nil {
 			return fmt.Errorf("egress canary %s: %w", addr, err)
 		}
@@ -222,6 +231,9 @@ func parseFlags(fs *flag.FlagSet, c *config, args []string, getenv func(string) 
 	})
 	if envErr != nil {
 		return envErr
+	}
+	if err := c.loadEgressProxy(getenv); err != nil {
+		return err
 	}
 	return c.check()
 }

@@ -185,7 +185,7 @@ func dataDirInUse(err error, dataDir string) error {
 // still accepted, as by serve, but are not a crawl's business.
 var crawlFlagNames = []string{
 	"output", "warc", "max-depth", "max-page-count", "scope", "scope-host-list", "scope-include", "scope-exclude", "should-read-sitemaps", "data-dir", "default-min-interval-ms", "max-concurrent-count", "should-obey-robots-txt",
-	"max-attempt-count", "user-agent", "request-timeout-ms", "connect-to", "allow-private-networks",
+	"max-attempt-count", "user-agent", "request-timeout-ms", "connect-to", "allow-private-networks", "egress-proxy", "egress-proxy-credentials-file",
 	"render-concurrency", "renderer-endpoint", "renderer-kind", "render-guard-proxy-listen", "should-render-guard-proxy-terminate-tls", "chromium-path", "listen", "shutdown-grace-seconds", "log-level",
 }
 

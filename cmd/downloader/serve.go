@@ -111,7 +111,7 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 	if c.observeWire != nil {
 		lim.ObserveWire(c.observeWire)
 	}
-	guard := netguard.New(netguard.Config{ConnectTo: c.ConnectTo, AllowPrivateNetworks: c.AllowPrivateNetworks})
+	guard := netguard.New(netguard.Config{ConnectTo: c.ConnectTo, AllowPrivateNetworks: c.AllowPrivateNetworks, Dialer: c.egressDialer()})
 	defaultInterval := time.Duration(c.DefaultMinIntervalMs) * time.Millisecond
 	// Every request's redirect hops are admitted by the hop admitter the engine passes
 	// with it (engine.Hops); the renderer's Hops turns on its document pausing.
