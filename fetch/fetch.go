@@ -444,7 +444,11 @@ func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Adm
 		out.Fail(downloader.CauseHTTPStatus)
 	default:
 		out.Cause = downloader.CauseOK
-		out.Validators = downloader.Validators{ETag: resp.Header.Get("ETag"), LastModified: resp.Header.Get("Last-Modified")}
+		if hop == 0 {
+			// The URL's own answer (not a redirect target's): its next request may be
+			// conditional on them.
+			out.Validators = downloader.Validators{ETag: resp.Header.Get("ETag"), LastModified: resp.Header.Get("Last-Modified")}
+		}
 	}
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
 		out.HealthSignal.RetryAfterSeconds = retryafter.Seconds(resp.Header.Get("Retry-After"), f.cfg.Clock.Now())
