@@ -155,6 +155,9 @@ type HealthSignal struct {
 	// HTTPVersion is the protocol the final answer came in ("1.1", "2"; "1.0" from an old
 	// server); null when no answer came, and for renders.
 	HTTPVersion *string `json:"http_version"`
+	// IsNotModified: the origin answered 304 to our conditional request (the page store's
+	// validators for the URL): the stored page is the page, and nothing was downloaded.
+	IsNotModified bool `json:"is_not_modified"`
 
 	XHRCount              *int `json:"xhr_count"`
 	XHRFailedCount        *int `json:"xhr_failed_count"`
@@ -215,6 +218,12 @@ type Outcome struct {
 	FailReason    FailReason
 	Body          []byte // HTML as served (plain) or as rendered
 	Text          string // visible text, rendered when should_render
+	// Validators are the answer's own (ETag, Last-Modified) on a 2xx plain fetch: stored
+	// with the page for the URL's next conditional request.
+	Validators Validators
+	// NotModifiedPageKey is the stored page a 304 to our conditional request confirmed
+	// (health_signal.is_not_modified): the page the request answers with.
+	NotModifiedPageKey string
 
 	// Cause is what ended the fetch or render as its producer saw it (cause.go); the
 	// engine decides FailReason from it once (DecideFailReason).

@@ -116,6 +116,8 @@ func (h *HealthSignal) appendJSON(b []byte) []byte {
 	} else {
 		b = AppendJSONString(b, *h.HTTPVersion)
 	}
+	b = append(b, `,"is_not_modified":`...)
+	b = strconv.AppendBool(b, h.IsNotModified)
 	b = append(b, `,"xhr_count":`...)
 	b = appendJSONInt(b, h.XHRCount)
 	b = append(b, `,"xhr_failed_count":`...)

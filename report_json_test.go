@@ -54,7 +54,7 @@ func TestReportAppendJSONIsJSONMarshal(t *testing.T) {
 		return &f
 	}
 	h2 := "2"
-	plainSignal := &HealthSignal{ElapsedMs: 12, BodyBytes: 3456, ContentType: "text/html; charset=utf-8", RedirectCount: 1, HTTPVersion: &h2}
+	plainSignal := &HealthSignal{ElapsedMs: 12, BodyBytes: 3456, ContentType: "text/html; charset=utf-8", RedirectCount: 1, HTTPVersion: &h2, IsNotModified: true}
 	renderSignal := &HealthSignal{ElapsedMs: 900, ContentType: "text/html", IsBodyTruncated: true, RetryAfterSeconds: &retry,
 		XHRCount: &n, XHRFailedCount: &zero, SubrequestCount: &n, SubrequestFailedCount: &zero, BlockedRequestCount: &zero,
 		SkippedRequestCount: &n, PopupCount: &zero, SkippedFrameCount: &zero, CappedSubrequestCount: &n}

@@ -87,4 +87,8 @@ type FetchOptions struct {
 	// IsOnce asks the origin to close the connection after the answer and keeps it out of
 	// the idle pool: an entry C probe is one GET of a domain among many.
 	IsOnce bool
+	// Conditional, when not zero, are the validators of the page stored for this URL: the
+	// first request sends them (If-None-Match, If-Modified-Since), and a 304 to it is a
+	// success with health_signal.is_not_modified (SPEC §4).
+	Conditional Validators
 }

@@ -48,11 +48,37 @@ type Page struct {
 	ContentType string    `json:"content_type"`
 	FetchedAt   time.Time `json:"fetched_at"`
 	Body        []byte    `json:"-"`
+	// Validators are the origin's validators of this answer, kept for the URL's next
+	// conditional request (LatestPage); not part of the stored page itself.
+	Validators Validators `json:"-"`
+}
+
+// Validators are an answer's HTTP validators (RFC 9110 §8.8): a later request for the same
+// URL sends them back (If-None-Match, If-Modified-Since), and a 304 says the stored page
+// is still the page (SPEC §4, is_not_modified).
+type Validators struct {
+	ETag         string `json:"etag,omitempty"`
+	LastModified string `json:"last_modified,omitempty"`
+}
+
+// IsZero reports whether there is no validator to send.
+func (v Validators) IsZero() bool { return v.ETag == "" && v.LastModified == "" }
+
+// PageRef is the page last stored for a URL, with the validators it was served with.
+type PageRef struct {
+	PageKey string `json:"page_key"`
+	Validators
 }
 
 // PageStore keeps page content, keyed by content hash and deduplicated. Implementations
 // are safe for concurrent use. Page returns an ENOTFOUND *Error for an unknown key.
 type PageStore interface {
+	// PutPage stores p and returns its key; when p has validators it also becomes its
+	// URL's latest page (LatestPage), and a page without them removes the URL's entry.
 	PutPage(ctx context.Context, p *Page) (key string, err error)
 	Page(ctx context.Context, key string) (*Page, error)
+	// LatestPage returns the page last stored for url with validators (ok false when there
+	// is none, or its page is not stored). The entry is kept with no durability promise:
+	// losing it costs one unconditional fetch.
+	LatestPage(ctx context.Context, url string) (ref PageRef, ok bool, err error)
 }

@@ -35,6 +35,10 @@ func (p *pageRecorder) Page(context.Context, string) (*downloader.Page, error) {
 	return nil, downloader.Errorf(downloader.ENOTFOUND, "no page")
 }
 
+func (p *pageRecorder) LatestPage(context.Context, string) (downloader.PageRef, bool, error) {
+	return downloader.PageRef{}, false, nil
+}
+
 // renderedRenderer answers every render with a fixed rendered DOM, as the pool does: UTF-8
 // HTML and its text, with the main document's Content-Type as served.
 type renderedRenderer struct {

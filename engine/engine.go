@@ -235,7 +235,10 @@ func (e *Engine) finish(ctx context.Context, req downloader.Request, u *url.URL,
 // store writes the page (when there is one) and the fetch_result record.
 func (e *Engine) store(ctx context.Context, req downloader.Request, taskID string, out *downloader.Outcome, at time.Time) (string, error) {
 	var key string
-	if req.ShouldStore && e.cfg.Pages != nil && out.Body != nil && out.HTTPStatus != 0 {
+	switch {
+	case out.NotModifiedPageKey != "":
+		key = out.NotModifiedPageKey // the stored page is the page (a 304 to our conditional request)
+	case req.ShouldStore && e.cfg.Pages != nil && out.Body != nil && out.HTTPStatus != 0:
 		// A plain fetch's page is kept as served, with the Content-Type that tells its
 		// charset (readers decode it, htmltext.UTF8); a render's is the DOM, in UTF-8 (a
 		// GBK page's header would mislabel it).
@@ -244,7 +247,7 @@ func (e *Engine) store(ctx context.Context, req downloader.Request, taskID strin
 			ct = renderedContentType
 		}
 		k, err := e.cfg.Pages.PutPage(ctx, &downloader.Page{URL: req.URL, FinalURL: out.FinalURL,
-			ContentType: ct, FetchedAt: at.UTC(), Body: out.Body})
+			ContentType: ct, FetchedAt: at.UTC(), Body: out.Body, Validators: out.Validators})
 		if err != nil {
 			return "", fmt.Errorf("put page of %s: %w", req.URL, err)
 		}

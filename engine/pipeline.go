@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"downloader"
+	"downloader/htmltext"
 	"downloader/limiter"
 )
 
@@ -268,8 +269,12 @@ func (e *Engine) run(ctx context.Context, req downloader.Request, u *url.URL, ad
 		out = e.cfg.Renderer.RenderInSlot(ctx, u, adm, hops, downloader.RenderOptions{
 			Timeout: timeout, SkipResourceTypes: req.SkipResourceTypes, Headers: headers})
 	default:
+		stored := e.storedPage(ctx, req)
 		out = e.cfg.Fetcher.FetchWith(ctx, u, adm, hops, downloader.FetchOptions{
-			Headers: headers, IsOnce: req.Entry == downloader.EntryProbe})
+			Headers: headers, IsOnce: req.Entry == downloader.EntryProbe, Conditional: stored.Validators})
+		if out.HealthSignal.IsNotModified {
+			e.notModified(ctx, out, stored.PageKey)
+		}
 	}
 	out.FailReason = e.failReason(req, out, hops.tickets)
 	return out
@@ -288,4 +293,41 @@ func (e *Engine) failReason(req downloader.Request, out *downloader.Outcome, hop
 		reason = e.cfg.Egress.Judge(e.cfg.Clock.Now(), req.Domain, req.Entry, reason, out.HTTPStatus != 0)
 	}
 	return reason
+}
+
+// storedPage is the page the page store holds for a plain fetch that will be stored, with
+// the validators it was served with: the fetch sends them (a conditional request, SPEC
+// §5), and a 304 answers with that page. Zero when there is none, or the request stores
+// nothing (a probe's or an unstored B request's answer needs the body itself).
+func (e *Engine) storedPage(ctx context.Context, req downloader.Request) downloader.PageRef {
+	if !req.ShouldStore || req.ShouldRender || e.cfg.Pages == nil {
+		return downloader.PageRef{}
+	}
+	ref, ok, err := e.cfg.Pages.LatestPage(ctx, req.URL)
+	if err != nil {
+		// The fetch is then unconditional: it costs bytes, never correctness.
+		e.log.Warn("look up the stored page for a conditional request", "url", req.URL, "error", err)
+		return downloader.PageRef{}
+	}
+	if !ok {
+		return downloader.PageRef{}
+	}
+	return ref
+}
+
+// notModified completes a 304 to our conditional request with the stored page it
+// confirmed (SPEC §4: a success, health_signal.is_not_modified): the page key the result
+// and report carry, and the page's content and raw_text_length, as if it had been
+// downloaded again. body_bytes stays what came over the wire: nothing.
+func (e *Engine) notModified(ctx context.Context, out *downloader.Outcome, key string) {
+	out.NotModifiedPageKey = key
+	p, err := e.cfg.Pages.Page(ctx, key)
+	if err != nil {
+		e.log.Warn("read the stored page a 304 confirmed", "page_key", key, "error", err)
+		return
+	}
+	out.Body = p.Body
+	out.HealthSignal.ContentType = p.ContentType
+	n := htmltext.TextLength(p.Body, p.ContentType)
+	out.RawTextLength = &n
 }

@@ -290,11 +290,16 @@ func (f *Fetcher) FetchWith(ctx context.Context, u *url.URL, adm *limiter.Admiss
 			hopAdm = &a
 		}
 		var next *url.URL
-		headers := opts.Headers
-		if hop > 0 && len(headers) > 0 {
-			headers = headers.ForHop(strings.EqualFold(cur.Hostname(), u.Hostname()))
+		hopOpts := opts
+		if hop > 0 {
+			if cur != *u {
+				// Validators are the URL's, not its redirect targets' (a 421's second send
+				// is the URL's own request).
+				hopOpts.Conditional = downloader.Validators{}
+			}
+			hopOpts.Headers = opts.Headers.ForHop(strings.EqualFold(cur.Hostname(), u.Hostname()))
 		}
-		next, err = f.hop(ctx, hop-misdirected, &cur, hopAdm, hops != nil, out, opts.IsOnce, h1, headers)
+		next, err = f.hop(ctx, hop-misdirected, &cur, hopAdm, hops != nil, out, h1, hopOpts)
 		if hop > 0 {
 			hopAdm.Cancel() // degrades to Done once the hop went on the wire
 		}
@@ -340,10 +345,11 @@ var (
 
 // hop sends one request for u and fills out from its answer. It returns the next URL
 // when the answer is a redirect to follow (only when follow: the caller gave a
-// HopAdmitter). once closes the connection after the answer (FetchOnce). h1 sends it on
-// HTTP/1.1 (after a 421 over HTTP/2); a 421 over HTTP/2 to follow is errMisdirected.
-// headers are the caller's allow-listed headers for this hop.
-func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Admission, follow bool, out *downloader.Outcome, once, h1 bool, headers downloader.RequestHeaders) (*url.URL, error) {
+// HopAdmitter). opts are the hop's: IsOnce closes the connection after the answer
+// (FetchOnce), Headers are the caller's allow-listed headers for this hop, Conditional the
+// validators sent with the URL's own request. h1 sends it on HTTP/1.1 (after a 421 over
+// HTTP/2); a 421 over HTTP/2 to follow is errMisdirected.
+func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Admission, follow bool, out *downloader.Outcome, h1 bool, opts downloader.FetchOptions) (*url.URL, error) {
 	hopCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	st := &hopState{}
@@ -382,10 +388,16 @@ func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Adm
 		out.Fail(downloader.CauseInvalidURL)
 		return nil, fmt.Errorf("fetch %s: %w", u.Redacted(), err)
 	}
-	req.Close = once
+	req.Close = opts.IsOnce
 	// The same values for every request, shared: the transport only reads them.
 	req.Header = http.Header{"User-Agent": f.userAgent, "Accept": f.accept, "Accept-Encoding": f.acceptEncoding}
-	headers.SetOn(req.Header) // the caller's allow-listed headers (User-Agent only where the operator allows it)
+	opts.Headers.SetOn(req.Header) // the caller's allow-listed headers (User-Agent only where the operator allows it)
+	if v := opts.Conditional; v.ETag != "" {
+		req.Header["If-None-Match"] = []string{v.ETag}
+	} else if v.LastModified != "" {
+		// RFC 9110 §13.1.3: If-Modified-Since only without If-None-Match.
+		req.Header["If-Modified-Since"] = []string{v.LastModified}
+	}
 
 	rt := f.transport
 	if h1 {
@@ -423,10 +435,20 @@ func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Adm
 	}
 
 	out.HTTPStatus = resp.StatusCode
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		out.Fail(downloader.CauseHTTPStatus)
-	} else {
+	switch {
+	case resp.StatusCode == http.StatusNotModified && !opts.Conditional.IsZero():
+		// The answer to our own conditional request: the stored page is still the page.
 		out.Cause = downloader.CauseOK
+		out.HealthSignal.IsNotModified = true
+	case resp.StatusCode < 200 || resp.StatusCode > 299:
+		out.Fail(downloader.CauseHTTPStatus)
+	default:
+		out.Cause = downloader.CauseOK
+		if hop == 0 {
+			// The URL's own answer (not a redirect target's): its next request may be
+			// conditional on them.
+			out.Validators = downloader.Validators{ETag: resp.Header.Get("ETag"), LastModified: resp.Header.Get("Last-Modified")}
+		}
 	}
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
 		out.HealthSignal.RetryAfterSeconds = retryafter.Seconds(resp.Header.Get("Retry-After"), f.cfg.Clock.Now())

@@ -19,11 +19,20 @@ const pagePrefix = keys.PageContent
 // SHA-256 of the body). A body already stored is not written again: the first page stored
 // with a body keeps its metadata (url, final_url, content_type, fetched_at). It returns
 // once the page is durable, or, under a task scope of this store (WithTaskWrites),
-// once the page is added to the scope: it is durable when the task's report is.
+// once the page is added to the scope: it is durable when the task's report is. It then
+// records the page as its URL's latest (pageindex.go).
 func (s *Store) PutPage(ctx context.Context, p *downloader.Page) (string, error) {
 	if p == nil {
 		return "", downloader.Invalidf("page", "page is required")
 	}
+	key, err := s.putPage(ctx, p)
+	if err != nil {
+		return key, err
+	}
+	return key, s.indexPage(ctx, p, key)
+}
+
+func (s *Store) putPage(ctx context.Context, p *downloader.Page) (string, error) {
 	sum := sha256.Sum256(p.Body)
 	key := hex.EncodeToString(sum[:])
 	dbKey := []byte(pagePrefix + key)

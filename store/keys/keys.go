@@ -24,6 +24,7 @@
 package keys
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"strings"
@@ -36,7 +37,16 @@ const (
 	FetchResult         = "downloader:fetch_result:id:"
 	FetchResultByDomain = "downloader:fetch_result:domain:"
 	PageContent         = "page:content:"
+	// PageByURL + the hex SHA-256 of a URL: that URL's latest page and validators
+	// (downloader.PageRef as JSON), for conditional requests.
+	PageByURL = "page:by_url:"
 )
+
+// PageByURLKey is the key of url's latest-page entry.
+func PageByURLKey(url string) []byte {
+	sum := sha256.Sum256([]byte(url))
+	return []byte(PageByURL + hex.EncodeToString(sum[:]))
+}
 
 // IDLen is the length of a record id.
 const IDLen = 32

@@ -42,6 +42,7 @@ func Run(t *testing.T, open func(t *testing.T) Stores) {
 	t.Run("ResultsPaging", func(t *testing.T) { testResultsPaging(t, open) })
 	t.Run("ResultsInvalid", func(t *testing.T) { testResultsInvalid(t, open) })
 	t.Run("Pages", func(t *testing.T) { testPages(t, open) })
+	t.Run("LatestPage", func(t *testing.T) { testLatestPage(t, open) })
 	t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, open) })
 	t.Run("CanceledContext", func(t *testing.T) { testCanceled(t, open) })
 }
@@ -613,5 +614,51 @@ func testCanceled(t *testing.T, open func(t *testing.T) Stores) {
 	}
 	if got, _, err := s.Results.FetchResults(bg, "", 10, ""); err != nil || len(got) != 0 {
 		t.Errorf("results were written under a canceled context (%d, %v)", len(got), err)
+	}
+}
+
+// testLatestPage: the URL index of conditional requests. A page stored with validators is
+// its URL's latest; a later page without validators removes the entry (its validators must
+// not be sent for another page); other URLs are apart.
+func testLatestPage(t *testing.T, open func(t *testing.T) Stores) {
+	ps := open(t).Pages
+	ctx := context.Background()
+	const u = "http://a.test/page"
+	if _, ok, err := ps.LatestPage(ctx, u); err != nil || ok {
+		t.Fatalf("empty store: ok %v, err %v", ok, err)
+	}
+	v1 := downloader.Validators{ETag: `"v1"`, LastModified: "Tue, 01 Dec 2026 10:00:00 GMT"}
+	k1, err := ps.PutPage(ctx, &downloader.Page{URL: u, ContentType: "text/html", FetchedAt: time.Now().UTC(), Body: []byte("<p>one</p>"), Validators: v1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, ok, err := ps.LatestPage(ctx, u)
+	if err != nil || !ok || ref.PageKey != k1 || ref.Validators != v1 {
+		t.Fatalf("after a page with validators: %+v %v %v, want key %s and %+v", ref, ok, err, k1, v1)
+	}
+	if _, ok, _ := ps.LatestPage(ctx, u+"?other"); ok {
+		t.Errorf("another URL has an entry")
+	}
+	v2 := downloader.Validators{ETag: `W/"v2"`}
+	k2, err := ps.PutPage(ctx, &downloader.Page{URL: u, ContentType: "text/html", FetchedAt: time.Now().UTC(), Body: []byte("<p>two</p>"), Validators: v2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ref, ok, _ := ps.LatestPage(ctx, u); !ok || ref.PageKey != k2 || ref.Validators != v2 {
+		t.Errorf("after a newer page: %+v %v, want key %s and %+v", ref, ok, k2, v2)
+	}
+	// The same body as before, stored again under the same URL with new validators.
+	v3 := downloader.Validators{ETag: `"v3"`}
+	if _, err := ps.PutPage(ctx, &downloader.Page{URL: u, ContentType: "text/html", FetchedAt: time.Now().UTC(), Body: []byte("<p>one</p>"), Validators: v3}); err != nil {
+		t.Fatal(err)
+	}
+	if ref, ok, _ := ps.LatestPage(ctx, u); !ok || ref.PageKey != k1 || ref.Validators != v3 {
+		t.Errorf("after a repeated body: %+v %v, want key %s and %+v", ref, ok, k1, v3)
+	}
+	if _, err := ps.PutPage(ctx, &downloader.Page{URL: u, ContentType: "text/html", FetchedAt: time.Now().UTC(), Body: []byte("<p>three</p>")}); err != nil {
+		t.Fatal(err)
+	}
+	if ref, ok, err := ps.LatestPage(ctx, u); err != nil || ok {
+		t.Errorf("after a page without validators: %+v %v %v, want none", ref, ok, err)
 	}
 }

@@ -29,11 +29,19 @@ func chunkKey(key string, n int) []byte {
 // SHA-256 of the body). A body already stored is not written again: the first page stored
 // with a body keeps its metadata. Two instances storing one body at once both get the key;
 // the transaction that commits second fails on the conflict, sees the page and writes
-// nothing.
+// nothing. It then records the page as its URL's latest (pageindex.go).
 func (s *Store) PutPage(ctx context.Context, p *downloader.Page) (string, error) {
 	if p == nil {
 		return "", downloader.Invalidf("page", "page is required")
 	}
+	key, err := s.putPage(ctx, p)
+	if err != nil {
+		return key, err
+	}
+	return key, s.indexPage(ctx, p, key)
+}
+
+func (s *Store) putPage(ctx context.Context, p *downloader.Page) (string, error) {
 	sum := sha256.Sum256(p.Body)
 	key := hex.EncodeToString(sum[:])
 	headKey := []byte(keys.PageContent + key)
