@@ -37,10 +37,13 @@ A task that reached the origin and failed transiently (5xx, 408, 429, a timeout,
 is retried after a backoff, at least the origin's Retry-After, up to --max-attempt-count
 attempts; one that failed for the downloader's own reasons is retried in place.
 
---output FILE writes one JSON line per task when the crawl ends (its summary fields,
-task_id, url, final_url, page_key, state, attempt_count, skip_reason); --warc FILE writes
-the stored pages as WARC/1.1 (gzipped when FILE ends in .gz). 'downloader export' writes
-the same from a data dir later. While it runs, GET /v1/tasks/{task_id} and
+--output FILE writes one JSON line per task when the crawl ends or is stopped (its summary
+fields, task_id, url, final_url, page_key, state, attempt_count, skip_reason); --warc FILE
+writes the stored pages as WARC/1.1 (gzipped when FILE ends in .gz). Both are written
+whole to a temporary file beside FILE and renamed over it, so a stop never leaves a
+shorter file than before; FILE - is standard output, which then carries nothing else
+(the summary goes to standard error). 'downloader export' writes the same from a data
+dir later. While it runs, GET /v1/tasks/{task_id} and
 GET /v1/tasks?state= on the API show each task.
 
 Ctrl-C stops politely (in-flight requests finish within the grace period). Run the same
@@ -48,7 +51,7 @@ command again to resume: a URL already queued in the data dir is never queued tw
 
 Exit status: 0 when every task is done and none failed for the downloader's own reasons
 (has_reached_origin=false); 1 when some did, or some lines were invalid; 130 when
-interrupted.
+interrupted (SIGINT, Ctrl-C), 143 when terminated (SIGTERM).
 
 Flags (each also DOWNLOADER_<FLAG>):
 
@@ -96,11 +99,15 @@ func runCrawl(ctx context.Context, args []string, getenv func(string) string, st
 		return fmt.Errorf("open %s: %w", path, err)
 	}
 	defer f.Close()
-	outputs, err := createOutputs(outputPath, warcPath, stdout)
+	outputs, err := planOutputs(outputPath, warcPath, stdout)
 	if err != nil {
 		return err
 	}
-	defer outputs.close()
+	// With an output on standard output, it carries the data alone.
+	human := stdout
+	if outputs.usesStdout() {
+		human = stderr
+	}
 
 	wires := &wireLog{}
 	c.observeWire = wires.observe
@@ -122,14 +129,14 @@ func runCrawl(ctx context.Context, args []string, getenv func(string) string, st
 	fmt.Fprintf(stderr, "downloader: console on http://%s/ (API under /v1/, data dir %s)\n", svc.addr, c.DataDir)
 
 	in, err := submitFile(ctx, q, f, path, time.Duration(c.DefaultMinIntervalMs)*time.Millisecond, stderr)
-	if err != nil {
+	if err != nil && ctx.Err() == nil {
 		_ = stopService()
 		return err
 	}
 	fmt.Fprintf(stderr, "downloader: %s: %d tasks (%d new, %d queued before), %d invalid lines\n",
 		path, in.taskCount, in.newCount, in.taskCount-in.newCount, in.invalidCount)
 
-	interrupted := waitCrawl(ctx, q, isTerminal(stderr), stderr)
+	interrupted := ctx.Err() != nil || waitCrawl(ctx, q, isTerminal(stderr), stderr)
 	if interrupted {
 		fmt.Fprintln(stderr, "downloader: interrupted: stopping politely (in-flight requests may finish)…")
 	}
@@ -137,16 +144,17 @@ func runCrawl(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	counts := q.Counts()
-	printSummary(stdout, counts, in, time.Since(start), wires, interrupted)
+	printSummary(human, counts, in, time.Since(start), wires, interrupted)
 	if outputs.isSet() {
-		if err := outputs.write(ctx, c.DataDir, c.UserAgent, stderr); err != nil {
+		// The export has a context of its own: a stop must not cut the outputs short.
+		if err := outputs.write(context.WithoutCancel(ctx), c.DataDir, c.UserAgent, stderr); err != nil {
 			return err
 		}
 	}
 
 	switch {
 	case interrupted:
-		return &exitError{code: 130, err: errors.New("interrupted: run the same command again to resume")}
+		return &exitError{code: interruptCode(ctx), err: errors.New("interrupted: run the same command again to resume")}
 	case counts.OwnFailureCount() > 0:
 		return fmt.Errorf("%d tasks failed for the downloader's own reasons (has_reached_origin=false)", counts.OwnFailureCount())
 	case in.invalidCount > 0:
