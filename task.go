@@ -16,6 +16,11 @@ type Task struct {
 	ShouldRender   bool      `json:"should_render"`
 	ShouldStore    bool      `json:"should_store"`
 	LeaseExpiresAt time.Time `json:"lease_expires_at"`
+	// IsPaced is set, never on the wire, by a source that spaces each domain's tasks by
+	// their interval itself (the local queue): it handed the task out at its domain's
+	// slot, so a wait at the limiter is that pacing, not an over-limit event (an entry A
+	// "delay" counts only when a scheduler let a task out early).
+	IsPaced bool `json:"-"`
 }
 
 // Report is what entry A tells the scheduler about a finished task: the lean summary plus

@@ -29,8 +29,11 @@ type Runtime struct {
 	Request24hCount      uint64 `json:"request_24h_count"`
 	OverLimit24hCount    uint64 `json:"over_limit_24h_count"`
 	// OverLimitRatio is OverLimit24hCount ÷ Request24hCount (the page shows a percentage).
-	OverLimitRatio float64               `json:"over_limit_ratio"`
-	Entries        []observe.EntryCounts `json:"entries"`
+	OverLimitRatio float64 `json:"over_limit_ratio"`
+	// Paced24hCount counts the local queue's tasks that waited for their domain's slot:
+	// its own pacing, shown apart and never part of the ratio or the over-limit state.
+	Paced24hCount uint64                `json:"paced_24h_count"`
+	Entries       []observe.EntryCounts `json:"entries"`
 	// Egress is this instance's egress detector (nil without one).
 	Egress *downloader.EgressState `json:"egress"`
 	// Cluster lists the instances sharing the TiKV store (cluster mode); nil on the
@@ -58,7 +61,7 @@ func (c *Console) Runtime() Runtime {
 		MaxConcurrentCount:   c.cfg.Settings.Settings().MaxConcurrentCount,
 		DefaultMinIntervalMs: c.cfg.Settings.DefaultMinInterval().Milliseconds(),
 		Request24hCount:      counts.Request24hCount, OverLimit24hCount: counts.OverLimit24hCount,
-		OverLimitRatio: counts.OverLimitRatio, Entries: counts.Entries,
+		OverLimitRatio: counts.OverLimitRatio, Paced24hCount: counts.Paced24hCount, Entries: counts.Entries,
 	}
 	if c.cfg.Egress != nil {
 		if eg, ok := c.cfg.Egress(now); ok {

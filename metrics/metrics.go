@@ -51,6 +51,7 @@ type Sources struct {
 type Metrics struct {
 	requests       *prometheus.CounterVec
 	overLimit      *prometheus.CounterVec
+	paced          *prometheus.CounterVec
 	probes         *prometheus.CounterVec
 	fetchDuration  *prometheus.HistogramVec
 	renderDuration *prometheus.HistogramVec
@@ -73,6 +74,10 @@ func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
 			Name: "downloader_over_limit_total",
 			Help: "Over-limit events by entry: A delayed, B answered 429, C answered not reached; fail_reason self_rate_limited (domain interval) or local_queue_full (global cap and queue).",
 		}, []string{"entry", "fail_reason"}),
+		paced: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "downloader_paced_total",
+			Help: "Tasks of a source that paces each domain itself (the local queue) that waited at the limiter for their domain's slot: pacing, not over-limit events.",
+		}, []string{"entry"}),
 		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "downloader_probes_total",
 			Help: "Entry C probes by result, refusals included.",
@@ -98,6 +103,7 @@ func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
 		for _, r := range []downloader.FailReason{downloader.FailSelfRateLimited, downloader.FailLocalQueueFull} {
 			m.overLimit.WithLabelValues(string(e), string(r))
 		}
+		m.paced.WithLabelValues(string(e))
 		m.fetchDuration.WithLabelValues(string(e))
 		m.renderDuration.WithLabelValues(string(e))
 	}
@@ -106,7 +112,7 @@ func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
 			m.probes.WithLabelValues(strconv.FormatBool(sr), reachedLabel(r), r)
 		}
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.overLimit, m.probes, m.fetchDuration, m.renderDuration, newLive(src)} {
+	for _, c := range []prometheus.Collector{m.requests, m.overLimit, m.paced, m.probes, m.fetchDuration, m.renderDuration, newLive(src)} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}
@@ -143,6 +149,10 @@ func (m *Metrics) Observe(ev *downloader.Event) {
 	shouldRender := strconv.FormatBool(ev.ShouldRender)
 	reason := reasonLabel(&ev.Summary)
 	reached := strconv.FormatBool(ev.Summary.HasReachedOrigin)
+	if ev.Paced {
+		m.paced.WithLabelValues(entry).Inc()
+		return // counted when the task finishes
+	}
 	if ev.OverLimit {
 		r := reason
 		if ev.Entry == downloader.EntryLease {

@@ -93,6 +93,7 @@ func TestCounters(t *testing.T) {
 		event(downloader.EntryRender, true, downloader.FailHTTPStatusError, false, 2*time.Second),
 		event(downloader.EntryLease, false, "", true, 0), // a delay: an over-limit event, not a request
 		event(downloader.EntryLease, false, "", false, 100*time.Millisecond),
+		{Entry: downloader.EntryLease, Domain: "a.test", Paced: true, Delay: time.Second}, // the local queue's pacing
 	}
 	for _, ev := range events {
 		m.Observe(ev)
@@ -114,6 +115,8 @@ func TestCounters(t *testing.T) {
 		{"downloader_over_limit_total", map[string]string{"entry": "b", "fail_reason": "local_queue_full"}, 1},
 		{"downloader_over_limit_total", map[string]string{"entry": "c", "fail_reason": "self_rate_limited"}, 1},
 		{"downloader_over_limit_total", map[string]string{"entry": "c", "fail_reason": "local_queue_full"}, 0},
+		{"downloader_paced_total", map[string]string{"entry": "a"}, 1},
+		{"downloader_paced_total", map[string]string{"entry": "b"}, 0},
 		{"downloader_fetch_duration_seconds", map[string]string{"entry": "c"}, 2},
 		{"downloader_fetch_duration_seconds", map[string]string{"entry": "a"}, 1},
 		{"downloader_render_duration_seconds", map[string]string{"entry": "c"}, 1},

@@ -64,6 +64,7 @@ type hourCounts struct {
 	requests     [entryCount]uint64
 	overLimit    [entryCount]uint64
 	queueFull    [entryCount]uint64 // over-limit events refused by the global cap and queue
+	paced        [entryCount]uint64 // waits for a slot of a self-pacing source: not over limit
 	probes       uint64
 	notReached   uint64
 	renderProbes uint64
@@ -161,6 +162,10 @@ func (o *Observer) count(ev *downloader.Event, now time.Time) {
 	if h.probeReasons == nil {
 		h.probeReasons = make([]uint64, len(o.reasons)+1)
 	}
+	if ev.Paced {
+		h.paced[e]++ // neither a request (counted when it finishes) nor over limit
+		return
+	}
 	if ev.OverLimit {
 		h.overLimit[e]++
 		if reason == downloader.FailLocalQueueFull {
@@ -220,7 +225,9 @@ type Counts struct {
 	Request24hCount   uint64 `json:"request_24h_count"`
 	OverLimit24hCount uint64 `json:"over_limit_24h_count"`
 	// OverLimitRatio is OverLimit24hCount ÷ Request24hCount, 0 without requests.
-	OverLimitRatio   float64     `json:"over_limit_ratio"`
+	OverLimitRatio float64 `json:"over_limit_ratio"`
+	// Paced24hCount sums the entries' paced waits (never part of the ratio).
+	Paced24hCount    uint64      `json:"paced_24h_count"`
 	Finished24hCount uint64      `json:"finished_24h_count"`
 	Probes           ProbeCounts `json:"probes"`
 }
@@ -233,6 +240,9 @@ type EntryCounts struct {
 	// LocalQueueFull24hCount is the part of OverLimit24hCount refused because the global
 	// cap and the local queue were full; the rest were over the domain's interval.
 	LocalQueueFull24hCount uint64 `json:"local_queue_full_24h_count"`
+	// Paced24hCount counts the tasks of a source that paces each domain itself (the local
+	// queue) that waited at the limiter for their domain's slot: pacing, not over limit.
+	Paced24hCount uint64 `json:"paced_24h_count"`
 }
 
 // ProbeCounts are entry C's 24 h counts.
@@ -264,6 +274,7 @@ func (o *Observer) Counts(now time.Time) Counts {
 			sum.requests[e] += h.requests[e]
 			sum.overLimit[e] += h.overLimit[e]
 			sum.queueFull[e] += h.queueFull[e]
+			sum.paced[e] += h.paced[e]
 		}
 		sum.probes += h.probes
 		sum.notReached += h.notReached
@@ -278,8 +289,9 @@ func (o *Observer) Counts(now time.Time) Counts {
 	c := Counts{Entries: make([]EntryCounts, entryCount), Finished24hCount: sum.finished}
 	for i, e := range downloader.Entries {
 		c.Entries[i] = EntryCounts{Entry: e, Request24hCount: sum.requests[i],
-			OverLimit24hCount: sum.overLimit[i], LocalQueueFull24hCount: sum.queueFull[i]}
+			OverLimit24hCount: sum.overLimit[i], LocalQueueFull24hCount: sum.queueFull[i], Paced24hCount: sum.paced[i]}
 		c.Request24hCount += sum.requests[i]
+		c.Paced24hCount += sum.paced[i]
 		c.OverLimit24hCount += sum.overLimit[i]
 	}
 	if c.Request24hCount > 0 {
@@ -417,6 +429,8 @@ func (o *Observer) logEvent(ev *downloader.Event) {
 		level, msg = slog.LevelInfo, "probe"
 	case ev.OverLimit:
 		level, msg = slog.LevelInfo, "over limit"
+	case ev.Paced:
+		msg = "paced"
 	}
 	ctx := context.Background()
 	if !o.log.Enabled(ctx, level) {
@@ -436,7 +450,7 @@ func (o *Observer) logEvent(ev *downloader.Event) {
 		attrs = append(attrs, slog.String("task_id", ev.TaskID))
 	}
 	switch {
-	case ev.OverLimit && ev.Entry == downloader.EntryLease:
+	case ev.Paced, ev.OverLimit && ev.Entry == downloader.EntryLease:
 		attrs = append(attrs, slog.Int64("delay_ms", ev.Delay.Milliseconds()))
 	case ev.OverLimit:
 		attrs = append(attrs,
