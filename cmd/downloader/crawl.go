@@ -111,6 +111,7 @@ func runCrawl(ctx context.Context, args []string, getenv func(string) string, st
 
 	wires := &wireLog{}
 	c.observeWire = wires.observe
+	c.isStopping = func() bool { return ctx.Err() != nil }
 	start := time.Now()
 	logger := newLogger(stderr, c.LogLevel)
 	svcCtx, stopSvc := context.WithCancel(context.Background())
