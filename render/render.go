@@ -106,8 +106,8 @@ type Config struct {
 	// is the stop's doing (a terminal's Ctrl-C signals the browser's process group too),
 	// logged at Info, not as a loss (Warn). nil: never.
 	IsStopping func() bool
-	Clock  clock.Clock  // default clock.Real{}; give the limiter's clock (timeouts, Wire)
-	Logger *slog.Logger // default slog.Default()
+	Clock      clock.Clock  // default clock.Real{}; give the limiter's clock (timeouts, Wire)
+	Logger     *slog.Logger // default slog.Default()
 
 	// BinaryPath is the local browser: Debian's chromium-headless-shell, never the
 	// /usr/bin wrapper scripts, which fork the real browser and hide it from us.
