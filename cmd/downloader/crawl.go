@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"hash/maphash"
 	"fmt"
 	"io"
 	"log/slog"
@@ -134,8 +135,7 @@ func runCrawl(ctx context.Context, args []string, getenv func(string) string, st
 		_ = stopService()
 		return err
 	}
-	fmt.Fprintf(stderr, "downloader: %s: %d tasks (%d new, %d queued before), %d invalid lines\n",
-		path, in.taskCount, in.newCount, in.taskCount-in.newCount, in.invalidCount)
+	fmt.Fprintf(stderr, "downloader: %s: %s\n", path, in.describe())
 
 	interrupted := ctx.Err() != nil || waitCrawl(ctx, q, isTerminal(stderr), stderr)
 	if interrupted {
@@ -166,9 +166,21 @@ func runCrawl(ctx context.Context, args []string, getenv func(string) string, st
 
 // crawlInput is what submitFile read.
 type crawlInput struct {
-	taskCount    int // valid tasks in the file
-	newCount     int // of which queued now (the rest were queued before)
-	invalidCount int
+	taskCount      int // valid task lines in the file
+	newCount       int // of which queued now
+	duplicateCount int // of which repeat an earlier line of the file (the same task)
+	invalidCount   int
+}
+
+// describe says what the file held: tasks new, queued by an earlier run, and lines that
+// repeat an earlier line's task (a duplicate in the list is not "queued before").
+func (in crawlInput) describe() string {
+	s := fmt.Sprintf("%d tasks (%d new, %d queued before", in.taskCount-in.duplicateCount, in.newCount,
+		in.taskCount-in.duplicateCount-in.newCount)
+	if in.duplicateCount > 0 {
+		s += fmt.Sprintf("; %d duplicate lines", in.duplicateCount)
+	}
+	return s + fmt.Sprintf("), %d invalid lines", in.invalidCount)
 }
 
 // crawlLine is one JSON line: the task fields a crawl file may give.
@@ -186,6 +198,10 @@ type crawlLine struct {
 func submitFile(ctx context.Context, q *localqueue.Queue, r io.Reader, name string, defaultInterval time.Duration, w io.Writer) (crawlInput, error) {
 	var in crawlInput
 	var chunk []downloader.Task
+	// seen holds a hash of every task id of the file so far (8 B a task, not its id), to
+	// tell a line repeating an earlier one from a task queued by an earlier run.
+	seen := map[uint64]struct{}{}
+	seed := maphash.MakeSeed()
 	flush := func() error {
 		if len(chunk) == 0 {
 			return nil
@@ -195,7 +211,13 @@ func submitFile(ctx context.Context, q *localqueue.Queue, r io.Reader, name stri
 			return fmt.Errorf("queue tasks: %w", err)
 		}
 		for _, r := range res {
-			if !r.IsDuplicate {
+			h := maphash.String(seed, r.TaskID)
+			_, repeated := seen[h]
+			seen[h] = struct{}{}
+			switch {
+			case repeated:
+				in.duplicateCount++
+			case !r.IsDuplicate:
 				in.newCount++
 			}
 		}
