@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"golang.org/x/net/idna"
@@ -77,6 +78,12 @@ func ParseTargetURL(field, raw string) (*url.URL, string, error) {
 	}
 	if len(raw) > maxURLLength {
 		return nil, "", Invalidf(field, "%s is longer than %d bytes", field, maxURLLength)
+	}
+	// url.Parse takes "http://news.test/ bad" and quietly escapes the space: a URL with
+	// white space or a control character is a mistake (a pasted line, two URLs in one),
+	// so it is refused rather than fetched as something the caller did not write.
+	if i := strings.IndexFunc(raw, func(r rune) bool { return r <= ' ' || r == 0x7f || unicode.IsSpace(r) }); i >= 0 {
+		return nil, "", Invalidf(field, "%s contains white space or a control character at byte %d (percent-encode it)", field, i)
 	}
 	u, err := url.Parse(raw)
 	if err != nil {

@@ -2,9 +2,7 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"hash/maphash"
@@ -19,6 +17,7 @@ import (
 	"time"
 
 	"downloader"
+	"downloader/internal/httpjson"
 	"downloader/localqueue"
 )
 
@@ -265,24 +264,8 @@ func parseCrawlLine(line string) (downloader.Task, error) {
 		return downloader.Task{URL: line, ShouldStore: true}, nil
 	}
 	var l crawlLine
-	dec := json.NewDecoder(bytes.NewReader([]byte(line)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&l); err != nil {
-		var te *json.UnmarshalTypeError
-		switch {
-		case errors.As(err, &te) && te.Field != "":
-			return downloader.Task{}, downloader.Invalidf(te.Field, "%s must be a JSON %s", te.Field, te.Type)
-		case strings.HasPrefix(err.Error(), "json: unknown field "):
-			f := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-			if f == "" {
-				return downloader.Task{}, downloader.Invalidf("line", "unknown field %q", f)
-			}
-			return downloader.Task{}, downloader.Invalidf(f, "unknown field %q", f)
-		}
-		return downloader.Task{}, downloader.Invalidf("line", "not a JSON object: %v", err)
-	}
-	if dec.More() {
-		return downloader.Task{}, downloader.Invalidf("line", "more than one JSON object on the line")
+	if err := httpjson.Unmarshal([]byte(line), &l); err != nil {
+		return downloader.Task{}, err
 	}
 	return downloader.Task{TaskID: l.TaskID, URL: l.URL, Domain: l.Domain, MinIntervalMs: l.MinIntervalMs,
 		ShouldRender: l.ShouldRender, ShouldStore: l.ShouldStore == nil || *l.ShouldStore}, nil
