@@ -44,3 +44,13 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 func decode(w http.ResponseWriter, r *http.Request, v any) error {
 	return httpjson.DecodeBody(w, r, v)
 }
+
+// cursorOf is a list's next_cursor as every list answers it (GET /v1/tasks,
+// /v1/fetch_results, the console's domain table): the opaque cursor of the next page, or
+// null after the last page, never "" (one convention, README "API").
+func cursorOf(next string) *string {
+	if next == "" {
+		return nil
+	}
+	return &next
+}

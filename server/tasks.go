@@ -124,7 +124,7 @@ const maxTaskListLimit = 1000
 
 type taskListResponse struct {
 	Tasks      []downloader.TaskStatus `json:"tasks"`
-	NextCursor string                  `json:"next_cursor"` // "" after the last page
+	NextCursor *string                 `json:"next_cursor"` // null after the last page (cursorOf)
 }
 
 // handleTaskStatus is GET /v1/tasks/{task_id}: one local-queue task's state (queued,
@@ -175,7 +175,7 @@ func (s *Server) handleListTasks() http.Handler {
 		if tasks == nil {
 			tasks = []downloader.TaskStatus{}
 		}
-		writeJSON(w, http.StatusOK, taskListResponse{Tasks: tasks, NextCursor: next})
+		writeJSON(w, http.StatusOK, taskListResponse{Tasks: tasks, NextCursor: cursorOf(next)})
 	})
 }
 
