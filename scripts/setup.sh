@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Installs what the downloader needs on a fresh Debian machine (run as root):
+# Installs what the downloader needs to RUN on a fresh Debian machine (run as root):
 # Debian's headless Chromium for rendering, fonts (Latin and CJK, so pages have text
-# metrics and the console's screenshots show Chinese labels), Debian's prometheus
-# package for promtool (the tests check monitoring/'s alert rules and the service's
-# /metrics with it; the Prometheus server it also ships is stopped), and the Go
-# modules. Safe to run again: it installs only what is missing.
+# metrics and the console's screenshots show Chinese labels), CA certificates, and the
+# Go modules. What only the tests need (promtool, the TodoMVC fixtures) is
+# scripts/setup-test.sh's; scripts/test.sh runs both. Safe to run again: it installs
+# only what is missing.
 set -euo pipefail
 
-packages=(chromium-headless-shell fonts-liberation fonts-wqy-microhei ca-certificates prometheus)
+packages=(chromium-headless-shell fonts-liberation fonts-wqy-microhei ca-certificates)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -19,43 +19,12 @@ if [ ${#missing[@]} -gt 0 ]; then
 	fi
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -q
-	apt-get install -y -q --no-install-recommends "${missing[@]}"
-	# Only promtool is wanted: a Prometheus server that the package may have started is stopped.
-	if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
-		systemctl disable --now prometheus.service >/dev/null 2>&1 || true
-	fi
+	apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "${missing[@]}"
 fi
 test -x /usr/lib/chromium/chromium-headless-shell || {
 	echo "setup: /usr/lib/chromium/chromium-headless-shell not found after install" >&2
 	exit 1
 }
 
-command -v promtool >/dev/null || test -x /usr/bin/promtool || {
-	echo "setup: promtool not found after installing prometheus" >&2
-	exit 1
-}
-
 cd "$(dirname "$0")/.."
 go mod download
-
-# Real framework apps for the render tests and `bash scripts/bench.sh render`: the npm
-# package todomvc (React, Vue, AngularJS, Backbone, Ember, Knockout, Mithril, vanilla JS
-# and more, each with its libraries), unpacked into .cache/todomvc/package. Tests that need
-# it skip when it is absent outside CI, and fail inside CI.
-todomvc_version=0.1.1
-if [ ! -f .cache/todomvc/package/package.json ]; then
-	if ! command -v npm >/dev/null; then
-		if [ "$(id -u)" -eq 0 ]; then
-			export DEBIAN_FRONTEND=noninteractive
-			apt-get update -q
-			apt-get install -y -q --no-install-recommends npm
-		else
-			echo "setup: npm not found: the TodoMVC tests will skip" >&2
-		fi
-	fi
-	if command -v npm >/dev/null; then
-		rm -rf .cache/todomvc
-		mkdir -p .cache/todomvc
-		(cd .cache/todomvc && npm pack --silent "todomvc@$todomvc_version" >/dev/null && tar xzf "todomvc-$todomvc_version.tgz" && rm "todomvc-$todomvc_version.tgz")
-	fi
-fi
