@@ -21,7 +21,7 @@ import (
 // family the crawl meets.
 var todomvcApps = []string{"react", "vue", "angularjs", "backbone", "emberjs", "knockoutjs", "mithril", "vanillajs"}
 
-// todomvcDir is the unpacked npm package todomvc (scripts/setup.sh puts it in
+// todomvcDir is the unpacked npm package todomvc (scripts/setup-test.sh puts it in
 // .cache/todomvc/package; TODOMVC_DIR overrides). Absent, the test skips, except in CI,
 // where it fails: CI's setup fetches it.
 func todomvcDir(t testing.TB) string {
