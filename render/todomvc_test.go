@@ -32,9 +32,9 @@ func todomvcDir(t testing.TB) string {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "examples", "react", "index.html")); err != nil {
 		if os.Getenv("CI") != "" {
-			t.Fatalf("the npm package todomvc is not at %s (scripts/setup.sh fetches it): %v", dir, err)
+			t.Fatalf("the npm package todomvc is not at %s (scripts/setup-test.sh fetches it): %v", dir, err)
 		}
-		t.Skipf("the npm package todomvc is not at %s (run scripts/setup.sh): %v", dir, err)
+		t.Skipf("the npm package todomvc is not at %s (run scripts/setup-test.sh): %v", dir, err)
 	}
 	return dir
 }

@@ -12,7 +12,7 @@ import (
 )
 
 // TestRenderTodoMVCEntryB: real framework apps (the npm package todomvc, which
-// scripts/setup.sh unpacks) render their own DOM through POST /v1/render: the answer's
+// scripts/setup-test.sh unpacks) render their own DOM through POST /v1/render: the answer's
 // text is the app's visible text, and its HTML the DOM the framework built.
 func TestRenderTodoMVCEntryB(t *testing.T) {
 	dir := filepath.Join("..", "..", ".cache", "todomvc", "package")
