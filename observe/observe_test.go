@@ -205,9 +205,14 @@ func TestRecent(t *testing.T) {
 		o.Observe(finished(entryB, d, ""))
 		o.Observe(refused(entryB, downloader.FailSelfRateLimited))
 	}
+	// The observer is a minute old: the rate is averaged over that minute, not over the
+	// five-minute window it has not lived through.
 	r := o.Recent(t0.Add(time.Minute))
-	if r.FinishedCount != 60 || r.AchievedRatePerSecond != 60.0/300 || r.SpanSeconds != 300 {
-		t.Errorf("rate: %+v", r)
+	if r.FinishedCount != 60 || r.AchievedRatePerSecond != 1 || r.SpanSeconds != 60 {
+		t.Errorf("rate of a young process: %+v, want 60 over its 60 s uptime", r)
+	}
+	if r := o.Recent(t0.Add(5*time.Minute + 30*time.Second)); r.SpanSeconds != 300 || r.FinishedCount == 0 || r.AchievedRatePerSecond != float64(r.FinishedCount)/300 {
+		t.Errorf("rate once older than the window: %+v, want the count over 300 s", r)
 	}
 	if r.MeanServiceMs == nil || *r.MeanServiceMs != 200 || r.MeanServiceSpanSeconds != r.SpanSeconds {
 		t.Errorf("mean service %v (over %d s), want 200 ms", r.MeanServiceMs, r.MeanServiceSpanSeconds)
