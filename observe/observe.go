@@ -65,6 +65,7 @@ type hourCounts struct {
 	overLimit    [entryCount]uint64
 	queueFull    [entryCount]uint64 // over-limit events refused by the global cap and queue
 	paced        [entryCount]uint64 // waits for a slot of a self-pacing source: not over limit
+	bodyBytes    [entryCount]uint64 // health_signal.body_bytes of finished requests
 	probes       uint64
 	notReached   uint64
 	renderProbes uint64
@@ -179,6 +180,9 @@ func (o *Observer) count(ev *downloader.Event, now time.Time) {
 	} else {
 		h.requests[e]++
 		h.finished++
+		if hs := ev.Summary.HealthSignal; hs != nil && hs.BodyBytes > 0 {
+			h.bodyBytes[e] += uint64(hs.BodyBytes)
+		}
 		r := o.recent.at(now)
 		r.finished++
 		if ev.Duration > 0 {
@@ -245,6 +249,8 @@ type EntryCounts struct {
 	// Paced24hCount counts the tasks of a source that paces each domain itself (the local
 	// queue) that waited at the limiter for their domain's slot: pacing, not over limit.
 	Paced24hCount uint64 `json:"paced_24h_count"`
+	// Body24hBytes sums the body bytes of the entry's finished requests.
+	Body24hBytes uint64 `json:"body_24h_bytes"`
 }
 
 // ProbeCounts are entry C's 24 h counts.
@@ -277,6 +283,7 @@ func (o *Observer) Counts(now time.Time) Counts {
 			sum.overLimit[e] += h.overLimit[e]
 			sum.queueFull[e] += h.queueFull[e]
 			sum.paced[e] += h.paced[e]
+			sum.bodyBytes[e] += h.bodyBytes[e]
 		}
 		sum.probes += h.probes
 		sum.notReached += h.notReached
@@ -291,7 +298,7 @@ func (o *Observer) Counts(now time.Time) Counts {
 	c := Counts{Entries: make([]EntryCounts, entryCount), Finished24hCount: sum.finished}
 	for i, e := range downloader.Entries {
 		c.Entries[i] = EntryCounts{Entry: e, Request24hCount: sum.requests[i],
-			OverLimit24hCount: sum.overLimit[i], LocalQueueFull24hCount: sum.queueFull[i], Paced24hCount: sum.paced[i]}
+			OverLimit24hCount: sum.overLimit[i], LocalQueueFull24hCount: sum.queueFull[i], Paced24hCount: sum.paced[i], Body24hBytes: sum.bodyBytes[i]}
 		c.Request24hCount += sum.requests[i]
 		c.Paced24hCount += sum.paced[i]
 		c.OverLimit24hCount += sum.overLimit[i]

@@ -173,6 +173,9 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 		closeStores()
 		return nil, err
 	}
+	if a.queue != nil {
+		obs.queue.Store(a.queue)
+	}
 	// What the HTTP layer and the console read: the engine runs the entries and owns the
 	// settings; the limiter, the gate, the cluster runtime and the egress detector are
 	// shown as they are (server.Config, console.Config).
