@@ -208,6 +208,8 @@ type Outcome struct {
 	FailReason    FailReason
 	Body          []byte // HTML as served (plain) or as rendered
 	Text          string // visible text, rendered when should_render
+	// ResponseHeaders are the final response's header fields as served (a plain fetch).
+	ResponseHeaders map[string][]string
 
 	// Cause is what ended the fetch or render as its producer saw it (cause.go); the
 	// engine decides FailReason from it once (DecideFailReason).

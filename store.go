@@ -47,7 +47,11 @@ type Page struct {
 	FinalURL    string    `json:"final_url"`
 	ContentType string    `json:"content_type"`
 	FetchedAt   time.Time `json:"fetched_at"`
-	Body        []byte    `json:"-"`
+	// ResponseHeaders are the final response's header fields as served (canonical names;
+	// a plain fetch only), for the WARC response record and, later, validators for
+	// conditional requests; nil for a render or a page stored before they were kept.
+	ResponseHeaders map[string][]string `json:"response_headers,omitempty"`
+	Body            []byte              `json:"-"`
 }
 
 // PageStore keeps page content, keyed by content hash and deduplicated. Implementations
