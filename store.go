@@ -47,7 +47,11 @@ type Page struct {
 	FinalURL    string    `json:"final_url"`
 	ContentType string    `json:"content_type"`
 	FetchedAt   time.Time `json:"fetched_at"`
-	Body        []byte    `json:"-"`
+	// ResponseHeaders are the final response's header fields as served (canonical names;
+	// a plain fetch only), for the WARC response record; nil for a render or a page
+	// stored before they were kept.
+	ResponseHeaders map[string][]string `json:"response_headers,omitempty"`
+	Body            []byte              `json:"-"`
 	// Validators are the origin's validators of this answer, kept for the URL's next
 	// conditional request (LatestPage); not part of the stored page itself.
 	Validators Validators `json:"-"`

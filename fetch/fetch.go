@@ -455,6 +455,7 @@ func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Adm
 	}
 	b := f.readBody(hopCtx, cancel, resp, f.cfg.MaxBodyBytes)
 	out.Body = b.body
+	out.ResponseHeaders = resp.Header.Clone() // as served, for the stored page (WARC)
 	out.HealthSignal.BodyBytes = int64(len(b.body))
 	out.HealthSignal.ContentType = contentType(resp.Header.Get("Content-Type"), b.body)
 	n := textLength(out.HealthSignal.ContentType, b.body, b.undecoded)

@@ -19,7 +19,7 @@
 #       docs/benchmarks.md): one row per VARIANT · PAGE · c=N, then the targets as
 #       ratios from the same run. RENDER_BENCH_N (default 16) renders per row;
 #       RENDER_BENCH_PAGES, RENDER_BENCH_VARIANTS, RENDER_BENCH_CONCURRENCY narrow the grid.
-#       Needs the npm package todomvc (scripts/setup.sh fetches it).
+#       Needs the npm package todomvc (scripts/setup-test.sh fetches it).
 #
 #   bash scripts/bench.sh render-overload   adaptive render concurrency on an overloaded
 #       machine (BenchmarkRenderOverload, docs/benchmarks-render.md): 8 renders offered at

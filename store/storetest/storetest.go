@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -398,6 +399,9 @@ func checkPage(t *testing.T, ps downloader.PageStore, key string, want *download
 			got.PageKey, got.URL, got.FinalURL, got.ContentType, got.FetchedAt,
 			key, want.URL, want.FinalURL, want.ContentType, want.FetchedAt)
 	}
+	if !reflect.DeepEqual(got.ResponseHeaders, want.ResponseHeaders) {
+		t.Errorf("Page(%s): response_headers %v; want %v", key, got.ResponseHeaders, want.ResponseHeaders)
+	}
 	if string(got.Body) != string(want.Body) {
 		t.Errorf("Page(%s): body of %d bytes differs from the %d stored", key, len(got.Body), len(want.Body))
 	}
@@ -416,6 +420,8 @@ func testPages(t *testing.T, open func(t *testing.T) Stores) {
 
 	t.Run("RoundTrip", func(t *testing.T) {
 		p := page("https://a.example/", []byte("<html><body>你好, world</body></html>"))
+		p.ResponseHeaders = map[string][]string{"Etag": {`"v1"`}, "Last-Modified": {"Tue, 01 Dec 2026 10:00:00 GMT"},
+			"Set-Cookie": {"a=1", "b=2"}, "Content-Type": {"text/html; charset=utf-8"}}
 		key, err := ps.PutPage(ctx, p)
 		if err != nil {
 			t.Fatal(err)
