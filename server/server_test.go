@@ -117,7 +117,7 @@ func TestBadInputIs400NamingTheField(t *testing.T) {
 		{"header not allowed", "/v1/probe", `{"url":"http://a.test/","request_headers":{"X-Api-Key":"k"}}`, "request_headers.X-Api-Key"},
 		{"header user agent", "/v1/render", `{"url":"http://a.test/","request_headers":{"User-Agent":"me"}}`, "request_headers.User-Agent"},
 		{"header value newline", "/v1/probe", `{"url":"http://a.test/","request_headers":{"Cookie":"a=b\r\nX: y"}}`, "request_headers.Cookie"},
-		{"header value not a string", "/v1/probe", `{"url":"http://a.test/","request_headers":{"Cookie":1}}`, "request_headers"},
+		{"header value not a string", "/v1/probe", `{"url":"http://a.test/","request_headers":{"Cookie":1}}`, "request_headers.Cookie"},
 		{"headers not an object", "/v1/probe", `{"url":"http://a.test/","request_headers":["Cookie: a"]}`, "request_headers"},
 		{"settings missing", "/v1/settings", `{}`, "max_concurrent_count"},
 		{"settings zero", "/v1/settings", `{"max_concurrent_count":0}`, "max_concurrent_count"},
