@@ -61,12 +61,12 @@ type Page struct {
 // URL sends them back (If-None-Match, If-Modified-Since), and a 304 says the stored page
 // is still the page (SPEC §4, is_not_modified).
 type Validators struct {
-	ETag         string `json:"etag,omitempty"`
+	Etag         string `json:"etag,omitempty"`
 	LastModified string `json:"last_modified,omitempty"`
 }
 
 // IsZero reports whether there is no validator to send.
-func (v Validators) IsZero() bool { return v.ETag == "" && v.LastModified == "" }
+func (v Validators) IsZero() bool { return v.Etag == "" && v.LastModified == "" }
 
 // PageRef is the page last stored for a URL, with the validators it was served with.
 type PageRef struct {
