@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"unicode"
 )
 
 // maxURLLength bounds the URLs the service accepts.
@@ -23,6 +24,12 @@ func ParseTargetURL(field, raw string) (*url.URL, string, error) {
 	}
 	if len(raw) > maxURLLength {
 		return nil, "", Invalidf(field, "%s is longer than %d bytes", field, maxURLLength)
+	}
+	// url.Parse takes "http://news.test/ bad" and quietly escapes the space: a URL with
+	// white space or a control character is a mistake (a pasted line, two URLs in one),
+	// so it is refused rather than fetched as something the caller did not write.
+	if i := strings.IndexFunc(raw, func(r rune) bool { return r <= ' ' || r == 0x7f || unicode.IsSpace(r) }); i >= 0 {
+		return nil, "", Invalidf(field, "%s contains white space or a control character at byte %d (percent-encode it)", field, i)
 	}
 	rewritten, host, err := canonicalAuthority(raw)
 	if err != nil {

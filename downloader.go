@@ -224,6 +224,8 @@ type Outcome struct {
 	// NotModifiedPageKey is the stored page a 304 to our conditional request confirmed
 	// (health_signal.is_not_modified): the page the request answers with.
 	NotModifiedPageKey string
+	// ResponseHeaders are the final response's header fields as served (a plain fetch).
+	ResponseHeaders map[string][]string
 
 	// Cause is what ended the fetch or render as its producer saw it (cause.go); the
 	// engine decides FailReason from it once (DecideFailReason).

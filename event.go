@@ -22,6 +22,10 @@ type Event struct {
 	IntervalSource IntervalSource
 	// OverLimit is set when the limiter or the global cap refused or delayed the request.
 	OverLimit bool
+	// Paced is set instead of OverLimit when entry A's task was handed out by a source
+	// that paces per domain (Task.IsPaced) and waited at the limiter for its slot: the
+	// queue's own pacing, counted apart and never as over limit.
+	Paced bool
 	// Delay is how long entry A's task was delayed, or the wait a refusal announced.
 	Delay    time.Duration
 	Summary  Summary

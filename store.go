@@ -47,7 +47,11 @@ type Page struct {
 	FinalURL    string    `json:"final_url"`
 	ContentType string    `json:"content_type"`
 	FetchedAt   time.Time `json:"fetched_at"`
-	Body        []byte    `json:"-"`
+	// ResponseHeaders are the final response's header fields as served (canonical names;
+	// a plain fetch only), for the WARC response record; nil for a render or a page
+	// stored before they were kept.
+	ResponseHeaders map[string][]string `json:"response_headers,omitempty"`
+	Body            []byte              `json:"-"`
 	// Validators are the origin's validators of this answer, kept for the URL's next
 	// conditional request (LatestPage); not part of the stored page itself.
 	Validators Validators `json:"-"`
@@ -57,12 +61,12 @@ type Page struct {
 // URL sends them back (If-None-Match, If-Modified-Since), and a 304 says the stored page
 // is still the page (SPEC §4, is_not_modified).
 type Validators struct {
-	ETag         string `json:"etag,omitempty"`
+	Etag         string `json:"etag,omitempty"`
 	LastModified string `json:"last_modified,omitempty"`
 }
 
 // IsZero reports whether there is no validator to send.
-func (v Validators) IsZero() bool { return v.ETag == "" && v.LastModified == "" }
+func (v Validators) IsZero() bool { return v.Etag == "" && v.LastModified == "" }
 
 // PageRef is the page last stored for a URL, with the validators it was served with.
 type PageRef struct {

@@ -18,6 +18,11 @@ type Task struct {
 	LeaseExpiresAt time.Time `json:"lease_expires_at"`
 	// RequestHeaders are the task's allow-listed request headers (HeaderPolicy).
 	RequestHeaders RequestHeaders `json:"request_headers,omitempty"`
+	// IsPaced is set, never on the wire, by a source that spaces each domain's tasks by
+	// their interval itself (the local queue): it handed the task out at its domain's
+	// slot, so a wait at the limiter is that pacing, not an over-limit event (an entry A
+	// "delay" counts only when a scheduler let a task out early).
+	IsPaced bool `json:"-"`
 }
 
 // Report is what entry A tells the scheduler about a finished task: the lean summary plus

@@ -64,7 +64,10 @@ type Config struct {
 	// with (server.Session); nil or "" when there is none (no tokens configured, or a
 	// bearer token). The pages show the role and send the token with their writes.
 	Session func(r *http.Request) (role, csrfToken string)
-	Logger  *slog.Logger // default: discard
+	// LocalQueue reads the local queue's counts for the queue panel; ok is false (or it is
+	// nil) when a scheduler feeds entry A: no panel.
+	LocalQueue func() (c observe.QueueCounts, ok bool)
+	Logger     *slog.Logger // default: discard
 }
 
 // Console serves the pages and their JSON. Safe for concurrent use; create it with New.

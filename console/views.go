@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"net/http"
 	"net/url"
@@ -29,8 +30,13 @@ type Runtime struct {
 	Request24hCount      uint64 `json:"request_24h_count"`
 	OverLimit24hCount    uint64 `json:"over_limit_24h_count"`
 	// OverLimitRatio is OverLimit24hCount ÷ Request24hCount (the page shows a percentage).
-	OverLimitRatio float64               `json:"over_limit_ratio"`
-	Entries        []observe.EntryCounts `json:"entries"`
+	OverLimitRatio float64 `json:"over_limit_ratio"`
+	// Paced24hCount counts the local queue's tasks that waited for their domain's slot:
+	// its own pacing, shown apart and never part of the ratio or the over-limit state.
+	Paced24hCount uint64                `json:"paced_24h_count"`
+	Entries       []observe.EntryCounts `json:"entries"`
+	// LocalQueue is the local queue's progress (null when a scheduler feeds entry A).
+	LocalQueue *LocalQueueStatus `json:"local_queue"`
 	// Egress is this instance's egress detector (nil without one).
 	Egress *downloader.EgressState `json:"egress"`
 	// Cluster lists the instances sharing the TiKV store (cluster mode); nil on the
@@ -58,14 +64,60 @@ func (c *Console) Runtime() Runtime {
 		MaxConcurrentCount:   c.cfg.Settings.Settings().MaxConcurrentCount,
 		DefaultMinIntervalMs: c.cfg.Settings.DefaultMinInterval().Milliseconds(),
 		Request24hCount:      counts.Request24hCount, OverLimit24hCount: counts.OverLimit24hCount,
-		OverLimitRatio: counts.OverLimitRatio, Entries: counts.Entries,
+		OverLimitRatio: counts.OverLimitRatio, Paced24hCount: counts.Paced24hCount, Entries: counts.Entries,
 	}
 	if c.cfg.Egress != nil {
 		if eg, ok := c.cfg.Egress(now); ok {
 			rt.Egress = &eg
 		}
 	}
+	if c.cfg.LocalQueue != nil {
+		if q, ok := c.cfg.LocalQueue(); ok {
+			rt.LocalQueue = localQueueStatus(q, counts, c.cfg.Observer.Recent(now))
+		}
+	}
 	return rt
+}
+
+// LocalQueueStatus is the queue panel: the local queue's tasks by state, what is left and
+// when it should be done, retries, robots.txt skips and the bytes fetched.
+type LocalQueueStatus struct {
+	observe.QueueCounts
+	// DiscoveredCount is every task queued (listed or discovered); RemainingCount those
+	// pending or leased; FetchedCount those fetched (done_count).
+	DiscoveredCount int `json:"discovered_count"`
+	FetchedCount    int `json:"fetched_count"`
+	RemainingCount  int `json:"remaining_count"`
+	// Body24hBytes sums entry A's body bytes of the last 24 h.
+	Body24hBytes uint64 `json:"body_24h_bytes"`
+	// AchievedRatePerSecond is the finishing rate over the recent window (or the
+	// process's uptime while shorter); EtaSeconds is RemainingCount at that rate, null
+	// while nothing finished yet.
+	AchievedRatePerSecond float64 `json:"achieved_rate_per_second"`
+	EtaSeconds            *int64  `json:"eta_seconds"`
+}
+
+func localQueueStatus(q observe.QueueCounts, counts observe.Counts, recent observe.Recent) *LocalQueueStatus {
+	s := &LocalQueueStatus{QueueCounts: q, DiscoveredCount: q.TotalCount(), FetchedCount: q.DoneCount,
+		RemainingCount: q.RemainingCount(), AchievedRatePerSecond: recent.AchievedRatePerSecond}
+	for _, e := range counts.Entries {
+		if e.Entry == downloader.EntryLease {
+			s.Body24hBytes = e.Body24hBytes
+		}
+	}
+	if recent.AchievedRatePerSecond > 0 {
+		eta := int64(math.Ceil(float64(s.RemainingCount) / recent.AchievedRatePerSecond))
+		s.EtaSeconds = &eta
+	}
+	return s
+}
+
+// Percent is the share of discovered tasks that finished (fetched or skipped).
+func (s *LocalQueueStatus) Percent() float64 {
+	if s.DiscoveredCount == 0 {
+		return 0
+	}
+	return 100 * float64(s.DoneCount+s.SkippedCount) / float64(s.DiscoveredCount)
 }
 
 // RuntimeOf is Runtime with the cluster's instance list, read from TiKV within ctx (cluster
@@ -370,6 +422,8 @@ func (c *Console) statsPage(r *http.Request) (any, error) {
 func funcs() map[string]any {
 	return map[string]any{
 		"num":      num,
+		"bytes":    byteSize,
+		"duration": func(s int64) string { return (time.Duration(s) * time.Second).String() },
 		"fixed":    fixed,
 		"optFixed": optFixed,
 		"pct":      func(ratio float64) string { return fixed(ratio*100, 2) + "%" },
@@ -555,4 +609,18 @@ func entryLabel(e downloader.Entry) string {
 		return "C · POST /v1/probe"
 	}
 	return string(e)
+}
+
+// byteSize writes n bytes in binary units (KiB, MiB, GiB) with one decimal.
+func byteSize(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, i := float64(n)/unit, 0
+	for v >= unit && i < 3 {
+		v /= unit
+		i++
+	}
+	return fmt.Sprintf("%.1f %ciB", v, "KMGT"[i])
 }

@@ -243,11 +243,12 @@ func (e *Engine) store(ctx context.Context, req downloader.Request, taskID strin
 		// charset (readers decode it, htmltext.UTF8); a render's is the DOM, in UTF-8 (a
 		// GBK page's header would mislabel it).
 		ct := out.HealthSignal.ContentType
+		headers := out.ResponseHeaders
 		if req.ShouldRender {
-			ct = renderedContentType
+			ct, headers = renderedContentType, nil
 		}
 		k, err := e.cfg.Pages.PutPage(ctx, &downloader.Page{URL: req.URL, FinalURL: out.FinalURL,
-			ContentType: ct, FetchedAt: at.UTC(), Body: out.Body, Validators: out.Validators})
+			ContentType: ct, FetchedAt: at.UTC(), ResponseHeaders: headers, Body: out.Body, Validators: out.Validators})
 		if err != nil {
 			return "", fmt.Errorf("put page of %s: %w", req.URL, err)
 		}

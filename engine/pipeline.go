@@ -39,13 +39,18 @@ type policy struct {
 	isQueueFullRefused bool
 	// task is entry A's task, for its events and logs.
 	task *downloader.Task
+	// isPaced: entry A's task came from a source that paces each domain itself
+	// (Task.IsPaced, the local queue): its wait for the domain's slot is pacing, not an
+	// over-limit event.
+	isPaced bool
 }
 
 // policyOf returns the policy of req's entry; task is entry A's (nil for B and C).
 func policyOf(req downloader.Request, task *downloader.Task, deadline time.Time) policy {
 	switch req.Entry {
 	case downloader.EntryLease:
-		return policy{isWaiting: true, deadline: deadline, queue: limiter.QueueAlways, task: task}
+		return policy{isWaiting: true, deadline: deadline, queue: limiter.QueueAlways, task: task,
+			isPaced: task != nil && task.IsPaced}
 	case downloader.EntryRender:
 		return policy{queue: limiter.QueueBounded, isQueueFullRefused: true}
 	}
@@ -180,11 +185,16 @@ func (e *Engine) admitDomain(ctx context.Context, req downloader.Request, pol po
 		}
 		return adm, passage{}, true
 	}
+	reserve := e.cfg.Limiter.Reserve
+	if pol.isPaced {
+		reserve = e.cfg.Limiter.ReservePaced
+	}
 	for at := now; ; at = e.cfg.Clock.Now() {
-		adm, delay, ok := e.cfg.Limiter.Reserve(at, req.Domain, req.MinInterval, req.IntervalSource, req.Entry, pol.deadline)
+		adm, delay, ok := reserve(at, req.Domain, req.MinInterval, req.IntervalSource, req.Entry, pol.deadline)
 		if delay > 0 {
 			e.observe(&downloader.Event{At: at, Entry: req.Entry, URL: req.URL, Domain: req.Domain, ShouldRender: req.ShouldRender,
-				MinInterval: req.MinInterval, IntervalSource: req.IntervalSource, OverLimit: true, Delay: delay, TaskID: pol.taskID()})
+				MinInterval: req.MinInterval, IntervalSource: req.IntervalSource, OverLimit: !pol.isPaced, Paced: pol.isPaced,
+				Delay: delay, TaskID: pol.taskID()})
 		}
 		if !ok {
 			return adm, pol.overLimit(now, downloader.FailSelfRateLimited, delay), false

@@ -107,8 +107,16 @@ func TestExportLinesAndWARC(t *testing.T) {
 	plainBody := []byte("<!doctype html><p>plain page, served as is</p>")
 	renderedBody := []byte("<html><body><p>rendered DOM</p></body></html>")
 	bigBody := bytes.Repeat([]byte("x"), 300_000)
+	// The plain page keeps its response headers as served (the big one, as a page stored
+	// before headers were kept, has none).
+	served := map[string][]string{"Content-Type": {"text/html; charset=utf-8"}, "Etag": {`"v1"`},
+		"Set-Cookie": {"a=1", "b=2"}, "Content-Encoding": {"gzip"}, "Content-Length": {"31"}, "Transfer-Encoding": {"chunked"}}
 	put := func(u, final, ct string, body []byte) string {
-		k, err := st.PutPage(ctx, &downloader.Page{URL: u, FinalURL: final, ContentType: ct, FetchedAt: at, Body: body})
+		var h map[string][]string
+		if u == "http://a.test/p" {
+			h = served
+		}
+		k, err := st.PutPage(ctx, &downloader.Page{URL: u, FinalURL: final, ContentType: ct, FetchedAt: at, ResponseHeaders: h, Body: body})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -229,6 +237,21 @@ func checkWARC(t *testing.T, recs []warcRecord, plainBody, renderedBody, bigBody
 	if !ok || !bytes.Equal(payload, plainBody) || !bytes.HasPrefix(head, []byte("HTTP/1.1 200 OK\r\n")) ||
 		!bytes.Contains(head, []byte("Content-Type: text/html; charset=utf-8")) {
 		t.Errorf("response block %q", resp.block)
+	}
+	// The headers as served, but those about the bytes on the wire (the body is stored
+	// decoded): one Content-Length, of the payload.
+	for _, want := range []string{"Etag: \"v1\"\r\n", "Set-Cookie: a=1\r\nSet-Cookie: b=2\r\n", "X-Downloader-Content-Encoding: gzip\r\n",
+		fmt.Sprintf("Content-Length: %d", len(plainBody))} {
+		if !bytes.Contains(head, []byte(want)) {
+			t.Errorf("response head lacks %q:\n%s", want, head)
+		}
+	}
+	if bytes.Contains(head, []byte("Transfer-Encoding")) || bytes.Count(head, []byte("Content-Length:")) != 1 || bytes.Contains(head, []byte("\nContent-Encoding")) {
+		t.Errorf("response head keeps wire-only fields:\n%s", head)
+	}
+	bigHead, _, _ := bytes.Cut(bigResp.block, []byte("\r\n\r\n"))
+	if !bytes.Contains(bigHead, []byte("Content-Type: text/plain\r\nContent-Length: 300000")) {
+		t.Errorf("a page without stored headers: head %q", bigHead)
 	}
 	if got, want := resp.header["warc-payload-digest"], sha1Base32(plainBody); got != want {
 		t.Errorf("response payload digest %q, want %q", got, want)

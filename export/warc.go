@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"sort"
 	"time"
 
 	"github.com/nlnwa/gowarc/v3"
@@ -21,9 +22,10 @@ import (
 //
 // What the page store keeps decides what is written: the body as served (or, for a
 // rendered task, the DOM after render), its Content-Type, the URL and final URL, and the
-// fetch time. A plain fetch becomes a request record and a response record whose HTTP
-// head is rebuilt from the status and Content-Type (the other response headers are not
-// kept); a render becomes a resource record of the rendered HTML, since it is not one
+// fetch time, and a plain fetch's response header fields as served. A plain fetch becomes
+// a request record and a response record whose HTTP head is the status line and the
+// headers as served (writeServedHeaders; a page stored before headers were kept gets its
+// Content-Type only); a render becomes a resource record of the rendered HTML, since it is not one
 // HTTP response. A body cut at the size cap carries WARC-Truncated: length.
 //
 // Dedup: the page store keeps one body once (its key is the body's SHA-256, the payload
@@ -110,7 +112,8 @@ func (ww *WARCWriter) WritePage(t *Task, p *downloader.Page) error {
 		status = *t.Report.HTTPStatus
 	}
 	var resp bytes.Buffer
-	fmt.Fprintf(&resp, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n", status, http.StatusText(status), ct, len(p.Body))
+	fmt.Fprintf(&resp, "HTTP/1.1 %d %s\r\n", status, http.StatusText(status))
+	writeServedHeaders(&resp, p.ResponseHeaders, ct, len(p.Body))
 	rb := gowarc.NewRecordBuilder(gowarc.Response, ww.opts...)
 	if _, err := rb.Write(resp.Bytes()); err != nil {
 		return fmt.Errorf("warc: %w", err)
@@ -245,4 +248,36 @@ func (c *countWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n += int64(n)
 	return n, err
+}
+
+// writeServedHeaders writes a response head's header fields: those served (sorted by name,
+// values in order), except the ones that describe the bytes on the wire rather than the
+// stored payload. The body is stored decoded (no Content-Encoding, no chunking), so
+// Content-Encoding, Transfer-Encoding and Content-Length are replaced by the payload's own
+// Content-Length; the served Content-Encoding is kept as X-Downloader-Content-Encoding so
+// that nothing served is lost. Without served headers (an older page) it writes the
+// Content-Type and Content-Length.
+func writeServedHeaders(w *bytes.Buffer, served map[string][]string, contentType string, bodyLen int) {
+	if len(served) == 0 {
+		fmt.Fprintf(w, "Content-Type: %s\r\nContent-Length: %d\r\n\r\n", contentType, bodyLen)
+		return
+	}
+	names := make([]string, 0, len(served))
+	for name := range served {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		out := name
+		switch http.CanonicalHeaderKey(name) {
+		case "Content-Length", "Transfer-Encoding":
+			continue
+		case "Content-Encoding":
+			out = "X-Downloader-Content-Encoding"
+		}
+		for _, v := range served[name] {
+			fmt.Fprintf(w, "%s: %s\r\n", out, v)
+		}
+	}
+	fmt.Fprintf(w, "Content-Length: %d\r\n\r\n", bodyLen)
 }

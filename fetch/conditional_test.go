@@ -55,7 +55,7 @@ func TestConditionalRequests(t *testing.T) {
 	}
 
 	out := fetch("http://site.test/page", downloader.Validators{})
-	want := downloader.Validators{ETag: `"v1"`, LastModified: "Tue, 01 Dec 2026 10:00:00 GMT"}
+	want := downloader.Validators{Etag: `"v1"`, LastModified: "Tue, 01 Dec 2026 10:00:00 GMT"}
 	if out.FailReason != "" || out.HTTPStatus != 200 || out.Validators != want || out.HealthSignal.IsNotModified {
 		t.Fatalf("unconditional fetch: %+v", out)
 	}
@@ -72,15 +72,15 @@ func TestConditionalRequests(t *testing.T) {
 			t.Errorf("summary %+v", s)
 		}
 		s := last()
-		if v.ETag != "" && (s.inm != v.ETag || s.ims != "") {
+		if v.Etag != "" && (s.inm != v.Etag || s.ims != "") {
 			t.Errorf("sent %+v, want If-None-Match alone (RFC 9110 §13.1.3)", s)
 		}
-		if v.ETag == "" && s.ims != v.LastModified {
+		if v.Etag == "" && s.ims != v.LastModified {
 			t.Errorf("sent %+v, want If-Modified-Since", s)
 		}
 	}
 
-	out = fetch("http://site.test/moved", downloader.Validators{ETag: `"v1"`})
+	out = fetch("http://site.test/moved", downloader.Validators{Etag: `"v1"`})
 	mu.Lock()
 	hop := got[len(got)-1]
 	mu.Unlock()

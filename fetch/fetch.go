@@ -392,8 +392,8 @@ func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Adm
 	// The same values for every request, shared: the transport only reads them.
 	req.Header = http.Header{"User-Agent": f.userAgent, "Accept": f.accept, "Accept-Encoding": f.acceptEncoding}
 	opts.Headers.SetOn(req.Header) // the caller's allow-listed headers (User-Agent only where the operator allows it)
-	if v := opts.Conditional; v.ETag != "" {
-		req.Header["If-None-Match"] = []string{v.ETag}
+	if v := opts.Conditional; v.Etag != "" {
+		req.Header["If-None-Match"] = []string{v.Etag}
 	} else if v.LastModified != "" {
 		// RFC 9110 §13.1.3: If-Modified-Since only without If-None-Match.
 		req.Header["If-Modified-Since"] = []string{v.LastModified}
@@ -447,7 +447,7 @@ func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Adm
 		if hop == 0 {
 			// The URL's own answer (not a redirect target's): its next request may be
 			// conditional on them.
-			out.Validators = downloader.Validators{ETag: resp.Header.Get("ETag"), LastModified: resp.Header.Get("Last-Modified")}
+			out.Validators = downloader.Validators{Etag: resp.Header.Get("ETag"), LastModified: resp.Header.Get("Last-Modified")}
 		}
 	}
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
@@ -455,6 +455,7 @@ func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Adm
 	}
 	b := f.readBody(hopCtx, cancel, resp, f.cfg.MaxBodyBytes)
 	out.Body = b.body
+	out.ResponseHeaders = resp.Header.Clone() // as served, for the stored page (WARC)
 	out.HealthSignal.BodyBytes = int64(len(b.body))
 	out.HealthSignal.ContentType = contentType(resp.Header.Get("Content-Type"), b.body)
 	n := textLength(out.HealthSignal.ContentType, b.body, b.undecoded)

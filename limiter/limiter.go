@@ -199,6 +199,17 @@ func (l *Limiter) Allow(now time.Time, domain string, interval time.Duration, so
 // origin's own wait is over), otherwise the moment both are. If that slot is after deadline (and deadline is not zero), nothing is
 // reserved and ok is false. A delayed reservation counts as an over-limit event for e.
 func (l *Limiter) Reserve(now time.Time, domain string, interval time.Duration, source downloader.IntervalSource, e downloader.Entry, deadline time.Time) (a Admission, delay time.Duration, ok bool) {
+	return l.reserve(now, domain, interval, source, e, deadline, true)
+}
+
+// ReservePaced is Reserve for a task whose source paces each domain itself (the local
+// queue, downloader.Task.IsPaced): a delay is that pacing and is not recorded as an
+// over-limit event (no trigger count, no over-limit state).
+func (l *Limiter) ReservePaced(now time.Time, domain string, interval time.Duration, source downloader.IntervalSource, e downloader.Entry, deadline time.Time) (a Admission, delay time.Duration, ok bool) {
+	return l.reserve(now, domain, interval, source, e, deadline, false)
+}
+
+func (l *Limiter) reserve(now time.Time, domain string, interval time.Duration, source downloader.IntervalSource, e downloader.Entry, deadline time.Time, isOverLimit bool) (a Admission, delay time.Duration, ok bool) {
 	t := l.ns(now)
 	s := l.shardOf(domain)
 	s.mu.Lock()
@@ -206,7 +217,9 @@ func (l *Limiter) Reserve(now time.Time, domain string, interval time.Duration, 
 	en := s.lookup(l, domain)
 	slot := max(t, en.lastNs+int64(interval), en.holdNs)
 	if slot > t {
-		s.overLimit(en, e, t)
+		if isOverLimit {
+			s.overLimit(en, e, t)
+		}
 		if !deadline.IsZero() && slot > l.ns(deadline) {
 			return Admission{}, time.Duration(slot - t), false
 		}

@@ -694,7 +694,9 @@ func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([
 		}
 		d.nextAt = due.Add(max(time.Duration(*rec.MinIntervalMs)*time.Millisecond, q.floors[d.name]))
 		q.dropIfEmptyLocked(d)
-		out = append(out, rec.Task)
+		t := rec.Task
+		t.IsPaced = true // handed out at its domain's slot (less Lookahead): see Task.IsPaced
+		out = append(out, t)
 		recs = append(recs, rec)
 	}
 	if len(undos) == 0 {

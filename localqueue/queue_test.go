@@ -169,7 +169,13 @@ func TestQueuePacing(t *testing.T) {
 	}
 	for i, st := range steps {
 		clk.Advance(st.advance)
-		got := urls(lease(t, q, 10))
+		leased := lease(t, q, 10)
+		for _, l := range leased {
+			if !l.IsPaced {
+				t.Errorf("step %d: %s not marked paced: the queue spaces its domains itself", i, l.URL)
+			}
+		}
+		got := urls(leased)
 		slices.Sort(got)
 		if !slices.Equal(got, st.want) {
 			t.Fatalf("step %d: leased %v, want %v", i, got, st.want)

@@ -44,6 +44,9 @@ type Sources struct {
 	// Fence is this instance's fence from its cluster (cluster mode: the shared runtime's
 	// FenceState; one machine: never fenced); nil: no fence metric.
 	Fence func() downloader.FenceState
+	// LocalQueue reads the local queue's counts; ok is false while there is none (a
+	// scheduler feeds entry A). nil: no queue metrics.
+	LocalQueue func() (c observe.QueueCounts, ok bool)
 }
 
 // Metrics counts engine events into Prometheus metrics. It implements downloader.Observer
@@ -51,6 +54,8 @@ type Sources struct {
 type Metrics struct {
 	requests       *prometheus.CounterVec
 	overLimit      *prometheus.CounterVec
+	paced          *prometheus.CounterVec
+	bodyBytes      *prometheus.CounterVec
 	probes         *prometheus.CounterVec
 	fetchDuration  *prometheus.HistogramVec
 	renderDuration *prometheus.HistogramVec
@@ -73,6 +78,14 @@ func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
 			Name: "downloader_over_limit_total",
 			Help: "Over-limit events by entry: A delayed, B answered 429, C answered not reached; fail_reason self_rate_limited (domain interval) or local_queue_full (global cap and queue).",
 		}, []string{"entry", "fail_reason"}),
+		paced: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "downloader_paced_total",
+			Help: "Tasks of a source that paces each domain itself (the local queue) that waited at the limiter for their domain's slot: pacing, not over-limit events.",
+		}, []string{"entry"}),
+		bodyBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "downloader_body_bytes_total",
+			Help: "Body bytes of the finished requests (health_signal.body_bytes), by entry.",
+		}, []string{"entry"}),
 		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "downloader_probes_total",
 			Help: "Entry C probes by result, refusals included.",
@@ -98,6 +111,8 @@ func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
 		for _, r := range []downloader.FailReason{downloader.FailSelfRateLimited, downloader.FailLocalQueueFull} {
 			m.overLimit.WithLabelValues(string(e), string(r))
 		}
+		m.paced.WithLabelValues(string(e))
+		m.bodyBytes.WithLabelValues(string(e))
 		m.fetchDuration.WithLabelValues(string(e))
 		m.renderDuration.WithLabelValues(string(e))
 	}
@@ -106,7 +121,11 @@ func New(reg prometheus.Registerer, src Sources) (*Metrics, error) {
 			m.probes.WithLabelValues(strconv.FormatBool(sr), reachedLabel(r), r)
 		}
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.overLimit, m.probes, m.fetchDuration, m.renderDuration, newLive(src)} {
+	collectors := []prometheus.Collector{m.requests, m.overLimit, m.paced, m.bodyBytes, m.probes, m.fetchDuration, m.renderDuration, newLive(src)}
+	if src.LocalQueue != nil {
+		collectors = append(collectors, newQueueCollector(src.LocalQueue))
+	}
+	for _, c := range collectors {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}
@@ -143,6 +162,10 @@ func (m *Metrics) Observe(ev *downloader.Event) {
 	shouldRender := strconv.FormatBool(ev.ShouldRender)
 	reason := reasonLabel(&ev.Summary)
 	reached := strconv.FormatBool(ev.Summary.HasReachedOrigin)
+	if ev.Paced {
+		m.paced.WithLabelValues(entry).Inc()
+		return // counted when the task finishes
+	}
 	if ev.OverLimit {
 		r := reason
 		if ev.Entry == downloader.EntryLease {
@@ -157,6 +180,9 @@ func (m *Metrics) Observe(ev *downloader.Event) {
 	m.requests.WithLabelValues(entry, shouldRender, reached, reason).Inc()
 	if ev.Entry == downloader.EntryProbe {
 		m.probes.WithLabelValues(shouldRender, reached, reason).Inc()
+	}
+	if hs := ev.Summary.HealthSignal; !ev.OverLimit && hs != nil && hs.BodyBytes > 0 {
+		m.bodyBytes.WithLabelValues(entry).Add(float64(hs.BodyBytes))
 	}
 	if !ev.OverLimit && ev.Duration > 0 {
 		h := m.fetchDuration

@@ -93,6 +93,7 @@ func TestCounters(t *testing.T) {
 		event(downloader.EntryRender, true, downloader.FailHTTPStatusError, false, 2*time.Second),
 		event(downloader.EntryLease, false, "", true, 0), // a delay: an over-limit event, not a request
 		event(downloader.EntryLease, false, "", false, 100*time.Millisecond),
+		{Entry: downloader.EntryLease, Domain: "a.test", Paced: true, Delay: time.Second}, // the local queue's pacing
 	}
 	for _, ev := range events {
 		m.Observe(ev)
@@ -114,6 +115,8 @@ func TestCounters(t *testing.T) {
 		{"downloader_over_limit_total", map[string]string{"entry": "b", "fail_reason": "local_queue_full"}, 1},
 		{"downloader_over_limit_total", map[string]string{"entry": "c", "fail_reason": "self_rate_limited"}, 1},
 		{"downloader_over_limit_total", map[string]string{"entry": "c", "fail_reason": "local_queue_full"}, 0},
+		{"downloader_paced_total", map[string]string{"entry": "a"}, 1},
+		{"downloader_paced_total", map[string]string{"entry": "b"}, 0},
 		{"downloader_fetch_duration_seconds", map[string]string{"entry": "c"}, 2},
 		{"downloader_fetch_duration_seconds", map[string]string{"entry": "a"}, 1},
 		{"downloader_render_duration_seconds", map[string]string{"entry": "c"}, 1},
@@ -303,5 +306,44 @@ func TestRegisterTwiceFails(t *testing.T) {
 	}
 	if _, err := New(reg, Sources{}); err == nil {
 		t.Error("a second New on one registry must fail, not panic or double count")
+	}
+}
+
+// TestLocalQueueValues: the local queue's counts are gauges under their JSON names, the
+// retries a counter; without a queue (a scheduler) none is sent.
+func TestLocalQueueValues(t *testing.T) {
+	for _, hasQueue := range []bool{true, false} {
+		reg := prometheus.NewRegistry()
+		c := observe.QueueCounts{PendingCount: 5, LeasedCount: 2, DoneCount: 12, SucceededCount: 10, FailedCount: 2, SkippedCount: 3, RetryCount: 4, PageCount: 9}
+		if _, err := New(reg, Sources{LocalQueue: func() (observe.QueueCounts, bool) { return c, hasQueue }}); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]float64{"downloader_local_queue_pending_count": 5, "downloader_local_queue_leased_count": 2,
+			"downloader_local_queue_done_count": 12, "downloader_local_queue_succeeded_count": 10, "downloader_local_queue_failed_count": 2,
+			"downloader_local_queue_skipped_count": 3, "downloader_local_queue_retries_total": 4, "downloader_local_queue_page_count": 9}
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]float64{}
+		for _, f := range families {
+			for _, m := range f.GetMetric() {
+				switch {
+				case m.GetGauge() != nil:
+					got[f.GetName()] = m.GetGauge().GetValue()
+				case m.GetCounter() != nil && len(m.GetLabel()) == 0:
+					got[f.GetName()] = m.GetCounter().GetValue()
+				}
+			}
+		}
+		for name, w := range want {
+			v, ok := got[name]
+			if hasQueue && (!ok || v != w) {
+				t.Errorf("%s = %v (%v), want %v", name, v, ok, w)
+			}
+			if !hasQueue && ok {
+				t.Errorf("%s sent without a local queue", name)
+			}
+		}
 	}
 }

@@ -208,7 +208,9 @@ func (g *Guard) DialContext(ctx context.Context, network, address string) (net.C
 	}
 	canonicalAddress := net.JoinHostPort(host, port)
 	if g.allowPrivate {
-		return g.attempt(ctx, host, func(ctx context.Context) (net.Conn, error) { return g.dialer.DialContext(ctx, network, canonicalAddress) })
+		return g.attempt(ctx, host, func(ctx context.Context) (net.Conn, error) {
+			return g.dialer.DialContext(ctx, network, canonicalAddress)
+		})
 	}
 	if ip, isIP := literalIP(host); isIP {
 		if reason, bad := Forbidden(ip); bad {

@@ -64,6 +64,8 @@ type hourCounts struct {
 	requests     [entryCount]uint64
 	overLimit    [entryCount]uint64
 	queueFull    [entryCount]uint64 // over-limit events refused by the global cap and queue
+	paced        [entryCount]uint64 // waits for a slot of a self-pacing source: not over limit
+	bodyBytes    [entryCount]uint64 // health_signal.body_bytes of finished requests
 	probes       uint64
 	notReached   uint64
 	renderProbes uint64
@@ -85,9 +87,10 @@ type recentCounts struct {
 // Observer implements downloader.Observer. It is safe for concurrent use; Observe takes one
 // short lock. Create it with New.
 type Observer struct {
-	clk   clock.Clock
-	log   *slog.Logger
-	sinks []downloader.Observer
+	clk     clock.Clock
+	log     *slog.Logger
+	sinks   []downloader.Observer
+	started time.Time // New's moment: the rates of a younger process use its real uptime
 
 	reasons     []downloader.FailReason // display order; index+1 is the bucket index
 	reasonIndex map[downloader.FailReason]int
@@ -115,6 +118,7 @@ func New(cfg Config) *Observer {
 	}
 	o := &Observer{
 		clk:         cfg.Clock,
+		started:     cfg.Clock.Now(),
 		log:         cfg.Logger,
 		sinks:       cfg.Sinks,
 		reasons:     downloader.FailReasons(),
@@ -161,6 +165,10 @@ func (o *Observer) count(ev *downloader.Event, now time.Time) {
 	if h.probeReasons == nil {
 		h.probeReasons = make([]uint64, len(o.reasons)+1)
 	}
+	if ev.Paced {
+		h.paced[e]++ // neither a request (counted when it finishes) nor over limit
+		return
+	}
 	if ev.OverLimit {
 		h.overLimit[e]++
 		if reason == downloader.FailLocalQueueFull {
@@ -172,6 +180,9 @@ func (o *Observer) count(ev *downloader.Event, now time.Time) {
 	} else {
 		h.requests[e]++
 		h.finished++
+		if hs := ev.Summary.HealthSignal; hs != nil && hs.BodyBytes > 0 {
+			h.bodyBytes[e] += uint64(hs.BodyBytes)
+		}
 		r := o.recent.at(now)
 		r.finished++
 		if ev.Duration > 0 {
@@ -220,7 +231,9 @@ type Counts struct {
 	Request24hCount   uint64 `json:"request_24h_count"`
 	OverLimit24hCount uint64 `json:"over_limit_24h_count"`
 	// OverLimitRatio is OverLimit24hCount ÷ Request24hCount, 0 without requests.
-	OverLimitRatio   float64     `json:"over_limit_ratio"`
+	OverLimitRatio float64 `json:"over_limit_ratio"`
+	// Paced24hCount sums the entries' paced waits (never part of the ratio).
+	Paced24hCount    uint64      `json:"paced_24h_count"`
 	Finished24hCount uint64      `json:"finished_24h_count"`
 	Probes           ProbeCounts `json:"probes"`
 }
@@ -233,6 +246,11 @@ type EntryCounts struct {
 	// LocalQueueFull24hCount is the part of OverLimit24hCount refused because the global
 	// cap and the local queue were full; the rest were over the domain's interval.
 	LocalQueueFull24hCount uint64 `json:"local_queue_full_24h_count"`
+	// Paced24hCount counts the tasks of a source that paces each domain itself (the local
+	// queue) that waited at the limiter for their domain's slot: pacing, not over limit.
+	Paced24hCount uint64 `json:"paced_24h_count"`
+	// Body24hBytes sums the body bytes of the entry's finished requests.
+	Body24hBytes uint64 `json:"body_24h_bytes"`
 }
 
 // ProbeCounts are entry C's 24 h counts.
@@ -264,6 +282,8 @@ func (o *Observer) Counts(now time.Time) Counts {
 			sum.requests[e] += h.requests[e]
 			sum.overLimit[e] += h.overLimit[e]
 			sum.queueFull[e] += h.queueFull[e]
+			sum.paced[e] += h.paced[e]
+			sum.bodyBytes[e] += h.bodyBytes[e]
 		}
 		sum.probes += h.probes
 		sum.notReached += h.notReached
@@ -278,8 +298,9 @@ func (o *Observer) Counts(now time.Time) Counts {
 	c := Counts{Entries: make([]EntryCounts, entryCount), Finished24hCount: sum.finished}
 	for i, e := range downloader.Entries {
 		c.Entries[i] = EntryCounts{Entry: e, Request24hCount: sum.requests[i],
-			OverLimit24hCount: sum.overLimit[i], LocalQueueFull24hCount: sum.queueFull[i]}
+			OverLimit24hCount: sum.overLimit[i], LocalQueueFull24hCount: sum.queueFull[i], Paced24hCount: sum.paced[i], Body24hBytes: sum.bodyBytes[i]}
 		c.Request24hCount += sum.requests[i]
+		c.Paced24hCount += sum.paced[i]
 		c.OverLimit24hCount += sum.overLimit[i]
 	}
 	if c.Request24hCount > 0 {
@@ -303,6 +324,9 @@ func (o *Observer) Counts(now time.Time) Counts {
 
 // Recent is the throughput of the last RecentSpan.
 type Recent struct {
+	// SpanSeconds is the window the rate is averaged over: RecentSpan, or the process's
+	// uptime while that is shorter (a 12 s-old crawl at 1.2 tasks/s reads 1.2/s, not a
+	// 300 s average of 0.05/s).
 	SpanSeconds   int64  `json:"span_seconds"`
 	FinishedCount uint64 `json:"finished_count"`
 	// AchievedRatePerSecond is FinishedCount ÷ SpanSeconds.
@@ -332,8 +356,9 @@ func (o *Observer) Recent(now time.Time) Recent {
 		})
 	}
 	o.mu.Unlock()
-	r := Recent{SpanSeconds: int64(RecentSpan / time.Second), FinishedCount: finished}
-	r.AchievedRatePerSecond = float64(finished) / RecentSpan.Seconds()
+	span := min(RecentSpan, max(now.Sub(o.started), time.Second))
+	r := Recent{SpanSeconds: int64(math.Ceil(span.Seconds())), FinishedCount: finished}
+	r.AchievedRatePerSecond = float64(finished) / span.Seconds()
 	switch {
 	case n > 0:
 		m := float64(ns) / float64(n) / float64(time.Millisecond)
@@ -417,6 +442,8 @@ func (o *Observer) logEvent(ev *downloader.Event) {
 		level, msg = slog.LevelInfo, "probe"
 	case ev.OverLimit:
 		level, msg = slog.LevelInfo, "over limit"
+	case ev.Paced:
+		msg = "paced"
 	}
 	ctx := context.Background()
 	if !o.log.Enabled(ctx, level) {
@@ -436,7 +463,7 @@ func (o *Observer) logEvent(ev *downloader.Event) {
 		attrs = append(attrs, slog.String("task_id", ev.TaskID))
 	}
 	switch {
-	case ev.OverLimit && ev.Entry == downloader.EntryLease:
+	case ev.Paced, ev.OverLimit && ev.Entry == downloader.EntryLease:
 		attrs = append(attrs, slog.Int64("delay_ms", ev.Delay.Milliseconds()))
 	case ev.OverLimit:
 		attrs = append(attrs,

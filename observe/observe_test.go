@@ -54,6 +54,9 @@ func refused(e downloader.Entry, reason downloader.FailReason) *downloader.Event
 	return ev
 }
 
+// paced turns entry A's delay into a wait of the local queue's pacing.
+func paced(ev *downloader.Event) *downloader.Event { ev.OverLimit, ev.Paced = false, true; return ev }
+
 func renderProbe(ev *downloader.Event) *downloader.Event { ev.ShouldRender = true; return ev }
 
 func TestCounts(t *testing.T) {
@@ -70,7 +73,8 @@ func TestCounts(t *testing.T) {
 		name: "requests and over-limit events per entry",
 		steps: []step{
 			{0, finished(entryA, time.Second, "")},
-			{0, refused(entryA, "")}, // a delay: not a request of its own
+			{0, refused(entryA, "")},        // a delay: not a request of its own
+			{0, paced(refused(entryA, ""))}, // the local queue's pacing: neither
 			{time.Minute, finished(entryA, time.Second, "")},
 			{time.Minute, finished(entryB, time.Second, "")},
 			{time.Minute, refused(entryB, downloader.FailSelfRateLimited)},
@@ -81,7 +85,7 @@ func TestCounts(t *testing.T) {
 		at: time.Hour,
 		check: func(t *testing.T, c Counts) {
 			want := []EntryCounts{
-				{Entry: entryA, Request24hCount: 2, OverLimit24hCount: 1},
+				{Entry: entryA, Request24hCount: 2, OverLimit24hCount: 1, Paced24hCount: 1},
 				{Entry: entryB, Request24hCount: 3, OverLimit24hCount: 2, LocalQueueFull24hCount: 1},
 				{Entry: entryC, Request24hCount: 2, OverLimit24hCount: 1},
 			}
@@ -92,6 +96,9 @@ func TestCounts(t *testing.T) {
 			}
 			if c.Request24hCount != 7 || c.OverLimit24hCount != 4 || c.Finished24hCount != 4 {
 				t.Errorf("totals: %+v", c)
+			}
+			if c.Paced24hCount != 1 {
+				t.Errorf("paced_24h_count %d, want 1", c.Paced24hCount)
 			}
 			if c.OverLimitRatio != 4.0/7.0 {
 				t.Errorf("ratio %v, want 4/7", c.OverLimitRatio)
@@ -198,9 +205,14 @@ func TestRecent(t *testing.T) {
 		o.Observe(finished(entryB, d, ""))
 		o.Observe(refused(entryB, downloader.FailSelfRateLimited))
 	}
+	// The observer is a minute old: the rate is averaged over that minute, not over the
+	// five-minute window it has not lived through.
 	r := o.Recent(t0.Add(time.Minute))
-	if r.FinishedCount != 60 || r.AchievedRatePerSecond != 60.0/300 || r.SpanSeconds != 300 {
-		t.Errorf("rate: %+v", r)
+	if r.FinishedCount != 60 || r.AchievedRatePerSecond != 1 || r.SpanSeconds != 60 {
+		t.Errorf("rate of a young process: %+v, want 60 over its 60 s uptime", r)
+	}
+	if r := o.Recent(t0.Add(5*time.Minute + 30*time.Second)); r.SpanSeconds != 300 || r.FinishedCount == 0 || r.AchievedRatePerSecond != float64(r.FinishedCount)/300 {
+		t.Errorf("rate once older than the window: %+v, want the count over 300 s", r)
 	}
 	if r.MeanServiceMs == nil || *r.MeanServiceMs != 200 || r.MeanServiceSpanSeconds != r.SpanSeconds {
 		t.Errorf("mean service %v (over %d s), want 200 ms", r.MeanServiceMs, r.MeanServiceSpanSeconds)

@@ -42,7 +42,8 @@ type connKey struct{}
 // carry no timestamp, and fall back to the handler's (late) clock.
 type stampListener struct{ net.Listener }
 
-// newStampListener sets SO_TIMESTAMPNS on l's socket, which accepted sockets inherit.
+// newStampListener sets SO_TIMESTAMPNS on l's socket, which accepted sockets inherit, and
+// returns once the kernel stamps received packets (awaitKernelStamps).
 func newStampListener(l net.Listener) stampListener {
 	if tl, ok := l.(*net.TCPListener); ok {
 		if rc, err := tl.SyscallConn(); err == nil {
@@ -51,7 +52,46 @@ func newStampListener(l net.Listener) stampListener {
 			})
 		}
 	}
+	awaitKernelStamps()
 	return stampListener{l}
+}
+
+// awaitKernelStamps returns once the kernel stamps the packets it receives. Receive
+// timestamps are one switch for the whole machine, turned on when the first socket asks
+// for them and off when the last one that did is closed; turning it on is deferred to a
+// kernel work queue (net_enable_timestamp), so packets received in between carry no time.
+// On a loaded machine that window lasted long enough for a test's first requests to come
+// unstamped. The listener keeps the switch on while it is open; this waits until it is on,
+// by sending a datagram to a stamping socket of its own until one comes back stamped.
+// There is no notification to wait on: it retries every millisecond, for at most 10 s.
+func awaitKernelStamps() {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	defer unix.Close(fd)
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1) != nil ||
+		unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}) != nil {
+		return
+	}
+	self, err := unix.Getsockname(fd)
+	if err != nil {
+		return
+	}
+	var buf [1]byte
+	var oob [128]byte
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if unix.Sendto(fd, buf[:], 0, self) != nil {
+			return
+		}
+		_, oobn, _, _, err := unix.Recvmsg(fd, buf[:], oob[:], 0)
+		if err != nil {
+			return
+		}
+		if _, ok := receiveTime(oob[:oobn]); ok {
+			return
+		}
+	}
 }
 
 func (l stampListener) Accept() (net.Conn, error) {

@@ -74,8 +74,18 @@ func (p *Pool) supervise() {
 			p.dropBrowser(b)
 			return
 		}
+		if p.ctx.Err() != nil {
+			// Close cancels the pool and with it the browser: both are ready, and a
+			// browser closed on purpose is not a lost one (no WARN on a clean stop).
+			p.dropBrowser(b)
+			return
+		}
 		uptime := p.clk.Now().Sub(b.started)
-		p.log.Warn("renderer lost", "generation", gen, "uptime_ms", uptime.Milliseconds())
+		if p.cfg.IsStopping != nil && p.cfg.IsStopping() {
+			p.log.Info("renderer gone while stopping", "generation", gen, "uptime_ms", uptime.Milliseconds())
+		} else {
+			p.log.Warn("renderer lost", "generation", gen, "uptime_ms", uptime.Milliseconds())
+		}
 		p.mu.Lock()
 		p.restarts++
 		p.mu.Unlock()

@@ -102,8 +102,12 @@ const (
 
 // Config configures a Pool. The zero value of each field means its default.
 type Config struct {
-	Clock  clock.Clock  // default clock.Real{}; give the limiter's clock (timeouts, Wire)
-	Logger *slog.Logger // default slog.Default()
+	// IsStopping, when set, reports whether the service is stopping. A browser lost then
+	// is the stop's doing (a terminal's Ctrl-C signals the browser's process group too),
+	// logged at Info, not as a loss (Warn). nil: never.
+	IsStopping func() bool
+	Clock      clock.Clock  // default clock.Real{}; give the limiter's clock (timeouts, Wire)
+	Logger     *slog.Logger // default slog.Default()
 
 	// BinaryPath is the local browser: Debian's chromium-headless-shell, never the
 	// /usr/bin wrapper scripts, which fork the real browser and hide it from us.

@@ -21,7 +21,7 @@ import (
 // family the crawl meets.
 var todomvcApps = []string{"react", "vue", "angularjs", "backbone", "emberjs", "knockoutjs", "mithril", "vanillajs"}
 
-// todomvcDir is the unpacked npm package todomvc (scripts/setup.sh puts it in
+// todomvcDir is the unpacked npm package todomvc (scripts/setup-test.sh puts it in
 // .cache/todomvc/package; TODOMVC_DIR overrides). Absent, the test skips, except in CI,
 // where it fails: CI's setup fetches it.
 func todomvcDir(t testing.TB) string {
@@ -32,9 +32,9 @@ func todomvcDir(t testing.TB) string {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "examples", "react", "index.html")); err != nil {
 		if os.Getenv("CI") != "" {
-			t.Fatalf("the npm package todomvc is not at %s (scripts/setup.sh fetches it): %v", dir, err)
+			t.Fatalf("the npm package todomvc is not at %s (scripts/setup-test.sh fetches it): %v", dir, err)
 		}
-		t.Skipf("the npm package todomvc is not at %s (run scripts/setup.sh): %v", dir, err)
+		t.Skipf("the npm package todomvc is not at %s (run scripts/setup-test.sh): %v", dir, err)
 	}
 	return dir
 }

@@ -19,7 +19,7 @@
 #       docs/benchmarks.md): one row per VARIANT · PAGE · c=N, then the issue's targets as
 #       ratios from the same run. RENDER_BENCH_N (default 16) renders per row;
 #       RENDER_BENCH_PAGES, RENDER_BENCH_VARIANTS, RENDER_BENCH_CONCURRENCY narrow the grid.
-#       Needs the npm package todomvc (scripts/setup.sh fetches it).
+#       Needs the npm package todomvc (scripts/setup-test.sh fetches it).
 #
 #   bash scripts/bench.sh render-overload   adaptive render concurrency on an overloaded
 #       machine (BenchmarkRenderOverload, docs/benchmarks-render.md): 8 renders offered at
@@ -29,16 +29,32 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), $(go version | cut -d' ' -f3)" >&2
 
+# fail says why a benchmark cannot run, and fails: a report with no rows is no result.
+fail() {
+	echo "bench: $*" >&2
+	exit 1
+}
+
 # render_bench BENCHMARK N [args...] runs one of render's benchmarks, N renders per row
 # unless RENDER_BENCH_N says otherwise, showing its output on stderr and keeping it in $out
-# for the table.
+# for the table. It fails, saying why, when the browser or the fixtures are missing or the
+# benchmark gave no row.
 render_bench() {
 	local bench=$1 n=$2
 	shift 2
 	cd "$root"
+	test -x /usr/lib/chromium/chromium-headless-shell || fail "no headless Chromium: run bash scripts/setup.sh"
+	if [ "$bench" = BenchmarkRenderCrawl ]; then
+		test -f .cache/todomvc/package/package.json || fail "no TodoMVC fixtures in .cache/todomvc: run bash scripts/setup-test.sh"
+	fi
 	out="$(mktemp)"
 	trap 'rm -f "$out"' EXIT
-	go test -run '^$' -bench "^$bench\$" -benchtime "${RENDER_BENCH_N:-$n}x" -timeout 90m "$@" ./render/ | tee "$out" >&2
+	go test -run '^$' -bench "^$bench\$" -benchtime "${RENDER_BENCH_N:-$n}x" -timeout 90m "$@" ./render/ | tee "$out" >&2 ||
+		fail "$bench failed"
+	if grep -q -- '--- SKIP' "$out"; then
+		fail "$bench skipped: $(grep -A1 -- '--- SKIP' "$out" | tail -1 | sed 's/^ *//')"
+	fi
+	grep -q "^$bench/" "$out" || fail "$bench gave no row"
 }
 
 if [ "${1:-}" = "render" ]; then

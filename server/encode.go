@@ -1,19 +1,14 @@
 package server
 
 import (
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
 	"net/http"
-	"strings"
 
 	"downloader"
 	"downloader/internal/httpjson"
 )
 
 // maxBodyBytes bounds every request body.
-const maxBodyBytes = 1 << 20
+const maxBodyBytes = httpjson.MaxBodyBytes
 
 // errorBody and writeJSON are the service's one error body and JSON answer (httpjson).
 type errorBody = httpjson.ErrorBody
@@ -43,64 +38,19 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	writeJSON(w, httpStatus(code), errorBody{Error: downloader.ErrorMessage(err), Field: downloader.ErrorField(err)})
 }
 
-// decode reads one JSON object into v, strictly: a body over the limit, malformed JSON,
-// an unknown field (so `render` instead of `should_render` is caught), a wrong type or
-// trailing data are EINVALID errors naming the field.
+// decode reads one JSON object into v, strictly (httpjson.Unmarshal: exact field names, no
+// unknown or duplicate field, no trailing data; a body over the limit): every error is
+// EINVALID naming the field.
 func decode(w http.ResponseWriter, r *http.Request, v any) error {
-	body := http.MaxBytesReader(w, r.Body, maxBodyBytes)
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return decodeError(err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		if err != nil {
-			return decodeError(err)
-		}
-		return downloader.Invalidf("body", "body must hold exactly one JSON object")
-	}
-	return nil
+	return httpjson.DecodeBody(w, r, v)
 }
 
-func decodeError(err error) error {
-	var (
-		maxErr    *http.MaxBytesError
-		syntaxErr *json.SyntaxError
-		typeErr   *json.UnmarshalTypeError
-	)
-	switch {
-	case errors.As(err, &maxErr):
-		return downloader.Invalidf("body", "body is larger than %d bytes", maxBodyBytes)
-	case errors.Is(err, io.EOF):
-		return downloader.Invalidf("body", "body is empty: a JSON object is required")
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return downloader.Invalidf("body", "body is not complete JSON")
-	case errors.As(err, &syntaxErr):
-		return downloader.Invalidf("body", "body is not valid JSON at byte %d", syntaxErr.Offset)
-	case errors.As(err, &typeErr):
-		field := typeErr.Field
-		if field == "" {
-			return downloader.Invalidf("body", "body must be a JSON object")
-		}
-		return downloader.Invalidf(field, "%s must be a JSON %s, not %s", field, jsonKind(typeErr.Type.String()), typeErr.Value)
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		if field == "" {
-			return downloader.Invalidf("body", "unknown field %q", field)
-		}
-		return downloader.Invalidf(field, "unknown field %q", field)
+// cursorOf is a list's next_cursor as every list answers it (GET /v1/tasks,
+// /v1/fetch_results, the console's domain table): the opaque cursor of the next page, or
+// null after the last page, never "" (one convention, README "API").
+func cursorOf(next string) *string {
+	if next == "" {
+		return nil
 	}
-	return downloader.Invalidf("body", "body cannot be decoded: %v", err)
-}
-
-func jsonKind(goType string) string {
-	switch {
-	case strings.Contains(goType, "int"), strings.Contains(goType, "float"):
-		return "number"
-	case strings.Contains(goType, "bool"):
-		return "boolean"
-	case strings.Contains(goType, "string"):
-		return "string"
-	}
-	return fmt.Sprintf("value of type %s", goType)
+	return &next
 }

@@ -10,7 +10,7 @@ import (
 
 type fetchResultsResponse struct {
 	FetchResults []downloader.FetchResult `json:"fetch_results"`
-	NextCursor   string                   `json:"next_cursor"` // "" after the last page
+	NextCursor   *string                  `json:"next_cursor"` // null after the last page (cursorOf)
 }
 
 // handleFetchResults is GET /v1/fetch_results?domain=&limit=&cursor=: downloader:fetch_result,
@@ -52,7 +52,7 @@ func (s *Server) handleFetchResults() http.Handler {
 		if res == nil {
 			res = []downloader.FetchResult{}
 		}
-		writeJSON(w, http.StatusOK, fetchResultsResponse{FetchResults: res, NextCursor: next})
+		writeJSON(w, http.StatusOK, fetchResultsResponse{FetchResults: res, NextCursor: cursorOf(next)})
 	})
 }
 

@@ -85,7 +85,7 @@ func New(cfg Config) *Server {
 	if cfg.Extra != nil {
 		cfg.Extra(mux)
 	}
-	s.handler = s.recoverPanics(s.authorize(mux))
+	s.handler = s.recoverPanics(s.authorize(jsonMuxErrors(mux)))
 	return s
 }
 

@@ -91,6 +91,10 @@ func TestBadInputIs400NamingTheField(t *testing.T) {
 		{"unknown field render", "/v1/render", `{"url":"http://a.test/","render":true}`, "render"},
 		{"unknown field reached", "/v1/probe", `{"url":"http://a.test/","reached":true}`, "reached"},
 		{"missing url", "/v1/probe", `{}`, "url"},
+		{"upper case URL is not url", "/v1/probe", `{"URL":"http://a.test/"}`, "URL"},
+		{"url with a space", "/v1/probe", `{"url":"http://news.test/ bad"}`, "url"},
+		{"url with a tab", "/v1/render", `{"url":"http://news.test/\tbad"}`, "url"},
+		{"duplicate member", "/v1/probe", `{"url":"http://a.test/","url":"http://b.test/"}`, "url"},
 		{"url wrong type", "/v1/probe", `{"url":5}`, "url"},
 		{"ftp url", "/v1/probe", `{"url":"ftp://a.test/"}`, "url"},
 		{"no host", "/v1/probe", `{"url":"http:///x"}`, "url"},
@@ -113,7 +117,7 @@ func TestBadInputIs400NamingTheField(t *testing.T) {
 		{"header not allowed", "/v1/probe", `{"url":"http://a.test/","request_headers":{"X-Api-Key":"k"}}`, "request_headers.X-Api-Key"},
 		{"header user agent", "/v1/render", `{"url":"http://a.test/","request_headers":{"User-Agent":"me"}}`, "request_headers.User-Agent"},
 		{"header value newline", "/v1/probe", `{"url":"http://a.test/","request_headers":{"Cookie":"a=b\r\nX: y"}}`, "request_headers.Cookie"},
-		{"header value not a string", "/v1/probe", `{"url":"http://a.test/","request_headers":{"Cookie":1}}`, "request_headers"},
+		{"header value not a string", "/v1/probe", `{"url":"http://a.test/","request_headers":{"Cookie":1}}`, "request_headers.Cookie"},
 		{"headers not an object", "/v1/probe", `{"url":"http://a.test/","request_headers":["Cookie: a"]}`, "request_headers"},
 		{"settings missing", "/v1/settings", `{}`, "max_concurrent_count"},
 		{"settings zero", "/v1/settings", `{"max_concurrent_count":0}`, "max_concurrent_count"},
@@ -283,5 +287,32 @@ func TestPanicIs500(t *testing.T) {
 	// The panicking request released its global slot and admission.
 	if h.gate.InFlight() != 0 {
 		t.Errorf("gate in flight after panic = %d", h.gate.InFlight())
+	}
+}
+
+// TestMuxErrorsAreJSON: a wrong method (405, with Allow) and an unknown path (404) answer
+// the JSON error body, like every other error.
+func TestMuxErrorsAreJSON(t *testing.T) {
+	srv := New(Config{})
+	for _, tt := range []struct {
+		method, path string
+		want         int
+	}{
+		{"GET", "/v1/probe", http.StatusMethodNotAllowed},
+		{"DELETE", "/v1/settings", http.StatusMethodNotAllowed},
+		{"GET", "/v1/nothing", http.StatusNotFound},
+	} {
+		rec := httptest.NewRecorder()
+		srv.ServeHTTP(rec, httptest.NewRequest(tt.method, tt.path, nil))
+		var body errorBody
+		if rec.Code != tt.want || !strings.HasPrefix(rec.Header().Get("Content-Type"), "application/json") {
+			t.Errorf("%s %s: %d %q, want %d JSON", tt.method, tt.path, rec.Code, rec.Header().Get("Content-Type"), tt.want)
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || body.Error == "" {
+			t.Errorf("%s %s: body %q is not the JSON error body", tt.method, tt.path, rec.Body.String())
+		}
+		if tt.want == http.StatusMethodNotAllowed && rec.Header().Get("Allow") == "" {
+			t.Errorf("%s %s: no Allow header", tt.method, tt.path)
+		}
 	}
 }

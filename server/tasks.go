@@ -1,15 +1,14 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 
 	"downloader"
+	"downloader/internal/httpjson"
 )
 
 // maxSubmitCount bounds one POST /v1/tasks (the body is bounded too, at 1 MiB).
@@ -129,7 +128,7 @@ const maxTaskListLimit = 1000
 
 type taskListResponse struct {
 	Tasks      []downloader.TaskStatus `json:"tasks"`
-	NextCursor string                  `json:"next_cursor"` // "" after the last page
+	NextCursor *string                 `json:"next_cursor"` // null after the last page (cursorOf)
 }
 
 // handleTaskStatus is GET /v1/tasks/{task_id}: one local-queue task's state (queued,
@@ -180,22 +179,12 @@ func (s *Server) handleListTasks() http.Handler {
 		if tasks == nil {
 			tasks = []downloader.TaskStatus{}
 		}
-		writeJSON(w, http.StatusOK, taskListResponse{Tasks: tasks, NextCursor: next})
+		writeJSON(w, http.StatusOK, taskListResponse{Tasks: tasks, NextCursor: cursorOf(next)})
 	})
 }
 
 // decodeBytes decodes one JSON object strictly, like decode.
-func decodeBytes(b []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return decodeError(err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return downloader.Invalidf("body", "a task must be exactly one JSON object")
-	}
-	return nil
-}
+func decodeBytes(b []byte, v any) error { return httpjson.Unmarshal(b, v) }
 
 // itemError renames an EINVALID error about a task's field to name the task too.
 func itemError(i int, err error) error {

@@ -117,6 +117,9 @@ func TestSubmitTasksBadInputNamesTheField(t *testing.T) {
 		{"lease is the queue's", `{"tasks":[{"url":"http://a.test/","lease_expires_at":"2026-01-01T00:00:00Z"}]}`, "tasks[0].lease_expires_at"},
 		{"url missing", `{"tasks":[{"min_interval_ms":5}]}`, "tasks[0].url"},
 		{"url wrong type", `{"tasks":[{"url":5}]}`, "tasks[0].url"},
+		{"url with a space", `{"tasks":[{"url":"http://news.test/ bad","min_interval_ms":1}]}`, "tasks[0].url"},
+		{"URL is not url", `{"tasks":[{"URL":"http://news.test/"}]}`, "tasks[0].URL"},
+		{"Tasks is not tasks", `{"Tasks":[]}`, "Tasks"},
 		{"bad url", `{"tasks":[{"url":"http://a.test/"},{"url":"ftp://a.test/"}]}`, "tasks[1].url"},
 		{"domain mismatch", `{"tasks":[{"url":"http://a.test/","domain":"b.test"}]}`, "tasks[0].domain"},
 		{"interval negative", `{"tasks":[{"url":"http://a.test/","min_interval_ms":-5}]}`, "tasks[0].min_interval_ms"},
@@ -165,7 +168,7 @@ func TestProbesStoreNothing(t *testing.T) {
 	key := m["page_key"].(string)
 	_, m = h.do(t, "GET", "/v1/fetch_results?domain=R.TEST&limit=10", "")
 	got := m["fetch_results"].([]any)
-	if len(got) != 1 || got[0].(map[string]any)["page_key"] != key || got[0].(map[string]any)["entry"] != "b" || m["next_cursor"] != "" {
+	if len(got) != 1 || got[0].(map[string]any)["page_key"] != key || got[0].(map[string]any)["entry"] != "b" || m["next_cursor"] != nil {
 		t.Fatalf("fetch results = %v", m)
 	}
 	req := httptest.NewRequest("GET", "/v1/pages/"+key, nil)
@@ -305,7 +308,7 @@ func TestTaskStatusEveryState(t *testing.T) {
 		for _, x := range m["tasks"].([]any) {
 			got = append(got, x.(map[string]any)["task_id"].(string))
 		}
-		if rec.Code != 200 || strings.Join(got, " ") != strings.Join(ids, " ") || m["next_cursor"] != "" {
+		if rec.Code != 200 || strings.Join(got, " ") != strings.Join(ids, " ") || m["next_cursor"] != nil {
 			t.Errorf("state=%s: %d %v next_cursor %v, want %v", state, rec.Code, got, m["next_cursor"], ids)
 		}
 	}

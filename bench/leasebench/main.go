@@ -346,7 +346,7 @@ func (l *lateness) Observe(ev *downloader.Event) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if ev.OverLimit {
+	if ev.OverLimit || ev.Paced {
 		l.slots[ev.TaskID] = ev.At.Add(ev.Delay)
 		return
 	}

@@ -91,6 +91,9 @@ type config struct {
 	// discovery, when set (by crawl --max-depth), follows the links of the local queue's
 	// pages (discover.go).
 	discovery *discovery
+	// isStopping, when set (by crawl: its signal context), reports a stop in progress;
+	// the service's own context otherwise.
+	isStopping func() bool
 }
 
 const defaultUserAgent = "downloader/1.0 (+https://example.invalid/crawler)"
@@ -159,7 +162,7 @@ func newFlagSet(name string, c *config, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&c.RenderMaxHostSubrequestCount, "render-max-host-subrequest-count", render.DefaultMaxHostSubrequestCount, "sub-requests one render may send to each host other than the page's own")
 	fs.StringVar(&c.RendererEndpoint, "renderer-endpoint", "", "remote CDP endpoint (e.g. ws://obscura:9222/devtools/browser); empty launches local Chromium")
 	fs.StringVar(&c.RendererKind, "renderer-kind", "auto", "the CDP server behind --renderer-endpoint: auto (told from its /json/version), chromium or obscura (docs/renderers.md)")
-	fs.StringVar(&c.RenderGuardProxyListen, "render-guard-proxy-listen", "", "host:port of the one guard proxy a remote renderer's requests must go through; start Obscura with `serve --proxy http://` this address (default: a free port on 127.0.0.1, shown in the renderer stats)")
+	fs.StringVar(&c.RenderGuardProxyListen, "render-guard-proxy-listen", "", "the `ADDR` (host:port) of the one guard proxy a remote renderer's requests must go through; start Obscura with 'serve --proxy http://ADDR' (default: a free port on 127.0.0.1, shown in the renderer stats)")
 	fs.BoolVar(&c.ShouldRenderGuardProxyTerminateTLS, "should-render-guard-proxy-terminate-tls", false, "the guard proxy terminates TLS under a CA of ours, made once in --data-dir/render-guard-ca, so that it sees every request inside HTTPS (hops admitted, skipped types refused, caps per request); start Obscura with SSL_CERT_FILE=--data-dir/render-guard-ca/ca.pem (docs/deploy.md)")
 	fs.StringVar(&c.ChromiumPath, "chromium-path", "/usr/lib/chromium/chromium-headless-shell", "local headless Chromium binary")
 	fs.Var(levelFlag{&c.LogLevel}, "log-level", "debug, info, warn or error")

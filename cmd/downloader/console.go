@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -12,6 +13,7 @@ import (
 	"downloader/clock"
 	"downloader/console"
 	"downloader/limiter"
+	"downloader/localqueue"
 	"downloader/metrics"
 	"downloader/observe"
 	"downloader/render"
@@ -28,6 +30,21 @@ type observability struct {
 	observer *observe.Observer
 	domains  *observe.DomainTable
 	renderer func() observe.RendererStats
+	// queue is entry A's local queue once it is open (nil with a scheduler): the console's
+	// queue panel and the downloader_local_queue_* metrics read it.
+	queue atomic.Pointer[localqueue.Queue]
+}
+
+// queueCounts reads the local queue's counts; ok is false while there is none.
+func (o *observability) queueCounts() (observe.QueueCounts, bool) {
+	q := o.queue.Load()
+	if q == nil {
+		return observe.QueueCounts{}, false
+	}
+	c := q.Counts()
+	return observe.QueueCounts{PendingCount: c.PendingCount, LeasedCount: c.LeasedCount, DoneCount: c.DoneCount,
+		SucceededCount: c.SucceededCount, FailedCount: c.DoneCount - c.SucceededCount, SkippedCount: c.SkippedCount,
+		RetryCount: c.RetryCount, PageCount: c.PageCount}, true
 }
 
 // live adds what metrics.Sources cannot take from the other arguments: the cluster-wide cap
@@ -45,7 +62,7 @@ func newObservability(clk clock.Clock, logger *slog.Logger, lim *limiter.Limiter
 		return nil, fmt.Errorf("register process metrics: %w", err)
 	}
 	m, err := metrics.New(o.registry, metrics.Sources{Clock: clk, Gate: gate, Domains: o.domains, Renderer: o.renderer,
-		MaxConcurrentCount: live.MaxConcurrentCount, Egress: live.Egress, Fence: live.Fence})
+		MaxConcurrentCount: live.MaxConcurrentCount, Egress: live.Egress, Fence: live.Fence, LocalQueue: o.queueCounts})
 	if err != nil {
 		return nil, err
 	}
@@ -58,7 +75,7 @@ func newObservability(clk clock.Clock, logger *slog.Logger, lim *limiter.Limiter
 // egress); the rest of its configuration is the observability's own.
 func (o *observability) routes(views console.Config) (func(*http.ServeMux), error) {
 	views.Clock, views.Observer, views.Domains, views.Renderer = o.clk, o.observer, o.domains, o.renderer
-	views.Logger, views.Session = o.log, server.Session
+	views.Logger, views.Session, views.LocalQueue = o.log, server.Session, o.queueCounts
 	con, err := console.New(views)
 	if err != nil {
 		return nil, err

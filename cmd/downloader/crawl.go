@@ -2,12 +2,11 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"log/slog"
 	"math"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"downloader"
+	"downloader/internal/httpjson"
 	"downloader/localqueue"
 )
 
@@ -37,10 +37,13 @@ A task that reached the origin and failed transiently (5xx, 408, 429, a timeout,
 is retried after a backoff, at least the origin's Retry-After, up to --max-attempt-count
 attempts; one that failed for the downloader's own reasons is retried in place.
 
---output FILE writes one JSON line per task when the crawl ends (its summary fields,
-task_id, url, final_url, page_key, state, attempt_count, skip_reason); --warc FILE writes
-the stored pages as WARC/1.1 (gzipped when FILE ends in .gz). 'downloader export' writes
-the same from a data dir later. While it runs, GET /v1/tasks/{task_id} and
+--output FILE writes one JSON line per task when the crawl ends or is stopped (its summary
+fields, task_id, url, final_url, page_key, state, attempt_count, skip_reason); --warc FILE
+writes the stored pages as WARC/1.1 (gzipped when FILE ends in .gz). Both are written
+whole to a temporary file beside FILE and renamed over it, so a stop never leaves a
+shorter file than before; FILE - is standard output, which then carries nothing else
+(the summary goes to standard error). 'downloader export' writes the same from a data
+dir later. While it runs, GET /v1/tasks/{task_id} and
 GET /v1/tasks?state= on the API show each task.
 
 Ctrl-C stops politely (in-flight requests finish within the grace period). Run the same
@@ -48,7 +51,7 @@ command again to resume: a URL already queued in the data dir is never queued tw
 
 Exit status: 0 when every task is done and none failed for the downloader's own reasons
 (has_reached_origin=false); 1 when some did, or some lines were invalid; 130 when
-interrupted.
+interrupted (SIGINT, Ctrl-C), 143 when terminated (SIGTERM).
 
 Flags (each also DOWNLOADER_<FLAG>):
 
@@ -102,14 +105,19 @@ func runCrawl(ctx context.Context, args []string, getenv func(string) string, st
 		return fmt.Errorf("open %s: %w", path, err)
 	}
 	defer f.Close()
-	outputs, err := createOutputs(outputPath, warcPath, stdout)
+	outputs, err := planOutputs(outputPath, warcPath, stdout)
 	if err != nil {
 		return err
 	}
-	defer outputs.close()
+	// With an output on standard output, it carries the data alone.
+	human := stdout
+	if outputs.usesStdout() {
+		human = stderr
+	}
 
 	wires := &wireLog{}
 	c.observeWire = wires.observe
+	c.isStopping = func() bool { return ctx.Err() != nil }
 	start := time.Now()
 	logger := newLogger(stderr, c.LogLevel)
 	svcCtx, stopSvc := context.WithCancel(context.Background())
@@ -132,14 +140,13 @@ func runCrawl(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	in, err := submitFile(ctx, q, f, path, stderr)
-	if err != nil {
+	if err != nil && ctx.Err() == nil {
 		_ = stopService()
 		return err
 	}
-	fmt.Fprintf(stderr, "downloader: %s: %d tasks (%d new, %d queued before), %d invalid lines\n",
-		path, in.taskCount, in.newCount, in.taskCount-in.newCount, in.invalidCount)
+	fmt.Fprintf(stderr, "downloader: %s: %s\n", path, in.describe())
 
-	interrupted := waitCrawl(ctx, q, isTerminal(stderr), stderr)
+	interrupted := ctx.Err() != nil || waitCrawl(ctx, q, isTerminal(stderr), stderr)
 	if interrupted {
 		fmt.Fprintln(stderr, "downloader: interrupted: stopping politely (in-flight requests may finish)…")
 	}
@@ -148,17 +155,18 @@ func runCrawl(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	counts := q.Counts()
-	printSummary(stdout, counts, in, time.Since(start), wires, interrupted)
-	printDiscovery(stdout, found)
+	printSummary(human, counts, in, time.Since(start), wires, interrupted)
+	printDiscovery(human, found)
 	if outputs.isSet() {
-		if err := outputs.write(ctx, c.DataDir, c.UserAgent, stderr); err != nil {
+		// The export has a context of its own: a stop must not cut the outputs short.
+		if err := outputs.write(context.WithoutCancel(ctx), c.DataDir, c.UserAgent, stderr); err != nil {
 			return err
 		}
 	}
 
 	switch {
 	case interrupted:
-		return &exitError{code: 130, err: errors.New("interrupted: run the same command again to resume")}
+		return &exitError{code: interruptCode(ctx), err: errors.New("interrupted: run the same command again to resume")}
 	case counts.OwnFailureCount() > 0:
 		return fmt.Errorf("%d tasks failed for the downloader's own reasons (has_reached_origin=false)", counts.OwnFailureCount())
 	case in.invalidCount > 0:
@@ -169,9 +177,21 @@ func runCrawl(ctx context.Context, args []string, getenv func(string) string, st
 
 // crawlInput is what submitFile read.
 type crawlInput struct {
-	taskCount    int // valid tasks in the file
-	newCount     int // of which queued now (the rest were queued before)
-	invalidCount int
+	taskCount      int // valid task lines in the file
+	newCount       int // of which queued now
+	duplicateCount int // of which repeat an earlier line of the file (the same task)
+	invalidCount   int
+}
+
+// describe says what the file held: tasks new, queued by an earlier run, and lines that
+// repeat an earlier line's task (a duplicate in the list is not "queued before").
+func (in crawlInput) describe() string {
+	s := fmt.Sprintf("%d tasks (%d new, %d queued before", in.taskCount-in.duplicateCount, in.newCount,
+		in.taskCount-in.duplicateCount-in.newCount)
+	if in.duplicateCount > 0 {
+		s += fmt.Sprintf("; %d duplicate lines", in.duplicateCount)
+	}
+	return s + fmt.Sprintf("), %d invalid lines", in.invalidCount)
 }
 
 // crawlLine is one JSON line: the task fields a crawl file may give.
@@ -189,6 +209,10 @@ type crawlLine struct {
 func submitFile(ctx context.Context, q *localqueue.Queue, r io.Reader, name string, w io.Writer) (crawlInput, error) {
 	var in crawlInput
 	var chunk []downloader.Task
+	// seen holds a hash of every task id of the file so far (8 B a task, not its id), to
+	// tell a line repeating an earlier one from a task queued by an earlier run.
+	seen := map[uint64]struct{}{}
+	seed := maphash.MakeSeed()
 	flush := func() error {
 		if len(chunk) == 0 {
 			return nil
@@ -198,7 +222,13 @@ func submitFile(ctx context.Context, q *localqueue.Queue, r io.Reader, name stri
 			return fmt.Errorf("queue tasks: %w", err)
 		}
 		for _, r := range res {
-			if !r.IsDuplicate {
+			h := maphash.String(seed, r.TaskID)
+			_, repeated := seen[h]
+			seen[h] = struct{}{}
+			switch {
+			case repeated:
+				in.duplicateCount++
+			case !r.IsDuplicate:
 				in.newCount++
 			}
 		}
@@ -246,24 +276,8 @@ func parseCrawlLine(line string) (downloader.Task, error) {
 		return downloader.Task{URL: line, ShouldStore: true}, nil
 	}
 	var l crawlLine
-	dec := json.NewDecoder(bytes.NewReader([]byte(line)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&l); err != nil {
-		var te *json.UnmarshalTypeError
-		switch {
-		case errors.As(err, &te) && te.Field != "":
-			return downloader.Task{}, downloader.Invalidf(te.Field, "%s must be a JSON %s", te.Field, te.Type)
-		case strings.HasPrefix(err.Error(), "json: unknown field "):
-			f := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-			if f == "" {
-				return downloader.Task{}, downloader.Invalidf("line", "unknown field %q", f)
-			}
-			return downloader.Task{}, downloader.Invalidf(f, "unknown field %q", f)
-		}
-		return downloader.Task{}, downloader.Invalidf("line", "not a JSON object: %v", err)
-	}
-	if dec.More() {
-		return downloader.Task{}, downloader.Invalidf("line", "more than one JSON object on the line")
+	if err := httpjson.Unmarshal([]byte(line), &l); err != nil {
+		return downloader.Task{}, err
 	}
 	return downloader.Task{TaskID: l.TaskID, URL: l.URL, Domain: l.Domain, MinIntervalMs: l.MinIntervalMs,
 		ShouldRender: l.ShouldRender, ShouldStore: l.ShouldStore == nil || *l.ShouldStore}, nil

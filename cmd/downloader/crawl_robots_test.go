@@ -208,6 +208,10 @@ func TestCrawlHelpShowsCrawlFlags(t *testing.T) {
 			t.Errorf("crawl --help lacks %s", want)
 		}
 	}
+	// A back-quoted word in a usage is the flag's argument name: it must be one.
+	if !strings.Contains(help, "-render-guard-proxy-listen ADDR") || strings.Contains(help, "http:// this") {
+		t.Errorf("crawl --help garbles --render-guard-proxy-listen:\n%s", help)
+	}
 	for _, not := range []string{"-scheduler-url", "-worker-id", "-api-token", "-egress-canary", "-tikv"} {
 		if strings.Contains(help, not) {
 			t.Errorf("crawl --help shows %s, which is not a crawl's", not)

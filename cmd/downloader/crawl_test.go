@@ -60,7 +60,7 @@ func TestCrawl(t *testing.T) {
 			t.Errorf("summary lacks %q:\n%s", want, out)
 		}
 	}
-	if !strings.Contains(stderr.String(), "22 tasks (21 new, 1 queued before), 0 invalid lines") {
+	if !strings.Contains(stderr.String(), "21 tasks (21 new, 0 queued before; 1 duplicate lines), 0 invalid lines") {
 		t.Errorf("stderr:\n%s", stderr.String())
 	}
 	if !strings.Contains(stderr.String(), "progress:") && !strings.Contains(stderr.String(), "0 invalid") {
@@ -88,7 +88,7 @@ func TestCrawl(t *testing.T) {
 	if err := run(context.Background(), append(crawlArgs(dataDir, origin), file), noEnv, &stdout, &stderr); err != nil {
 		t.Fatalf("second crawl: %v\n%s", err, stderr.String())
 	}
-	if !strings.Contains(stderr.String(), "(0 new, 22 queued before)") {
+	if !strings.Contains(stderr.String(), "21 tasks (0 new, 21 queued before; 1 duplicate lines)") {
 		t.Errorf("second run stderr:\n%s", stderr.String())
 	}
 	if n := len(pageArrivals(origin)); n != 21 {

@@ -11,11 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"text/tabwriter"
-	"time"
 
-	"downloader/export"
 	"downloader/localqueue"
-	"downloader/store/embedded"
 )
 
 const exportUsage = `usage: downloader export --data-dir DIR [--output FILE] [--warc FILE]
@@ -66,105 +63,11 @@ func runExport(ctx context.Context, args []string, getenv func(string) string, s
 	if _, err := os.Stat(filepath.Join(dataDir, "store")); err != nil {
 		return fmt.Errorf("no crawl in --data-dir %s: %w", dataDir, err)
 	}
-	outs, err := createOutputs(outputPath, warcPath, stdout)
+	outs, err := planOutputs(outputPath, warcPath, stdout)
 	if err != nil {
 		return err
 	}
-	defer outs.close()
 	return outs.write(ctx, dataDir, userAgent, stderr)
-}
-
-// outputs are the files --output and --warc name, created before the crawl starts so that
-// a bad path fails at once, not after hours of crawling.
-type outputs struct {
-	lines, warc         io.Writer
-	linesPath, warcPath string
-	files               []*os.File
-}
-
-func createOutputs(linesPath, warcPath string, stdout io.Writer) (*outputs, error) {
-	o := &outputs{linesPath: linesPath, warcPath: warcPath}
-	open := func(p string) (io.Writer, error) {
-		if p == "-" {
-			return stdout, nil
-		}
-		f, err := os.Create(p)
-		if err != nil {
-			o.close()
-			return nil, fmt.Errorf("create %s: %w", p, err)
-		}
-		o.files = append(o.files, f)
-		return f, nil
-	}
-	var err error
-	if linesPath != "" {
-		if o.lines, err = open(linesPath); err != nil {
-			return nil, err
-		}
-	}
-	if warcPath != "" {
-		if linesPath == "-" && warcPath == "-" {
-			o.close()
-			return nil, errors.New("--output and --warc cannot both be standard output")
-		}
-		if o.warc, err = open(warcPath); err != nil {
-			return nil, err
-		}
-	}
-	return o, nil
-}
-
-func (o *outputs) isSet() bool { return o.lines != nil || o.warc != nil }
-
-// close closes the files; call it once, after write.
-func (o *outputs) close() {
-	for _, f := range o.files {
-		_ = f.Close()
-	}
-	o.files = nil
-}
-
-// write exports the data dir (whose service must have stopped) into the outputs and says
-// what it wrote on w.
-func (o *outputs) write(ctx context.Context, dataDir, userAgent string, w io.Writer) error {
-	st, err := embedded.Open(filepath.Join(dataDir, "store"), nil)
-	if err != nil {
-		return dataDirInUse(fmt.Errorf("open store: %w", err), dataDir)
-	}
-	defer st.Close()
-	opts := export.Options{Lines: o.lines, Pages: st}
-	if o.warc != nil {
-		ww, err := export.NewWARCWriter(o.warc, strings.HasSuffix(o.warcPath, ".gz"), filepath.Base(o.warcPath),
-			"downloader (下载器) export", userAgent, time.Now())
-		if err != nil {
-			return err
-		}
-		opts.WARC = ww
-	}
-	tasks := func(ctx context.Context, f func(*export.Task) bool) error {
-		return localqueue.RangeTasks(ctx, st, func(r *localqueue.TaskRecord) bool {
-			return f(&export.Task{Status: r.TaskStatus(), Report: r.Report})
-		})
-	}
-	stats, err := export.Export(ctx, tasks, opts)
-	if err != nil {
-		return fmt.Errorf("export: %w", err)
-	}
-	for _, f := range o.files {
-		if err := f.Sync(); err != nil {
-			return fmt.Errorf("write %s: %w", f.Name(), err)
-		}
-	}
-	if o.lines != nil {
-		fmt.Fprintf(w, "downloader: %d JSON lines to %s\n", stats.LineCount, o.linesPath)
-	}
-	if o.warc != nil {
-		fmt.Fprintf(w, "downloader: %d pages as WARC (%d bytes) to %s\n", stats.PageCount, stats.WARCByteCount, o.warcPath)
-	}
-	if stats.MissingCount > 0 {
-		fmt.Fprintf(w, "downloader: %d reported pages are no longer in the page store\n", stats.MissingCount)
-	}
-	return nil
 }
 
 // dataDirInUse rewrites the error of a store that another process holds open into one that

@@ -116,8 +116,12 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 	// Every request's redirect hops are admitted by the hop admitter the engine passes
 	// with it (engine.Hops); the renderer's Hops turns on its document pausing.
 	fetcher := fetch.New(fetch.Config{Clock: clk, Guard: guard, Logger: logger, UserAgent: c.UserAgent, DisableHTTP2: !c.ShouldUseHTTP2})
+	isStopping := c.isStopping
+	if isStopping == nil {
+		isStopping = func() bool { return ctx.Err() != nil }
+	}
 	pool, err := render.New(render.Config{
-		Clock: clk, Logger: logger, BinaryPath: c.ChromiumPath, Endpoint: c.RendererEndpoint,
+		IsStopping: isStopping, Clock: clk, Logger: logger, BinaryPath: c.ChromiumPath, Endpoint: c.RendererEndpoint,
 		Concurrency: c.RenderConcurrency, QueueLength: c.LocalQueueLength, UserAgent: c.UserAgent,
 		Isolation: render.Isolation(c.RenderIsolation),
 		Scaling:   render.Scaling(c.RenderScaling), MaxContextHeapBytes: c.RenderMaxContextHeapBytes,
@@ -169,6 +173,9 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 		pool.Close()
 		closeStores()
 		return nil, err
+	}
+	if a.queue != nil {
+		obs.queue.Store(a.queue)
 	}
 	// What the HTTP layer and the console read: the engine runs the entries and owns the
 	// settings; the limiter, the gate, the cluster runtime and the egress detector are

@@ -12,15 +12,15 @@ import (
 )
 
 // TestRenderTodoMVCEntryB: real framework apps (the npm package todomvc, which
-// scripts/setup.sh unpacks) render their own DOM through POST /v1/render: the answer's
+// scripts/setup-test.sh unpacks) render their own DOM through POST /v1/render: the answer's
 // text is the app's visible text, and its HTML the DOM the framework built.
 func TestRenderTodoMVCEntryB(t *testing.T) {
 	dir := filepath.Join("..", "..", ".cache", "todomvc", "package")
 	if _, err := os.Stat(filepath.Join(dir, "examples", "react", "index.html")); err != nil {
 		if os.Getenv("CI") != "" {
-			t.Fatalf("the npm package todomvc is not at %s (scripts/setup.sh fetches it): %v", dir, err)
+			t.Fatalf("the npm package todomvc is not at %s (scripts/setup-test.sh fetches it): %v", dir, err)
 		}
-		t.Skipf("the npm package todomvc is not at %s (run scripts/setup.sh): %v", dir, err)
+		t.Skipf("the npm package todomvc is not at %s (run scripts/setup-test.sh): %v", dir, err)
 	}
 	origin := origintest.New(http.FileServer(http.Dir(dir)))
 	defer origin.Close()

@@ -7,8 +7,8 @@ import (
 )
 
 // Promtool returns the path of Debian's promtool (package prometheus, installed by
-// scripts/setup.sh). Without it the test is skipped on a developer's machine and fails in
-// CI (CI=true), where setup.sh must have installed it.
+// scripts/setup-test.sh). Without it the test is skipped on a developer's machine and fails in
+// CI (CI=true), where setup-test.sh must have installed it.
 func Promtool(t testing.TB) string {
 	t.Helper()
 	for _, p := range []string{"promtool", "/usr/bin/promtool"} {

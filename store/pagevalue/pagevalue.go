@@ -38,6 +38,9 @@ type Meta struct {
 	FetchedAt   time.Time `json:"fetched_at"`
 	BodyBytes   int       `json:"body_bytes"`
 	ChunkCount  int       `json:"chunk_count,omitempty"`
+	// ResponseHeaders are the response's header fields as served; absent in the values
+	// written before they were kept (read back as nil).
+	ResponseHeaders map[string][]string `json:"response_headers,omitempty"`
 }
 
 // Key returns the page key of body: the lower-case hex SHA-256 of it.
@@ -84,14 +87,14 @@ func (c *Codec) Encode(p *downloader.Page, chunkSize int) (value []byte, chunks 
 	compressed := c.enc.EncodeAll(p.Body, nil)
 	m := Meta{
 		URL: p.URL, FinalURL: p.FinalURL, ContentType: p.ContentType,
-		FetchedAt: p.FetchedAt.UTC(), BodyBytes: len(p.Body),
+		FetchedAt: p.FetchedAt.UTC(), BodyBytes: len(p.Body), ResponseHeaders: p.ResponseHeaders,
 	}
 	format := Inline
 	if chunkSize > 0 && len(compressed) > chunkSize {
 		format = Chunked
 		m.ChunkCount = (len(compressed) + chunkSize - 1) / chunkSize
 	}
-	meta, _ := json.Marshal(m) // plain strings, a time and ints: cannot fail
+	meta, _ := json.Marshal(m) // strings, a time, ints and a string map: cannot fail
 	value = make([]byte, 0, 1+binary.MaxVarintLen64+len(meta)+len(compressed))
 	value = append(value, format)
 	value = binary.AppendUvarint(value, uint64(len(meta)))
@@ -142,6 +145,6 @@ func (c *Codec) Page(key string, m Meta, compressed []byte) (*downloader.Page, e
 	}
 	return &downloader.Page{
 		PageKey: key, URL: m.URL, FinalURL: m.FinalURL, ContentType: m.ContentType,
-		FetchedAt: m.FetchedAt, Body: body,
+		FetchedAt: m.FetchedAt, ResponseHeaders: m.ResponseHeaders, Body: body,
 	}, nil
 }

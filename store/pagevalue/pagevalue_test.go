@@ -2,6 +2,7 @@ package pagevalue
 
 import (
 	"bytes"
+	"encoding/binary"
 	"strings"
 	"testing"
 	"time"
@@ -75,5 +76,31 @@ func TestDecodeHeadRefusesCorruptValues(t *testing.T) {
 		if _, _, _, err := DecodeHead(v); err == nil {
 			t.Errorf("%s: DecodeHead accepted %q", name, v)
 		}
+	}
+}
+
+// TestValueWithoutResponseHeaders: a value written before response headers were kept
+// (its metadata has no response_headers) still reads, with nil headers.
+func TestValueWithoutResponseHeaders(t *testing.T) {
+	c, err := NewCodec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	body := []byte("<html>old page</html>")
+	meta := []byte(`{"url":"http://a.test/","final_url":"http://a.test/","content_type":"text/html","fetched_at":"2026-03-04T05:06:07Z","body_bytes":21}`)
+	value := binary.AppendUvarint([]byte{Inline}, uint64(len(meta)))
+	value = append(value, meta...)
+	value = append(value, c.enc.EncodeAll(body, nil)...)
+	format, m, compressed, err := DecodeHead(value)
+	if err != nil || format != Inline {
+		t.Fatalf("DecodeHead: %v %d", err, format)
+	}
+	p, err := c.Page(Key(body), m, compressed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.ResponseHeaders != nil || !bytes.Equal(p.Body, body) || p.URL != "http://a.test/" {
+		t.Errorf("old value read as %+v", p)
 	}
 }

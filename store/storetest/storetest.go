@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -398,6 +399,9 @@ func checkPage(t *testing.T, ps downloader.PageStore, key string, want *download
 			got.PageKey, got.URL, got.FinalURL, got.ContentType, got.FetchedAt,
 			key, want.URL, want.FinalURL, want.ContentType, want.FetchedAt)
 	}
+	if !reflect.DeepEqual(got.ResponseHeaders, want.ResponseHeaders) {
+		t.Errorf("Page(%s): response_headers %v; want %v", key, got.ResponseHeaders, want.ResponseHeaders)
+	}
 	if string(got.Body) != string(want.Body) {
 		t.Errorf("Page(%s): body of %d bytes differs from the %d stored", key, len(got.Body), len(want.Body))
 	}
@@ -416,6 +420,8 @@ func testPages(t *testing.T, open func(t *testing.T) Stores) {
 
 	t.Run("RoundTrip", func(t *testing.T) {
 		p := page("https://a.example/", []byte("<html><body>你好, world</body></html>"))
+		p.ResponseHeaders = map[string][]string{"Etag": {`"v1"`}, "Last-Modified": {"Tue, 01 Dec 2026 10:00:00 GMT"},
+			"Set-Cookie": {"a=1", "b=2"}, "Content-Type": {"text/html; charset=utf-8"}}
 		key, err := ps.PutPage(ctx, p)
 		if err != nil {
 			t.Fatal(err)
@@ -627,7 +633,7 @@ func testLatestPage(t *testing.T, open func(t *testing.T) Stores) {
 	if _, ok, err := ps.LatestPage(ctx, u); err != nil || ok {
 		t.Fatalf("empty store: ok %v, err %v", ok, err)
 	}
-	v1 := downloader.Validators{ETag: `"v1"`, LastModified: "Tue, 01 Dec 2026 10:00:00 GMT"}
+	v1 := downloader.Validators{Etag: `"v1"`, LastModified: "Tue, 01 Dec 2026 10:00:00 GMT"}
 	k1, err := ps.PutPage(ctx, &downloader.Page{URL: u, ContentType: "text/html", FetchedAt: time.Now().UTC(), Body: []byte("<p>one</p>"), Validators: v1})
 	if err != nil {
 		t.Fatal(err)
@@ -639,7 +645,7 @@ func testLatestPage(t *testing.T, open func(t *testing.T) Stores) {
 	if _, ok, _ := ps.LatestPage(ctx, u+"?other"); ok {
 		t.Errorf("another URL has an entry")
 	}
-	v2 := downloader.Validators{ETag: `W/"v2"`}
+	v2 := downloader.Validators{Etag: `W/"v2"`}
 	k2, err := ps.PutPage(ctx, &downloader.Page{URL: u, ContentType: "text/html", FetchedAt: time.Now().UTC(), Body: []byte("<p>two</p>"), Validators: v2})
 	if err != nil {
 		t.Fatal(err)
@@ -648,7 +654,7 @@ func testLatestPage(t *testing.T, open func(t *testing.T) Stores) {
 		t.Errorf("after a newer page: %+v %v, want key %s and %+v", ref, ok, k2, v2)
 	}
 	// The same body as before, stored again under the same URL with new validators.
-	v3 := downloader.Validators{ETag: `"v3"`}
+	v3 := downloader.Validators{Etag: `"v3"`}
 	if _, err := ps.PutPage(ctx, &downloader.Page{URL: u, ContentType: "text/html", FetchedAt: time.Now().UTC(), Body: []byte("<p>one</p>"), Validators: v3}); err != nil {
 		t.Fatal(err)
 	}
