@@ -45,6 +45,14 @@ func (o *Origin) UnstampedCount() int {
 // time of its first byte, see kernelstamp.go), then hands it to h
 // (nil: a small HTML page naming the host). Close it when done.
 func New(h http.Handler) *Origin {
+	o := newUnstarted(h)
+	o.srv.Start()
+	return o
+}
+
+// newUnstarted is an origin whose server records and stamps every request before h (nil:
+// Page), not started yet.
+func newUnstarted(h http.Handler) *Origin {
 	if h == nil {
 		h = http.HandlerFunc(Page)
 	}
@@ -56,7 +64,6 @@ func New(h http.Handler) *Origin {
 	o.srv.Listener = newStampListener(o.srv.Listener)
 	o.srv.Config.ConnContext = withConn
 	o.srv.Config.ConnState = connState
-	o.srv.Start()
 	return o
 }
 
@@ -67,17 +74,7 @@ func New(h http.Handler) *Origin {
 // as HTTP/1.1 requests are; a stream that arrives while another is open is unstamped
 // (UnstampedCount), never stamped early.
 func NewTLS(h http.Handler, cert tls.Certificate) *Origin {
-	if h == nil {
-		h = http.HandlerFunc(Page)
-	}
-	o := &Origin{}
-	o.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		o.record(r)
-		h.ServeHTTP(w, r)
-	}))
-	o.srv.Listener = newStampListener(o.srv.Listener)
-	o.srv.Config.ConnContext = withConn
-	o.srv.Config.ConnState = connState
+	o := newUnstarted(h)
 	o.srv.EnableHTTP2 = true
 	o.srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2", "http/1.1"}}
 	o.srv.StartTLS()

@@ -12,7 +12,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -131,11 +130,7 @@ func serviceBinary(t testing.TB) string {
 	if bin := os.Getenv("BODYMEM_BINARY"); bin != "" {
 		return bin
 	}
-	bin := filepath.Join(t.TempDir(), "downloader")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
+	return buildBinary(t)
 }
 
 // memService is a running service process.

@@ -36,7 +36,7 @@ func TestCrawlDiscoversALargeSite(t *testing.T) {
 		fanout       = 10
 		interval     = 20 * time.Millisecond
 	)
-	bin := discoverBinary(t)
+	bin := buildBinary(t)
 	// Host hN's root links to every host's root and to its pages 1..fanout; page i links
 	// to pages fanout*i+1 .. fanout*i+fanout of its host (a tree), back to the root, and to
 	// page i of the next host (a link found again).

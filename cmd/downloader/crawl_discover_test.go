@@ -17,19 +17,6 @@ import (
 	"downloader/origintest"
 )
 
-// discoverBinary builds cmd/downloader into the test's temporary directory (removed with
-// it): the discovery tests run the program as an operator does. Go's build cache makes
-// the second build of a run a link only.
-func discoverBinary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "downloader")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // discoverSite is a site on three hosts of site.test, and other.test outside it. page
 // gives the HTML of each path; robots.txt and the sitemaps are served apart.
 type discoverSite struct {
@@ -138,7 +125,7 @@ func newDiscoverSite(t *testing.T) (*origintest.Origin, map[string]bool) {
 // deeper is requested; the arrivals at each host are never closer than its interval; the
 // same body under two URLs is one page and one WARC revisit record.
 func TestCrawlDiscoversASite(t *testing.T) {
-	bin := discoverBinary(t)
+	bin := buildBinary(t)
 	origin, want := newDiscoverSite(t)
 	defer origin.Close()
 	dir := t.TempDir()

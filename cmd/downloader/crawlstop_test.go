@@ -24,9 +24,10 @@ import (
 	"downloader/origintest"
 )
 
-// buildBinary builds this command with `go build` into a temp dir: the stop tests send
-// real signals to a real process.
-func buildBinary(t *testing.T) string {
+// buildBinary builds this command with `go build` into a temp dir of t (removed with it):
+// the tests that run the program as an operator does (real signals, its own RSS, a crawl)
+// use it. Go's build cache makes a second build of a run a link only.
+func buildBinary(t testing.TB) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "downloader")
 	cmd := exec.Command("go", "build", "-o", bin, ".")
