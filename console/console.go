@@ -160,10 +160,9 @@ func (c *Console) page(name string, build func(r *http.Request) (any, error)) ht
 			}
 		}
 		if err != nil {
-			status = http.StatusBadRequest
-			if downloader.ErrorCode(err) != downloader.EINVALID {
+			status = httpjson.Status(downloader.ErrorCode(err))
+			if status == http.StatusInternalServerError {
 				c.log.Error("console page", "page", name, "error", err)
-				status = http.StatusInternalServerError
 			}
 			view = errorView{Base: Base{Page: name}, GeneratedAt: c.now(), Error: downloader.ErrorMessage(err), Field: downloader.ErrorField(err)}
 			tmpl = "error"
@@ -191,10 +190,9 @@ func (c *Console) api(f func(r *http.Request) (any, error)) http.Handler {
 		w.Header().Set("Cache-Control", "no-store")
 		v, err := f(r)
 		if err != nil {
-			status := http.StatusBadRequest
-			if downloader.ErrorCode(err) != downloader.EINVALID {
+			status := httpjson.Status(downloader.ErrorCode(err))
+			if status == http.StatusInternalServerError {
 				c.log.Error("console api", "path", r.URL.Path, "error", err)
-				status = http.StatusInternalServerError
 			}
 			writeJSON(w, status, errorBody{Error: downloader.ErrorMessage(err), Field: downloader.ErrorField(err)})
 			return

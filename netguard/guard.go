@@ -74,8 +74,6 @@ func New(cfg Config) *Guard {
 	return g
 }
 
-// AllowsPrivateNetworks reports whether the guard is off.
-func (g *Guard) AllowsPrivateNetworks() bool { return g.allowPrivate }
 
 // ForbiddenError is returned by DialContext when the destination is an address the guard
 // refuses. Addr is the zero Addr when the host is refused by name ("localhost").

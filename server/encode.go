@@ -15,19 +15,6 @@ type errorBody = httpjson.ErrorBody
 
 func writeJSON(w http.ResponseWriter, status int, v any) { httpjson.Write(w, status, v) }
 
-// httpStatus maps the root error codes to HTTP statuses; it is the only such map.
-func httpStatus(code string) int {
-	switch code {
-	case downloader.EINVALID:
-		return http.StatusBadRequest
-	case downloader.ENOTFOUND:
-		return http.StatusNotFound
-	case downloader.EUNAVAILABLE:
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusInternalServerError
-}
-
 // writeError answers err: its code picks the status, its message and field are safe to show;
 // anything else is logged and answered with a generic 500.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
@@ -35,7 +22,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if code == downloader.EINTERNAL {
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "error", err)
 	}
-	writeJSON(w, httpStatus(code), errorBody{Error: downloader.ErrorMessage(err), Field: downloader.ErrorField(err)})
+	writeJSON(w, httpjson.Status(code), errorBody{Error: downloader.ErrorMessage(err), Field: downloader.ErrorField(err)})
 }
 
 // decode reads one JSON object into v, strictly (httpjson.Unmarshal: exact field names, no

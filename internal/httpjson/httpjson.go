@@ -5,6 +5,8 @@ package httpjson
 import (
 	"encoding/json"
 	"net/http"
+
+	"downloader"
 )
 
 // ErrorBody is every 4xx/5xx answer's body: what went wrong, and the request field it is
@@ -21,4 +23,19 @@ func Write(w http.ResponseWriter, status int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(v)
+}
+
+// Status maps the root error codes to HTTP statuses; it is the only such map, shared by
+// the API and the console: EINVALID 400, ENOTFOUND 404, EUNAVAILABLE 503, anything else
+// 500.
+func Status(code string) int {
+	switch code {
+	case downloader.EINVALID:
+		return http.StatusBadRequest
+	case downloader.ENOTFOUND:
+		return http.StatusNotFound
+	case downloader.EUNAVAILABLE:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
 }
