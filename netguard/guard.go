@@ -74,7 +74,6 @@ func New(cfg Config) *Guard {
 	return g
 }
 
-
 // ForbiddenError is returned by DialContext when the destination is an address the guard
 // refuses. Addr is the zero Addr when the host is refused by name ("localhost").
 type ForbiddenError struct {
