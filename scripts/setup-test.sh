@@ -11,18 +11,9 @@ set -euo pipefail
 
 packages=(prometheus nginx libnginx-mod-http-brotli-filter libnginx-mod-http-brotli-static
 	squid dante-server openssl iproute2 util-linux)
-missing=()
-for p in "${packages[@]}"; do
-	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-	if [ "$(id -u)" -ne 0 ]; then
-		echo "setup-test: need root to install: ${missing[*]}" >&2
-		exit 1
-	fi
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get -o DPkg::Lock::Timeout=600 update -q
-	apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "${missing[@]}"
+source "$(dirname "$0")/apt.sh"
+apt_install_missing setup-test "${packages[@]}"
+if [ ${#apt_installed[@]} -gt 0 ]; then
 	if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
 		systemctl disable --now prometheus.service nginx.service squid.service danted.service >/dev/null 2>&1 || true
 	fi
@@ -33,10 +24,6 @@ for b in /usr/bin/promtool /usr/sbin/nginx /usr/sbin/squid /usr/sbin/danted /usr
 		exit 1
 	}
 done
-command -v promtool >/dev/null || test -x /usr/bin/promtool || {
-	echo "setup-test: promtool not found after installing prometheus" >&2
-	exit 1
-}
 
 cd "$(dirname "$0")/.."
 # Real framework apps for the render tests and `bash scripts/bench.sh render`: the npm
@@ -47,9 +34,7 @@ todomvc_version=0.1.1
 if [ ! -f .cache/todomvc/package/package.json ]; then
 	if ! command -v npm >/dev/null; then
 		if [ "$(id -u)" -eq 0 ]; then
-			export DEBIAN_FRONTEND=noninteractive
-			apt-get -o DPkg::Lock::Timeout=600 update -q
-			apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends npm
+			apt_install_missing setup-test npm
 		else
 			echo "setup: npm not found: the TodoMVC tests will skip" >&2
 		fi

@@ -8,19 +8,8 @@
 set -euo pipefail
 
 packages=(chromium-headless-shell fonts-liberation fonts-wqy-microhei ca-certificates)
-missing=()
-for p in "${packages[@]}"; do
-	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-	if [ "$(id -u)" -ne 0 ]; then
-		echo "setup: need root to install: ${missing[*]}" >&2
-		exit 1
-	fi
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get -o DPkg::Lock::Timeout=600 update -q
-	apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "${missing[@]}"
-fi
+source "$(dirname "$0")/apt.sh"
+apt_install_missing setup "${packages[@]}"
 test -x /usr/lib/chromium/chromium-headless-shell || {
 	echo "setup: /usr/lib/chromium/chromium-headless-shell not found after install" >&2
 	exit 1
