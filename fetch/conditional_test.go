@@ -4,12 +4,10 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"net/url"
 	"sync"
 	"testing"
 
 	"downloader"
-	"downloader/limiter"
 )
 
 // TestConditionalRequests: a fetch given validators sends them on the URL's own request
@@ -44,9 +42,7 @@ func TestConditionalRequests(t *testing.T) {
 	e := newEnv(t, o)
 	fetch := func(raw string, v downloader.Validators) *downloader.Outcome {
 		t.Helper()
-		return e.fetchWith(context.Background(), raw, func(ctx context.Context, u *url.URL, adm *limiter.Admission, hops HopAdmitter) *downloader.Outcome {
-			return e.f.FetchWith(ctx, u, adm, hops, downloader.FetchOptions{Conditional: v})
-		})
+		return e.fetchOpts(context.Background(), raw, downloader.FetchOptions{Conditional: v})
 	}
 	last := func() seen {
 		mu.Lock()

@@ -4,12 +4,10 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"net/url"
 	"sync"
 	"testing"
 
 	"downloader"
-	"downloader/limiter"
 )
 
 // TestRequestHeaders: the request's allow-listed headers reach the origin on the first
@@ -37,10 +35,7 @@ func TestRequestHeaders(t *testing.T) {
 	})
 	e := newEnv(t, o, withConfig(func(c *Config) { c.UserAgent = "ours/1" }))
 	headers := downloader.RequestHeaders{"Cookie": "consent=yes", "Accept-Language": "zh-TW", "Referer": "http://ref.test/"}
-	out := e.fetchWith(context.Background(), "http://site.test/start",
-		func(ctx context.Context, u *url.URL, adm *limiter.Admission, hops HopAdmitter) *downloader.Outcome {
-			return e.f.FetchWith(ctx, u, adm, hops, downloader.FetchOptions{Headers: headers})
-		})
+	out := e.fetchOpts(context.Background(), "http://site.test/start", downloader.FetchOptions{Headers: headers})
 	if out.FailReason != "" || out.HTTPStatus != 200 {
 		t.Fatalf("outcome %+v", out)
 	}
@@ -69,10 +64,7 @@ func TestRequestHeadersUserAgent(t *testing.T) {
 		io.WriteString(w, "<p>ok</p>")
 	})
 	e := newEnv(t, o, withConfig(func(c *Config) { c.UserAgent = "ours/1" }))
-	e.fetchWith(context.Background(), "http://site.test/",
-		func(ctx context.Context, u *url.URL, adm *limiter.Admission, hops HopAdmitter) *downloader.Outcome {
-			return e.f.FetchWith(ctx, u, adm, hops, downloader.FetchOptions{Headers: downloader.RequestHeaders{"User-Agent": "theirs/2"}})
-		})
+	e.fetchOpts(context.Background(), "http://site.test/", downloader.FetchOptions{Headers: downloader.RequestHeaders{"User-Agent": "theirs/2"}})
 	if ua != "theirs/2" {
 		t.Errorf("User-Agent %q, want theirs/2", ua)
 	}

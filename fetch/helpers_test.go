@@ -215,6 +215,14 @@ func (e *env) fetch(ctx context.Context, raw string) *downloader.Outcome {
 	return e.fetchWith(ctx, raw, e.f.Fetch)
 }
 
+// fetchOpts is fetch with the request's options (FetchWith).
+func (e *env) fetchOpts(ctx context.Context, raw string, opts downloader.FetchOptions) *downloader.Outcome {
+	e.t.Helper()
+	return e.fetchWith(ctx, raw, func(ctx context.Context, u *url.URL, adm *limiter.Admission, hops HopAdmitter) *downloader.Outcome {
+		return e.f.FetchWith(ctx, u, adm, hops, opts)
+	})
+}
+
 // admitter is the hop admitter the env's fetches pass: its recorder, or none (nil) once
 // a test dropped it.
 func (e *env) admitter() HopAdmitter {
