@@ -18,7 +18,7 @@ func TestSoakSmoke(t *testing.T) {
 	var stdout, stderr syncBuffer
 	err := runSoak(context.Background(), []string{"--duration-seconds", "15", "--sample-seconds", "1",
 		"--domain-count", "20", "--tasks-per-second", "10", "--task-render-percent", "5", "--renders-per-second", "2",
-		"--probes-per-second", "5", "--kill-after-render-count", "6", "--drain-seconds", "30"}, noEnv, &stdout, &stderr)
+		"--probes-per-second", "5", "--kill-after-render-count", "3", "--drain-seconds", "30"}, noEnv, &stdout, &stderr)
 	out := squash(stdout.String())
 	t.Log(stdout.String())
 	if err != nil && (strings.Contains(err.Error(), "violations") || strings.Contains(err.Error(), "lost") ||

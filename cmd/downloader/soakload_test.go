@@ -231,7 +231,11 @@ func (s *soak) run(ctx context.Context, stderr io.Writer) error {
 	wg.Go(func() { s.loadA(loadCtx, base) })
 	wg.Go(func() { s.loadBC(loadCtx, base, "/v1/render", s.sc.RendersPerSecond, sem, &wg) })
 	wg.Go(func() { s.loadBC(loadCtx, base, "/v1/probe", s.sc.ProbesPerSecond, sem, &wg) })
-	wg.Go(func() { s.killer(loadCtx) })
+	// The killer counts renders, not seconds: it runs through the drain too, so that a
+	// slow machine, which renders fewer pages during the load, still meets its kill.
+	killCtx, stopKiller := context.WithCancel(ctx)
+	var killerDone sync.WaitGroup
+	killerDone.Go(func() { s.killer(killCtx) })
 	s.sampleLoop(loadCtx, start)
 	s.goroutinesAtEnd = goroutineGroups(8)
 	wg.Wait()
@@ -254,6 +258,8 @@ func (s *soak) run(ctx context.Context, stderr io.Writer) error {
 		}
 	}
 	tick.Stop()
+	stopKiller()
+	killerDone.Wait()
 	s.sample(start) // the last sample, after the drain
 	counts := q.Counts()
 	var doneIDs int
