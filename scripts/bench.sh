@@ -12,7 +12,7 @@
 #       client); -only cpu (CPU-seconds per 1,000 plain pages beside Colly and Colly + a
 #       visible-text extraction; -only cpu-a: entry A's rows alone, -only cpu-c: Colly's alone, for profiles); -only
 #       rss (RSS per task with 10^5 tasks queued over 10^4 hosts). Profiles of the whole
-#       run: -cpuprofile F -blockprofile F -mutexprofile F -memprofile F; split a CPU
+#       run: -cpuprofile F -blockprofile F -mutexprofile F -memprofile F -trace F; split a CPU
 #       profile by component with: python3 bench/profsplit.py BINARY F (build the binary with: cd bench && go build -o /tmp/leasebench ./leasebench).
 #       Every table gives the median of -run-count runs (default 3), its rows alternating
 #       (downloader, peer, downloader, ...), and the load average beside each row: quote

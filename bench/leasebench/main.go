@@ -66,6 +66,7 @@ func main() {
 	flag.StringVar(&prof.block, "blockprofile", "", "write a blocking profile (every blocking event) to this file")
 	flag.StringVar(&prof.mutex, "mutexprofile", "", "write a mutex contention profile (every event) to this file")
 	flag.StringVar(&prof.mem, "memprofile", "", "write an allocation profile (allocs, every 4 KiB sampled) to this file")
+	flag.StringVar(&prof.trace, "trace", "", "write an execution trace of the whole run to this file (go tool trace; go tool trace -pprof=sched F for where goroutines waited to run)")
 	flag.Parse()
 	stopProf, err := prof.start()
 	if err != nil {
