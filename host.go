@@ -256,6 +256,12 @@ func unhex(c byte) byte {
 // browser refuses such a URL). It reads every form a browser accepts: 2130706433,
 // 0x7f.1, 0177.0.0.1, 127.1.
 func parseIPv4(host string) (ip netip.Addr, isIP bool, err error) {
+	// A name is no address unless its last label ends in a number: test that first, with
+	// no allocation, since every request's host passes here and nearly all are names.
+	t := strings.TrimSuffix(host, ".")
+	if !endsInNumber(t[strings.LastIndexByte(t, '.')+1:]) {
+		return netip.Addr{}, false, nil
+	}
 	parts := strings.Split(host, ".")
 	if len(parts) > 1 && parts[len(parts)-1] == "" {
 		parts = parts[:len(parts)-1]

@@ -17,7 +17,7 @@ import (
 	"log/slog"
 	"math"
 	"net/url"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"downloader"
@@ -90,10 +90,14 @@ type Engine struct {
 	cfg Config
 	log *slog.Logger
 
-	// stopping is closed when the service starts to stop: new requests answer
-	// shutting_down and requests in flight are cancelled with that reason.
-	stopping chan struct{}
-	stopOnce sync.Once
+	// stopping is done when the service starts to stop: new requests answer
+	// shutting_down and requests in flight are cancelled with that reason. A context
+	// rather than a bare channel: context.AfterFunc on a cancelCtx registers a request's
+	// cancel in place, where on any other done channel it starts a goroutine per request.
+	// isStopped says the same without the context's lock, for the checks on every request.
+	stopping  context.Context
+	stop      context.CancelFunc
+	isStopped atomic.Bool
 }
 
 // New returns an engine. It does not start anything.
@@ -107,7 +111,8 @@ func New(cfg Config) *Engine {
 	if cfg.DefaultTimeout <= 0 {
 		cfg.DefaultTimeout = 30 * time.Second
 	}
-	return &Engine{cfg: cfg, log: cfg.Logger, stopping: make(chan struct{})}
+	stopping, stop := context.WithCancel(context.Background())
+	return &Engine{cfg: cfg, log: cfg.Logger, stopping: stopping, stop: stop}
 }
 
 // DefaultMinInterval returns the interval used when a caller gives none.
@@ -115,16 +120,12 @@ func (e *Engine) DefaultMinInterval() time.Duration { return e.cfg.DefaultMinInt
 
 // Stop makes every new request answer shutting_down and cancels requests in flight with
 // that reason. Safe to call more than once.
-func (e *Engine) Stop() { e.stopOnce.Do(func() { close(e.stopping) }) }
-
-func (e *Engine) isStopping() bool {
-	select {
-	case <-e.stopping:
-		return true
-	default:
-		return false
-	}
+func (e *Engine) Stop() {
+	e.isStopped.Store(true)
+	e.stop()
 }
+
+func (e *Engine) isStopping() bool { return e.isStopped.Load() }
 
 // OverLimitError is entry B's refusal: answer 429 with RetryAfter.
 type OverLimitError struct {
@@ -270,23 +271,6 @@ func (e *Engine) observe(ev *downloader.Event) {
 		e.cfg.Observer.Observe(ev)
 	}
 }
-
-// ctxOf turns a done channel into a context for context.AfterFunc.
-func ctxOf(done <-chan struct{}) context.Context { return doneContext(done) }
-
-type doneContext <-chan struct{}
-
-func (d doneContext) Deadline() (time.Time, bool) { return time.Time{}, false }
-func (d doneContext) Done() <-chan struct{}       { return d }
-func (d doneContext) Err() error {
-	select {
-	case <-d:
-		return context.Canceled
-	default:
-		return nil
-	}
-}
-func (d doneContext) Value(any) any { return nil }
 
 // Hops admits the redirect hops of one request (limiter.HopAdmitter, which fetch and
 // render take with each call). The engine builds one per request (hopsFor), so that what

@@ -242,7 +242,7 @@ func (e *Engine) admitShared(ctx context.Context, req downloader.Request, pol po
 func (e *Engine) renderSlot(ctx context.Context, req downloader.Request) (release func(), failed *downloader.Outcome) {
 	ctx, cancel := context.WithTimeout(ctx, e.timeoutOf(req))
 	defer cancel()
-	stop := context.AfterFunc(ctxOf(e.stopping), cancel)
+	stop := context.AfterFunc(e.stopping, cancel)
 	defer stop()
 	release, failed = e.cfg.Renderer.AcquireSlot(ctx)
 	if failed != nil && e.isStopping() {
@@ -267,7 +267,7 @@ func (e *Engine) run(ctx context.Context, req downloader.Request, u *url.URL, ad
 	defer cancel()
 	hops := e.hopsFor(req)
 	defer e.endHops(ctx, hops.tickets)
-	stop := context.AfterFunc(ctxOf(e.stopping), cancel)
+	stop := context.AfterFunc(e.stopping, cancel)
 	defer stop()
 
 	headers := req.Headers.Merge(e.cfg.DefaultRequestHeaders)

@@ -75,7 +75,7 @@ func (e *Engine) sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-e.stopping:
+	case <-e.stopping.Done():
 		return errors.New("shutting down")
 	}
 }

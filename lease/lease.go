@@ -273,12 +273,14 @@ func (l *Loop) Run(ctx context.Context) error {
 	defer func() { close(stopReleaser); <-releaserDone }()
 
 	var tasks sync.WaitGroup
-	l.leaseLoop(ctx, bg, &tasks)
+	pool := newWorkers()
+	l.leaseLoop(ctx, bg, &tasks, pool)
 
 	// Shutdown: wait for the held tasks; the runner's owner stops it when its grace period
 	// is over, and the rest then come back as releases.
 	l.log.Info("lease loop stopping", "held_count", l.held.Load())
 	tasks.Wait()
+	pool.stop()
 	stopSender()
 	<-senderDone
 	flushCtx, cancel := context.WithTimeout(bg, l.cfg.FlushTimeout)
@@ -290,8 +292,8 @@ func (l *Loop) Run(ctx context.Context) error {
 	return nil
 }
 
-// leaseLoop leases while ctx lasts and starts a goroutine per task on bg.
-func (l *Loop) leaseLoop(ctx, bg context.Context, tasks *sync.WaitGroup) {
+// leaseLoop leases while ctx lasts and runs each task on bg, on one of pool's workers.
+func (l *Loop) leaseLoop(ctx, bg context.Context, tasks *sync.WaitGroup, pool *workers) {
 	poll := time.Duration(0)
 	backoff := func() {
 		poll = min(max(2*poll, l.cfg.PollMin), l.cfg.PollMax)
@@ -327,19 +329,19 @@ func (l *Loop) leaseLoop(ctx, bg context.Context, tasks *sync.WaitGroup) {
 			if ctx.Err() != nil {
 				// Leased as the loop began to stop: hand it back unrun.
 				tasks.Add(1)
-				go func() {
+				pool.run(func() {
 					defer tasks.Done()
 					defer l.unhold()
 					l.release(bg, t.TaskID, time.Second)
-				}()
+				})
 				continue
 			}
 			tasks.Add(1)
-			go func() {
+			pool.run(func() {
 				defer tasks.Done()
 				defer l.unhold()
 				l.runTask(bg, &t)
-			}()
+			})
 		}
 	}
 }
@@ -623,9 +625,11 @@ func (l *Loop) sendPage(ctx context.Context, page []downloader.Report) (failed b
 				errs = []error{l.cfg.Source.Report(ctx, &chunk[0])}
 			}
 			for k := range chunk {
-				err := fmt.Errorf("report %s: no outcome from the source", chunk[k].TaskID)
+				var err error
 				if k < len(errs) {
 					err = errs[k]
+				} else {
+					err = fmt.Errorf("report %s: no outcome from the source", chunk[k].TaskID)
 				}
 				if l.sent(&chunk[k], err) {
 					done[lo+k] = true

@@ -12,13 +12,18 @@
 #       client); -only cpu (CPU-seconds per 1,000 plain pages beside Colly and Colly + a
 #       visible-text extraction; -only cpu-a: entry A's rows alone, -only cpu-c: Colly's alone, for profiles); -only
 #       rss (RSS per task with 10^5 tasks queued over 10^4 hosts). Profiles of the whole
-#       run: -cpuprofile F -blockprofile F -mutexprofile F -memprofile F; split a CPU
+#       run: -cpuprofile F -blockprofile F -mutexprofile F -memprofile F -trace F; split a CPU
 #       profile by component with: python3 bench/profsplit.py BINARY F (build the binary with: cd bench && go build -o /tmp/leasebench ./leasebench).
+#       Every table gives the median of -run-count runs (default 3), its rows alternating
+#       (downloader, peer, downloader, ...), and the load average beside each row: quote
+#       figures only from an otherwise idle machine.
 #
 #   bash scripts/bench.sh render      renders on crawl-like traffic (BenchmarkRenderCrawl,
 #       docs/benchmarks.md): one row per VARIANT · PAGE · c=N, then the issue's targets as
 #       ratios from the same run. RENDER_BENCH_N (default 16) renders per row;
 #       RENDER_BENCH_PAGES, RENDER_BENCH_VARIANTS, RENDER_BENCH_CONCURRENCY narrow the grid.
+#       RENDER_BENCH_COUNT (default 1) runs the whole grid that many times, the rows
+#       alternating, and reports each row's median (use 3 for figures in docs).
 #       Needs the npm package todomvc (scripts/setup-test.sh fetches it).
 #
 #   bash scripts/bench.sh render-overload   adaptive render concurrency on an overloaded
@@ -27,7 +32,8 @@
 #       alone (the unloaded p50), in one run. RENDER_BENCH_N (default 64) renders per row.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), $(go version | cut -d' ' -f3)" >&2
+machine() { echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), $(go version | cut -d' ' -f3)"; }
+machine >&2
 
 # fail says why a benchmark cannot run, and fails: a report with no rows is no result.
 fail() {
@@ -49,7 +55,7 @@ render_bench() {
 	fi
 	out="$(mktemp)"
 	trap 'rm -f "$out"' EXIT
-	go test -run '^$' -bench "^$bench\$" -benchtime "${RENDER_BENCH_N:-$n}x" -timeout 90m "$@" ./render/ | tee "$out" >&2 ||
+	go test -run '^$' -bench "^$bench\$" -benchtime "${RENDER_BENCH_N:-$n}x" -count "${RENDER_BENCH_COUNT:-1}" -timeout 90m "$@" ./render/ | tee "$out" >&2 ||
 		fail "$bench failed"
 	if grep -q -- '--- SKIP' "$out"; then
 		fail "$bench skipped: $(grep -A1 -- '--- SKIP' "$out" | tail -1 | sed 's/^ *//')"
@@ -60,6 +66,8 @@ render_bench() {
 if [ "${1:-}" = "render" ]; then
 	shift
 	render_bench BenchmarkRenderCrawl 16 "$@"
+	echo "Load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores; the median of ${RENDER_BENCH_COUNT:-1} run(s) per row, the rows alternating."
+	echo
 	awk '
 	/^BenchmarkRenderCrawl\// {
 		name = $1
@@ -69,10 +77,17 @@ if [ "${1:-}" = "render" ]; then
 		v = part[1]; pg = part[2]; c = part[3]
 		key = v SUBSEP pg SUBSEP c
 		if (!(key in seen)) { seen[key] = 1; order[n++] = key }
-		for (i = 3; i < NF; i += 2) m[key, $(i + 1)] = $i
+		for (i = 3; i < NF; i += 2) { u = $(i + 1); cnt[key, u]++; vals[key, u, cnt[key, u]] = $i }
 		pages[pg] = 1; conc[c] = 1; vars[v] = 1
 	}
-	function get(k, unit) { return ((k, unit) in m) ? m[k, unit] : "" }
+	# median of a row'"'"'s values of one unit over the runs (-count)
+	function get(k, unit,   j, l, t, a, c) {
+		c = cnt[k, unit]
+		if (c == 0) return ""
+		for (j = 1; j <= c; j++) a[j] = vals[k, unit, j] + 0
+		for (j = 2; j <= c; j++) { t = a[j]; for (l = j - 1; l >= 1 && a[l] > t; l--) a[l + 1] = a[l]; a[l + 1] = t }
+		return a[int((c + 1) / 2)]
+	}
 	function ratio(a, b) { return (a == "" || b == "" || b + 0 == 0) ? "" : sprintf("%.2f×", a / b) }
 	END {
 		print "| row | pages/s | p50 ms | CPU ms per page | origin requests per page | peak PSS MB | tab wait ms |"
@@ -100,15 +115,24 @@ fi
 if [ "${1:-}" = "render-overload" ]; then
 	shift
 	render_bench BenchmarkRenderOverload 64 "$@"
+	echo "Load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores; the median of ${RENDER_BENCH_COUNT:-1} run(s) per row, the rows alternating."
+	echo
 	awk '
 	/^BenchmarkRenderOverload\// {
 		name = $1
 		sub(/^BenchmarkRenderOverload\//, "", name)
 		sub(/-[0-9]+$/, "", name)
-		order[n++] = name
-		for (i = 3; i < NF; i += 2) m[name, $(i + 1)] = $i
+		if (!(name in seen)) { seen[name] = 1; order[n++] = name }
+		for (i = 3; i < NF; i += 2) { u = $(i + 1); cnt[name, u]++; vals[name, u, cnt[name, u]] = $i }
 	}
-	function get(k, unit) { return ((k, unit) in m) ? m[k, unit] : "" }
+	# median of a row'"'"'s values of one unit over the runs (-count)
+	function get(k, unit,   j, l, t, a, c) {
+		c = cnt[k, unit]
+		if (c == 0) return ""
+		for (j = 1; j <= c; j++) a[j] = vals[k, unit, j] + 0
+		for (j = 2; j <= c; j++) { t = a[j]; for (l = j - 1; l >= 1 && a[l] > t; l--) a[l + 1] = a[l]; a[l + 1] = t }
+		return a[int((c + 1) / 2)]
+	}
 	END {
 		base = get("unloaded", "p50_ms"); best = 0
 		for (i = 0; i < n; i++) if (order[i] ~ /^fixed-/ && get(order[i], "pages/s") > best) best = get(order[i], "pages/s")
@@ -125,5 +149,12 @@ if [ "${1:-}" = "render-overload" ]; then
 	exit 0
 fi
 
+# The Colly peer lives in its own module: build it first, so that a peer that cannot be
+# built (no Colly in the module cache and no network) fails here with the reason rather than
+# as a half-printed report.
 cd "$root/bench"
-exec go run ./leasebench "$@"
+bin="$(mktemp -d)"
+trap 'rm -rf "$bin"' EXIT
+go build -o "$bin/leasebench" ./leasebench 2>"$bin/build.log" ||
+	fail "the Colly peer (bench/, module downloader/bench) does not build: $(tail -5 "$bin/build.log")"
+"$bin/leasebench" "$@" || fail "leasebench failed (its reason is above)"

@@ -49,7 +49,7 @@ func main() {
 		pages      = flag.Int("page-count", 20, "polite workload: pages per host")
 		intervalMs = flag.Int("min-interval-ms", 100, "polite workload: min interval per host")
 		latencyMs  = flag.Int("latency-ms", 20, "origin latency (every workload)")
-		runs       = flag.Int("run-count", 3, "runs of each polite measurement (the median is reported)")
+		runs       = flag.Int("run-count", 3, "runs of each row, alternating between the rows (the median is reported)")
 		tHosts     = flag.Int("throughput-host-count", 200, "throughput workload: hosts")
 		tPages     = flag.Int("throughput-page-count", 25, "throughput workload: pages per host")
 		concurrent = flag.Int("max-concurrent-count", 64, "requests in flight (max_concurrent_count; Colly's Parallelism)")
@@ -66,6 +66,7 @@ func main() {
 	flag.StringVar(&prof.block, "blockprofile", "", "write a blocking profile (every blocking event) to this file")
 	flag.StringVar(&prof.mutex, "mutexprofile", "", "write a mutex contention profile (every event) to this file")
 	flag.StringVar(&prof.mem, "memprofile", "", "write an allocation profile (allocs, every 4 KiB sampled) to this file")
+	flag.StringVar(&prof.trace, "trace", "", "write an execution trace of the whole run to this file (go tool trace; go tool trace -pprof=sched F for where goroutines waited to run)")
 	flag.Parse()
 	stopProf, err := prof.start()
 	if err != nil {
@@ -114,6 +115,7 @@ type result struct {
 	minGap     time.Duration
 	failed     int
 	cpu        time.Duration // process CPU time (user + system, origin included) during the crawl
+	load       float64       // the machine's 1-minute load average at the end of the run
 }
 
 // slowOrigin is an origin that answers after latency and records when each answer was
@@ -429,11 +431,6 @@ func waitUntil(t time.Time) {
 	}
 }
 
-func median(rs []result) result {
-	sort.Slice(rs, func(i, j int) bool { return rs[i].total < rs[j].total })
-	return rs[len(rs)/2]
-}
-
 // options are the knobs beyond the workload's shape.
 type options struct {
 	only        string // run only this part
@@ -449,15 +446,7 @@ func run(opt options, hosts, pages int, interval, latency time.Duration, runs, t
 	out := os.Stdout
 	polite := workload{hosts: hosts, pages: pages, interval: interval, latency: latency, shouldStore: !opt.noStore}
 	ideal := polite.ideal()
-	fmt.Fprintf(out, "## Polite utilisation: %d hosts × %d pages, interval %v, origin latency %v\n\n", hosts, pages, interval, latency)
-	fmt.Fprintf(out, "Ideal makespan (pages−1)×interval + latency = %v. Median of %d runs.\n\n", ideal, runs)
-	fmt.Fprintln(out, "| crawler | pages | makespan (start → last done) | ÷ ideal | wire makespan (first request → last response) | ÷ ideal | violations at the origin | min gap | failed | process CPU per page |")
-	fmt.Fprintln(out, "|---|---|---|---|---|---|---|---|---|---|")
-	type variant struct {
-		name string
-		f    func() (result, error)
-	}
-	variants := []variant{
+	variants := []row{
 		{"downloader entry A (should_store, durable)", func() (result, error) { return runEntryA(polite, concurrent, opt.heldPerSlot) }},
 		{fmt.Sprintf("Colly, Delay = interval (%v)", interval), func() (result, error) {
 			return runColly(polite, interval, concurrent, "")
@@ -469,94 +458,115 @@ func run(opt options, hosts, pages int, interval, latency time.Duration, runs, t
 	if opt.only == "polite-a" {
 		variants = variants[:1]
 	}
-	for _, v := range variants {
-		if opt.only != "" && !strings.HasPrefix(opt.only, "polite") {
-			break
-		}
-		var rs []result
-		for range runs {
-			r, err := v.f()
-			if err != nil {
-				return fmt.Errorf("%s: %w", v.name, err)
-			}
-			rs = append(rs, r)
-		}
-		m := median(rs)
-		fmt.Fprintf(out, "| %s | %d | %v | %.3f | %v | %.3f | %d | %v | %d | %.2f ms |\n", v.name, m.pageCount,
+	if opt.only != "" && !strings.HasPrefix(opt.only, "polite") {
+		variants = nil
+	}
+	if len(variants) > 0 {
+		fmt.Fprintf(out, "## Polite utilisation: %d hosts × %d pages, interval %v, origin latency %v\n\n", hosts, pages, interval, latency)
+		fmt.Fprintf(out, "Ideal makespan (pages−1)×interval + latency = %v. Median of %d runs, the rows alternating. %s\n\n", ideal, runs, machineLine())
+		fmt.Fprintln(out, "| crawler | pages | makespan (start → last done) | ÷ ideal | wire makespan (first request → last response) | ÷ ideal | violations at the origin | min gap | failed | process CPU per page | load (1 min) |")
+		fmt.Fprintln(out, "|---|---|---|---|---|---|---|---|---|---|---|")
+	}
+	politeRuns, err := measureRows(variants, runs)
+	if err != nil {
+		return err
+	}
+	for i, v := range variants {
+		rs := politeRuns[i]
+		m := medianBy(rs, byTotal)
+		fmt.Fprintf(out, "| %s | %d | %v | %.3f | %v | %.3f | %d | %v | %d | %.2f ms | %s |\n", v.name, m.pageCount,
 			m.total.Round(time.Millisecond), float64(m.total)/float64(ideal), m.wire.Round(time.Millisecond),
-			float64(m.wire)/float64(ideal), m.violations, m.minGap.Round(10*time.Microsecond), m.failed, cpuPerPage(m))
+			float64(m.wire)/float64(ideal), m.violations, m.minGap.Round(10*time.Microsecond), m.failed, cpuPerPage(m), loadRange(rs))
 		var all []string
 		for _, r := range rs {
 			all = append(all, fmt.Sprintf("%.3f/%.3f/%d/%.2fms", float64(r.total)/float64(ideal), float64(r.wire)/float64(ideal), r.violations, cpuPerPage(r)))
 		}
 		fmt.Fprintf(os.Stderr, "%s: runs (total÷ideal / wire÷ideal / violations / CPU per page): %s\n", v.name, strings.Join(all, "  "))
 	}
+	if len(variants) == 3 {
+		// The target: entry A's makespan no longer than Colly's best polite setting's.
+		a := medianBy(politeRuns[0], byTotal).total
+		best := min(medianBy(politeRuns[1], byTotal).total, medianBy(politeRuns[2], byTotal).total)
+		fmt.Fprintf(out, "\nEntry A's makespan ÷ Colly's best (medians, same run): %.2f×.\n", float64(a)/float64(best))
+	}
 
 	if strings.HasPrefix(opt.only, "polite") {
 		return nil
 	}
 	if strings.HasPrefix(opt.only, "probe") {
-		return runProbeTable(opt, latency, concurrent)
+		return runProbeTable(opt, latency, concurrent, runs)
 	}
 	if part, ok := strings.CutPrefix(opt.only, "cpu"); ok && (part == "" || part == "-a" || part == "-c") {
-		return runCPUTable(tHosts, tPages, latency, concurrent, opt.heldPerSlot, strings.TrimPrefix(part, "-"))
+		return runCPUTable(tHosts, tPages, latency, concurrent, opt.heldPerSlot, strings.TrimPrefix(part, "-"), runs)
 	}
 	if opt.only == "rss" {
 		return runRSSTable(opt.rssTasks, opt.rssHosts)
 	}
 	fmt.Fprintf(out, "\n## Plain throughput: %d hosts × %d pages, interval 0, origin latency %v, %d in flight\n\n", tHosts, tPages, latency, concurrent)
-	fmt.Fprintln(out, "| crawler | pages | elapsed | pages/s | failed | process CPU per page |")
-	fmt.Fprintln(out, "|---|---|---|---|---|---|")
-	for _, tc := range []struct {
-		name string
-		f    func() (result, error)
-	}{
+	fmt.Fprintf(out, "Median of %d runs, the rows alternating (entry A, Colly, entry A stored); ÷ Colly from the medians. %s\n\n", runs, machineLine())
+	fmt.Fprintln(out, "| crawler | pages | elapsed | pages/s | ÷ Colly | failed | process CPU per page | load (1 min) |")
+	fmt.Fprintln(out, "|---|---|---|---|---|---|---|---|")
+	rows := []row{
 		{"downloader entry A, should_store=false", func() (result, error) {
 			return runEntryA(workload{hosts: tHosts, pages: tPages, latency: latency}, concurrent, opt.heldPerSlot)
-		}},
-		{"downloader entry A, should_store=true (pages and results durable)", func() (result, error) {
-			return runEntryA(workload{hosts: tHosts, pages: tPages, latency: latency, shouldStore: true}, concurrent, opt.heldPerSlot)
 		}},
 		{fmt.Sprintf("Colly, Parallelism %d", concurrent), func() (result, error) {
 			return runColly(workload{hosts: tHosts, pages: tPages, latency: latency}, 0, concurrent, "")
 		}},
-	} {
-		r, err := tc.f()
-		if err != nil {
-			return fmt.Errorf("%s: %w", tc.name, err)
+		{"downloader entry A, should_store=true (pages and results durable)", func() (result, error) {
+			return runEntryA(workload{hosts: tHosts, pages: tPages, latency: latency, shouldStore: true}, concurrent, opt.heldPerSlot)
+		}},
+	}
+	tRuns, err := measureRows(rows, runs)
+	if err != nil {
+		return err
+	}
+	pagesPerSecond := func(r result) float64 { return float64(r.pageCount) / r.total.Seconds() }
+	colly := pagesPerSecond(medianBy(tRuns[1], byTotal))
+	for i, tc := range rows {
+		r := medianBy(tRuns[i], byTotal)
+		fmt.Fprintf(out, "| %s | %d | %v | %.0f | %.2f× | %d | %.2f ms | %s |\n", tc.name, r.pageCount, r.total.Round(time.Millisecond),
+			pagesPerSecond(r), pagesPerSecond(r)/colly, r.failed, cpuPerPage(r), loadRange(tRuns[i]))
+		var all []string
+		for _, x := range tRuns[i] {
+			all = append(all, fmt.Sprintf("%.0f/%.2fms", pagesPerSecond(x), cpuPerPage(x)))
 		}
-		fmt.Fprintf(out, "| %s | %d | %v | %.0f | %d | %.2f ms |\n", tc.name, r.pageCount, r.total.Round(time.Millisecond),
-			float64(r.pageCount)/r.total.Seconds(), r.failed, cpuPerPage(r))
+		fmt.Fprintf(os.Stderr, "%s: runs (pages/s / CPU per page): %s\n", tc.name, strings.Join(all, "  "))
 	}
 	if opt.only == "throughput" {
 		return nil
 	}
-	if err := runProbeTable(opt, latency, concurrent); err != nil {
+	if err := runProbeTable(opt, latency, concurrent, runs); err != nil {
 		return err
 	}
-	if err := runCPUTable(tHosts, tPages, latency, concurrent, opt.heldPerSlot, ""); err != nil {
+	if err := runCPUTable(tHosts, tPages, latency, concurrent, opt.heldPerSlot, "", runs); err != nil {
 		return err
 	}
 	return runRSSTable(opt.rssTasks, opt.rssHosts)
 }
 
 // runProbeTable prints entry C's probes over many domains beside a bare client.
-func runProbeTable(opt options, latency time.Duration, concurrent int) error {
+func runProbeTable(opt options, latency time.Duration, concurrent, runs int) error {
 	out := os.Stdout
 	fmt.Fprintf(out, "\n## Probes (entry C): %d domains, one GET each, origin latency %v, %d in flight\n\n", opt.probeDomains, latency, concurrent)
-	fmt.Fprintln(out, "| client | probes | elapsed | probes/s | failed | process CPU per probe |")
-	fmt.Fprintln(out, "|---|---|---|---|---|---|")
-	runs := []func(int, int, time.Duration) (result, error){runProbes, runBare}
-	if opt.only == "probe-c" {
-		runs = runs[:1]
+	fmt.Fprintf(out, "Median of %d runs, the rows alternating. %s\n\n", runs, machineLine())
+	fmt.Fprintln(out, "| client | probes | elapsed | probes/s | failed | process CPU per probe | load (1 min) |")
+	fmt.Fprintln(out, "|---|---|---|---|---|---|---|")
+	rows := []row{
+		{"downloader entry C", func() (result, error) { return runProbes(opt.probeDomains, concurrent, latency) }},
+		{"bare net/http client", func() (result, error) { return runBare(opt.probeDomains, concurrent, latency) }},
 	}
-	for _, f := range runs {
-		r, err := f(opt.probeDomains, concurrent, latency)
-		if err != nil {
-			return fmt.Errorf("%s: %w", r.name, err)
-		}
-		fmt.Fprintf(out, "| %s | %d | %v | %.0f | %d | %.2f ms |\n", r.name, r.pageCount, r.total.Round(time.Millisecond),
-			float64(r.pageCount)/r.total.Seconds(), r.failed, cpuPerPage(r))
+	if opt.only == "probe-c" {
+		rows = rows[:1]
+	}
+	rs, err := measureRows(rows, runs)
+	if err != nil {
+		return err
+	}
+	for i := range rows {
+		r := medianBy(rs[i], byTotal)
+		fmt.Fprintf(out, "| %s | %d | %v | %.0f | %d | %.2f ms | %s |\n", r.name, r.pageCount, r.total.Round(time.Millisecond),
+			float64(r.pageCount)/r.total.Seconds(), r.failed, cpuPerPage(r), loadRange(rs[i]))
 	}
 	return nil
 }

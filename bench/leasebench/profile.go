@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"syscall"
 	"time"
 )
@@ -13,7 +14,7 @@ import (
 // profiles are the profile files asked for on the command line; each covers the whole run
 // (use -only to profile one part).
 type profiles struct {
-	cpu, block, mutex, mem string
+	cpu, block, mutex, mem, trace string
 }
 
 // start begins the CPU profile and turns on block and mutex sampling; the returned stop
@@ -27,6 +28,16 @@ func (p profiles) start() (stop func() error, err error) {
 		if err := pprof.StartCPUProfile(cpuFile); err != nil {
 			_ = cpuFile.Close()
 			return nil, fmt.Errorf("cpu profile: %w", err)
+		}
+	}
+	var traceFile *os.File
+	if p.trace != "" {
+		if traceFile, err = os.Create(p.trace); err != nil {
+			return nil, fmt.Errorf("trace: %w", err)
+		}
+		if err := trace.Start(traceFile); err != nil {
+			_ = traceFile.Close()
+			return nil, fmt.Errorf("trace: %w", err)
 		}
 	}
 	if p.block != "" {
@@ -43,6 +54,10 @@ func (p profiles) start() (stop func() error, err error) {
 		if cpuFile != nil {
 			pprof.StopCPUProfile()
 			errs = append(errs, cpuFile.Close())
+		}
+		if traceFile != nil {
+			trace.Stop()
+			errs = append(errs, traceFile.Close())
 		}
 		errs = append(errs, write(p.block, "block"), write(p.mutex, "mutex"), write(p.mem, "allocs"))
 		return errors.Join(errs...)

@@ -22,39 +22,43 @@ import (
 // origin's share is the same in every row. With part "a" the Colly rows are left out, so
 // that a profile of the run holds entry A alone (the ratio column is then left empty); with
 // part "c" entry A's rows are, so that a profile holds Colly's alone, to set beside it.
-func runCPUTable(hosts, pages int, latency time.Duration, concurrent, heldPerSlot int, part string) error {
+func runCPUTable(hosts, pages int, latency time.Duration, concurrent, heldPerSlot int, part string, runs int) error {
 	out := os.Stdout
 	fmt.Fprintf(out, "\n## CPU per 1,000 plain pages: %d hosts × %d pages, interval 0, origin latency %v, %d in flight\n\n", hosts, pages, latency, concurrent)
-	fmt.Fprintln(out, "| crawler | pages | CPU-seconds per 1,000 pages | ÷ Colly + text extraction |")
-	fmt.Fprintln(out, "|---|---|---|---|")
+	fmt.Fprintf(out, "Median of %d runs, the rows alternating. %s\n\n", runs, machineLine())
+	fmt.Fprintln(out, "| crawler | pages | CPU-seconds per 1,000 pages | ÷ Colly + text extraction | load (1 min) |")
+	fmt.Fprintln(out, "|---|---|---|---|---|")
 	w := workload{hosts: hosts, pages: pages, latency: latency}
 	ws := w
 	ws.shouldStore = true
-	rows := []struct {
-		name string
-		f    func() (result, error)
-	}{
+	// Entry A's rows and Colly's alternate; the last row is the floor of the ratio column.
+	a := []row{
 		{"downloader entry A, should_store=false", func() (result, error) { return runEntryA(w, concurrent, heldPerSlot) }},
 		{"downloader entry A, should_store=true", func() (result, error) { return runEntryA(ws, concurrent, heldPerSlot) }},
+	}
+	c := []row{
 		{fmt.Sprintf("Colly, Parallelism %d", concurrent), func() (result, error) { return runColly(w, 0, concurrent, "") }},
 		{fmt.Sprintf("Colly, Parallelism %d, + visible-text extraction", concurrent), func() (result, error) {
 			return runCollyText(w, concurrent)
 		}},
 	}
 	onlyEntryA := part == "a"
+	var rows []row
 	switch part {
 	case "a":
-		rows = rows[:2]
+		rows = a
 	case "c":
-		rows = rows[2:]
+		rows = c
+	default:
+		rows = []row{a[0], c[0], a[1], c[1]}
+	}
+	all, err := measureRows(rows, runs)
+	if err != nil {
+		return err
 	}
 	rs := make([]result, len(rows))
-	for i, r := range rows {
-		res, err := r.f()
-		if err != nil {
-			return fmt.Errorf("%s: %w", r.name, err)
-		}
-		rs[i] = res
+	for i := range rows {
+		rs[i] = medianBy(all[i], byCPU)
 	}
 	floor := cpuPerPage(rs[len(rs)-1])
 	for i, r := range rows {
@@ -62,7 +66,7 @@ func runCPUTable(hosts, pages int, latency time.Duration, concurrent, heldPerSlo
 		if !onlyEntryA {
 			ratio = fmt.Sprintf("%.2f", cpuPerPage(rs[i])/floor)
 		}
-		fmt.Fprintf(out, "| %s | %d | %.3f | %s |\n", r.name, rs[i].pageCount, cpuPerPage(rs[i]), ratio)
+		fmt.Fprintf(out, "| %s | %d | %.3f | %s | %s |\n", r.name, rs[i].pageCount, cpuPerPage(rs[i]), ratio, loadRange(all[i]))
 	}
 	return nil
 }
