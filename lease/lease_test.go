@@ -279,8 +279,16 @@ func TestShutdownLetsInFlightFinishAndReleasesTheRest(t *testing.T) {
 // TestKillAndRestartMidCrawl: the local queue crawl is killed (the store goes away under
 // it, as in a crash: nothing more is written, nothing released or flushed), then a new
 // process on the same data dir finishes it. Every URL is fetched, and no URL twice except
-// those whose leases were in flight at the kill.
+// those whose leases were in flight at the kill. Both ways a task's end can be committed
+// with the local queue: by the queue itself (Config.Committer, the crawl's wiring), and
+// through the outbox (the crawl with discovery).
 func TestKillAndRestartMidCrawl(t *testing.T) {
+	for _, isCommitter := range []bool{true, false} {
+		t.Run(fmt.Sprintf("committer=%v", isCommitter), func(t *testing.T) { testKillAndRestartMidCrawl(t, isCommitter) })
+	}
+}
+
+func testKillAndRestartMidCrawl(t *testing.T, isCommitter bool) {
 	const maxHeld = 8
 	r := newRig(t, rigOptions{})
 	q, err := localqueue.Open(t.Context(), r.store, localqueue.Config{})
@@ -296,7 +304,11 @@ func TestKillAndRestartMidCrawl(t *testing.T) {
 		t.Fatal(err)
 	}
 	held := func() int { return maxHeld }
-	stop := r.run(t, q, lease.Config{MaxHeldCount: held, FlushTimeout: time.Millisecond})
+	cfg := lease.Config{MaxHeldCount: held, FlushTimeout: time.Millisecond}
+	if isCommitter {
+		cfg.Committer = q
+	}
+	stop := r.run(t, q, cfg)
 	waitFor(t, r.changes, "20 tasks done", func() bool { return q.Counts().DoneCount >= 20 })
 	// The kill: the store closes under the running loop.
 	if err := r.store.Close(); err != nil {
@@ -312,7 +324,11 @@ func TestKillAndRestartMidCrawl(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := q2.Counts()
-	r2.run(t, q2, lease.Config{MaxHeldCount: held})
+	cfg2 := lease.Config{MaxHeldCount: held}
+	if isCommitter {
+		cfg2.Committer = q2
+	}
+	r2.run(t, q2, cfg2)
 	waitFor(t, r.changes, "the crawl to finish", func() bool {
 		c := q2.Counts()
 		return c.PendingCount == 0 && c.LeasedCount == 0
@@ -341,7 +357,7 @@ func TestKillAndRestartMidCrawl(t *testing.T) {
 		t.Errorf("%d URLs fetched twice, more than the %d leases that can be in flight", twice, maxHeld)
 	}
 	// Every acknowledged task's page and fetch_result survived the kill: they are committed
-	// with its report (outbox.Outbox.WithTaskWrites).
+	// with its report in one write (localqueue.Queue.CommitTask).
 	pages := 0
 	err = q2.RangeDone(t.Context(), func(task *downloader.Task, rep *downloader.Report) bool {
 		if rep.PageKey == "" {
