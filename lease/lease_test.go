@@ -19,6 +19,7 @@ import (
 	"downloader/localqueue"
 	"downloader/origintest"
 	"downloader/server"
+	"downloader/store/embedded/embeddedtest"
 )
 
 // TestDelayedTasksRunAtTheirSlot: several tasks of one domain leased at once run one
@@ -453,5 +454,49 @@ func TestEntriesTogetherNoViolations(t *testing.T) {
 	t.Logf("B: %d ok, %d refused; C: %d ok, %d refused; origin: %v; min gaps %v", okB.Load(), refusedB.Load(), okC.Load(), refusedC.Load(), r.origin.CountByHost(), r.origin.MinGaps())
 	if okB.Load()+okC.Load() == 0 {
 		t.Errorf("no B or C request got through: the test did not mix the entries")
+	}
+}
+
+// TestTaskEndWithStoresOfTheirOwn: with page and result stores outside the database of
+// the outbox and the committer (Config.Pages, Results: TiKV in cluster mode, another
+// embedded store here), a task's page and fetch_result are written there, and only its
+// report is committed by the committer, with the page's key.
+func TestTaskEndWithStoresOfTheirOwn(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	other := embeddedtest.Open(t, t.TempDir())
+	q, err := localqueue.Open(t.Context(), r.store, localqueue.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tasks []downloader.Task
+	for i := range 4 {
+		iv := int64(0)
+		tasks = append(tasks, downloader.Task{URL: hostURL(fmt.Sprintf("o%d.test", i), i), MinIntervalMs: &iv, ShouldStore: true})
+	}
+	if _, err := q.Submit(t.Context(), tasks); err != nil {
+		t.Fatal(err)
+	}
+	stop := r.run(t, q, lease.Config{Committer: q, Pages: other, Results: other})
+	waitFor(t, r.changes, "4 tasks done", func() bool { return q.Counts().DoneCount == 4 })
+	stop()
+	pages := 0
+	err = q.RangeDone(t.Context(), func(task *downloader.Task, rep *downloader.Report) bool {
+		if _, err := other.Page(t.Context(), rep.PageKey); err != nil {
+			t.Errorf("%s: page %q in the page store: %v", task.URL, rep.PageKey, err)
+		}
+		if _, err := r.store.Page(t.Context(), rep.PageKey); downloader.ErrorCode(err) != downloader.ENOTFOUND {
+			t.Errorf("%s: page %q in the committer's store: %v, want ENOTFOUND", task.URL, rep.PageKey, err)
+		}
+		pages++
+		return true
+	})
+	if err != nil || pages != 4 {
+		t.Errorf("RangeDone: %d pages checked, %v", pages, err)
+	}
+	if rs, _, err := other.FetchResults(t.Context(), "", 10, ""); err != nil || len(rs) != 4 {
+		t.Errorf("fetch results in the result store: %d, %v; want 4", len(rs), err)
+	}
+	if rs, _, err := r.store.FetchResults(t.Context(), "", 10, ""); err != nil || len(rs) != 0 {
+		t.Errorf("fetch results in the committer's store: %d, %v; want none", len(rs), err)
 	}
 }
