@@ -13,8 +13,16 @@
 // its interval to the reserved slot, and releases it at once when that slot would outlive
 // the lease (engine.RunTask).
 //
-// Reports are never lost: a finished task's report is durable in the outbox before anything
-// is acknowledged, the sender retries with exponential backoff while the source is down,
+// A task's end is one write: the engine returns the report with the page and the
+// fetch_result (downloader.TaskEnd) and the loop has them committed together, by the
+// source itself when it can take the report in the same write (Config.Committer, the
+// local queue), else by the outbox (Outbox.CommitTask); stores of their own (TiKV,
+// Config.Pages and Results) are written first. Nothing is acknowledged before that write
+// is durable.
+//
+// Reports are never lost: a finished task's report is durable in the outbox (or taken by
+// the committer) before anything is acknowledged, the sender retries with exponential
+// backoff while the source is down,
 // and the outbox is drained first when the loop starts again after a stop or a crash. A
 // report just made durable is also handed to the sender in memory (at most
 // maxFreshCount at a time), which sends it without reading it back from the outbox; the
