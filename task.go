@@ -105,9 +105,18 @@ type TaskStatus struct {
 type LeaseReply struct {
 	// Report is set when the task ran (or was invalid): send it to the scheduler.
 	Report *Report
+	// Page and Result are what the task stores, committed with Report as one TaskEnd
+	// (nil: none). The runner writes nothing itself.
+	Page   *Page
+	Result *FetchResult
 	// Release is set when the task was handed back unrun, with RetryAfter.
 	Release    bool
 	RetryAfter time.Duration
+}
+
+// End returns the task's end (Report set), to commit as one write.
+func (o LeaseReply) End() *TaskEnd {
+	return &TaskEnd{Report: o.Report, Page: o.Page, Result: o.Result}
 }
 
 // RetryAfterSeconds is RetryAfter rounded up to whole seconds, at least 1.

@@ -31,7 +31,8 @@ func knownExceptions() []knownException {
 		// A crawl's depth is a level of the link graph, an ordinal like an index, under the
 		// name crawlers give it (Colly MaxDepth, Scrapy DEPTH_LIMIT, the issue's --max-depth).
 		{"cmd/downloader/discover.go", "max-depth", "count_suffix", "the crawl depth flag operators know (--max-depth)"},
-		{"localqueue/queue.go", "depth", "count_suffix", "a discovered task's level in the link graph, as --max-depth names it"},
+		{"localqueue/records.go", "depth", "count_suffix", "a discovered task's level in the link graph, as --max-depth names it"},
+		{"localqueue/list.go", "depth", "count_suffix", "a discovered task's level in the link graph, as --max-depth names it (TaskRecord)"},
 	}
 }
 

@@ -82,7 +82,7 @@ func BenchmarkRecrawl(b *testing.B) {
 		for range workerCount {
 			wg.Go(func() {
 				for i := next.Add(1) - 1; i < pageCount; i = next.Add(1) - 1 {
-					r := e.RunTask(context.Background(), &downloader.Task{
+					r := runAndStore(b, context.Background(), e, &downloader.Task{
 						TaskID: strconv.FormatInt(seq.Add(1), 10), URL: urls[i], MinIntervalMs: &zero, ShouldStore: true})
 					if r.Report == nil || r.Report.FailReason != nil || r.Report.HTTPStatus == nil || *r.Report.HTTPStatus != wantStatus || r.Report.PageKey == "" {
 						errs <- fmt.Errorf("%s: %+v, want %d with a page", urls[i], r.Report, wantStatus)

@@ -52,13 +52,13 @@ func TestConditionalRecrawl(t *testing.T) {
 	const raw = "http://site.test/a"
 	ms := func(n int64) *int64 { return &n }
 
-	first := e.RunTask(t.Context(), &downloader.Task{TaskID: "t1", URL: raw, MinIntervalMs: ms(0), ShouldStore: true})
+	first := runAndStore(t, t.Context(), e, &downloader.Task{TaskID: "t1", URL: raw, MinIntervalMs: ms(0), ShouldStore: true})
 	if first.Report == nil || first.Report.FailReason != nil || first.Report.PageKey == "" {
 		t.Fatalf("first fetch: %+v", first.Report)
 	}
 	key := first.Report.PageKey
 
-	second := e.RunTask(t.Context(), &downloader.Task{TaskID: "t2", URL: raw, MinIntervalMs: ms(0), ShouldStore: true})
+	second := runAndStore(t, t.Context(), e, &downloader.Task{TaskID: "t2", URL: raw, MinIntervalMs: ms(0), ShouldStore: true})
 	r := second.Report
 	if r == nil || r.FailReason != nil || !r.HasReachedOrigin || r.HTTPStatus == nil || *r.HTTPStatus != 304 ||
 		!r.HealthSignal.IsNotModified || r.PageKey != key || r.RawTextLength == nil || *r.RawTextLength != len("unchanged page") {

@@ -59,7 +59,7 @@ func TestEgressJudgesEveryEntry(t *testing.T) {
 	if s.FailReason == nil || *s.FailReason != downloader.FailEgressUnavailable || s.HasReachedOrigin {
 		t.Fatalf("entry C while down: %+v, want egress_unavailable, not reached", s)
 	}
-	out := e.RunTask(ctx, &downloader.Task{TaskID: "t1", URL: "http://d4.test/", MinIntervalMs: ms(0)})
+	out := runAndStore(t, ctx, e, &downloader.Task{TaskID: "t1", URL: "http://d4.test/", MinIntervalMs: ms(0)})
 	if out.Report == nil || out.Report.FailReason == nil || *out.Report.FailReason != downloader.FailEgressUnavailable || out.Report.HasReachedOrigin {
 		t.Fatalf("entry A: %+v, want a report with egress_unavailable", out)
 	}

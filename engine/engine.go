@@ -233,12 +233,38 @@ func (e *Engine) finish(ctx context.Context, req downloader.Request, u *url.URL,
 	return res
 }
 
-// store writes the page (when there is one) and the fetch_result record.
+// store writes the page (when there is one) and the fetch_result record (entry B: each
+// durable when its call returns; entry A returns them instead, taskEnd).
 func (e *Engine) store(ctx context.Context, req downloader.Request, taskID string, out *downloader.Outcome, at time.Time) (string, error) {
-	var key string
+	end := e.taskEnd(req, taskID, out, at)
+	key := end.Report.PageKey
+	if end.Page != nil {
+		k, err := e.cfg.Pages.PutPage(ctx, end.Page)
+		if err != nil {
+			return "", fmt.Errorf("put page of %s: %w", req.URL, err)
+		}
+		key = k
+		end.SetPageKey(k)
+	}
+	if end.Result == nil {
+		return key, nil
+	}
+	if err := e.cfg.Results.PutFetchResult(ctx, end.Result); err != nil {
+		return key, fmt.Errorf("put fetch_result of %s: %w", req.URL, err)
+	}
+	return key, nil
+}
+
+// taskEnd returns what out leaves to store, unwritten: the page (when there is one to
+// store), the fetch_result record (when results are kept) and the report; the page's key
+// is filled in when the page is stored (TaskEnd.SetPageKey), or is the stored page's
+// already when a 304 confirmed it.
+func (e *Engine) taskEnd(req downloader.Request, taskID string, out *downloader.Outcome, at time.Time) *downloader.TaskEnd {
+	s := out.Summary(req.Domain)
+	end := &downloader.TaskEnd{Report: &downloader.Report{TaskID: taskID, Summary: s, FetchedAt: at.UTC()}}
 	switch {
 	case out.NotModifiedPageKey != "":
-		key = out.NotModifiedPageKey // the stored page is the page (a 304 to our conditional request)
+		end.Report.PageKey = out.NotModifiedPageKey // the stored page is the page (a 304 to our conditional request)
 	case req.ShouldStore && e.cfg.Pages != nil && out.Body != nil && out.HTTPStatus != 0:
 		// A plain fetch's page is kept as served, with the Content-Type that tells its
 		// charset (readers decode it, htmltext.UTF8); a render's is the DOM, in UTF-8 (a
@@ -248,22 +274,14 @@ func (e *Engine) store(ctx context.Context, req downloader.Request, taskID strin
 		if req.ShouldRender {
 			ct, headers = renderedContentType, nil
 		}
-		k, err := e.cfg.Pages.PutPage(ctx, &downloader.Page{URL: req.URL, FinalURL: out.FinalURL,
-			ContentType: ct, FetchedAt: at.UTC(), ResponseHeaders: headers, Body: out.Body, Validators: out.Validators})
-		if err != nil {
-			return "", fmt.Errorf("put page of %s: %w", req.URL, err)
-		}
-		key = k
+		end.Page = &downloader.Page{URL: req.URL, FinalURL: out.FinalURL,
+			ContentType: ct, FetchedAt: at.UTC(), ResponseHeaders: headers, Body: out.Body, Validators: out.Validators}
 	}
-	if e.cfg.Results == nil {
-		return key, nil
+	if e.cfg.Results != nil {
+		end.Result = &downloader.FetchResult{Summary: s, TaskID: taskID, URL: req.URL,
+			FinalURL: out.FinalURL, Entry: req.Entry, FetchedAt: at.UTC(), PageKey: end.Report.PageKey}
 	}
-	r := &downloader.FetchResult{Summary: out.Summary(req.Domain), TaskID: taskID, URL: req.URL,
-		FinalURL: out.FinalURL, Entry: req.Entry, FetchedAt: at.UTC(), PageKey: key}
-	if err := e.cfg.Results.PutFetchResult(ctx, r); err != nil {
-		return key, fmt.Errorf("put fetch_result of %s: %w", req.URL, err)
-	}
-	return key, nil
+	return end
 }
 
 func (e *Engine) observe(ev *downloader.Event) {

@@ -90,7 +90,7 @@ func TestValidateTask(t *testing.T) {
 
 func TestRunTaskInvalidIsReportedNotFetched(t *testing.T) {
 	e, _, f, res := newTestEngine(t)
-	out := e.RunTask(context.Background(), &downloader.Task{TaskID: "t1", URL: "http://a.test/", Domain: "b.test", MinIntervalMs: ms(1)})
+	out := runAndStore(t, context.Background(), e, &downloader.Task{TaskID: "t1", URL: "http://a.test/", Domain: "b.test", MinIntervalMs: ms(1)})
 	if out.Report == nil || out.Release {
 		t.Fatalf("outcome = %+v", out)
 	}

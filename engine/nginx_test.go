@@ -88,7 +88,7 @@ func TestNginxConditionalRecrawl(t *testing.T) {
 			ms := func(n int64) *int64 { return &n }
 			before := len(nginxLog(t, s))
 
-			first := e.RunTask(t.Context(), &downloader.Task{TaskID: tc.name + "-1", URL: raw, MinIntervalMs: ms(0), ShouldStore: true})
+			first := runAndStore(t, t.Context(), e, &downloader.Task{TaskID: tc.name + "-1", URL: raw, MinIntervalMs: ms(0), ShouldStore: true})
 			r1 := first.Report
 			if r1 == nil || r1.FailReason != nil || r1.HTTPStatus == nil || *r1.HTTPStatus != 200 || r1.PageKey == "" || r1.HealthSignal.IsNotModified {
 				t.Fatalf("first fetch: %+v ", r1)
@@ -97,7 +97,7 @@ func TestNginxConditionalRecrawl(t *testing.T) {
 				t.Fatalf("first fetch over %v, want %s", v, tc.version)
 			}
 
-			second := e.RunTask(t.Context(), &downloader.Task{TaskID: tc.name + "-2", URL: raw, MinIntervalMs: ms(0), ShouldStore: true})
+			second := runAndStore(t, t.Context(), e, &downloader.Task{TaskID: tc.name + "-2", URL: raw, MinIntervalMs: ms(0), ShouldStore: true})
 			r2 := second.Report
 			if r2 == nil || r2.FailReason != nil || !r2.HasReachedOrigin || r2.HTTPStatus == nil || *r2.HTTPStatus != 304 ||
 				!r2.HealthSignal.IsNotModified || r2.PageKey != r1.PageKey || r2.HealthSignal.BodyBytes != 0 ||

@@ -13,8 +13,16 @@
 // its interval to the reserved slot, and releases it at once when that slot would outlive
 // the lease (engine.RunTask).
 //
-// Reports are never lost: a finished task's report is durable in the outbox before anything
-// is acknowledged, the sender retries with exponential backoff while the source is down,
+// A task's end is one write: the engine returns the report with the page and the
+// fetch_result (downloader.TaskEnd) and the loop has them committed together, by the
+// source itself when it can take the report in the same write (Config.Committer, the
+// local queue), else by the outbox (Outbox.CommitTask); stores of their own (TiKV,
+// Config.Pages and Results) are written first. Nothing is acknowledged before that write
+// is durable.
+//
+// Reports are never lost: a finished task's report is durable in the outbox (or taken by
+// the committer) before anything is acknowledged, the sender retries with exponential
+// backoff while the source is down,
 // and the outbox is drained first when the loop starts again after a stop or a crash. A
 // report just made durable is also handed to the sender in memory (at most
 // maxFreshCount at a time), which sends it without reading it back from the outbox; the
@@ -80,15 +88,6 @@ type BatchOutbox interface {
 	DeleteReports(ctx context.Context, rs []downloader.Report) error
 }
 
-// TaskOutbox is an Outbox that commits what the runner stores for a task (its page and
-// fetch_result) with the task's report, in one write (outbox.Outbox): the runner's
-// writes made under the returned context wait for PutReport under it. end commits what no
-// report took and must be called once the task is done.
-type TaskOutbox interface {
-	Outbox
-	WithTaskWrites(ctx context.Context) (taskCtx context.Context, end func() error)
-}
-
 // Runner runs one leased task (*engine.Engine). Stopping it is its owner's business (see
 // the package comment): a stopped runner hands every task back as a release.
 type Runner interface {
@@ -97,8 +96,10 @@ type Runner interface {
 
 // Outbox keeps reports durably until the source acknowledged them (outbox.Outbox).
 type Outbox interface {
-	// PutReport returns once r is durable, replacing an earlier report of its task.
-	PutReport(ctx context.Context, r *downloader.Report) error
+	// CommitTask makes a task's end durable in one write: its page and fetch_result (when
+	// set) and its report, replacing an earlier report of its task. It fills the report's
+	// page key when it stores the page.
+	CommitTask(ctx context.Context, end *downloader.TaskEnd) error
 	// PendingReports returns up to limit reports whose task id sorts after after.
 	PendingReports(ctx context.Context, after string, limit int) ([]downloader.Report, error)
 	// DeleteReport removes r if it is still the stored report of its task.
@@ -111,8 +112,19 @@ type Config struct {
 	Source Source
 	Runner Runner
 	Outbox Outbox
-	Clock  clock.Clock // default clock.Real{}
-	Logger *slog.Logger
+	// Committer, when set, is the source's own commit of a task's end (the local queue):
+	// the page, the fetch_result and the source's change of state for the report in one
+	// write, so that the report is acknowledged by the commit and skips the outbox. nil:
+	// the end is committed in the outbox and the report sent from there.
+	Committer downloader.TaskCommitter
+	// Pages and Results, when set, are stores outside the database of the outbox and the
+	// Committer (TiKV): a task's page and fetch_result are written there first, each
+	// durable when its call returns, then its report is committed. nil: the page and the
+	// result are committed in the report's write.
+	Pages   downloader.PageStore
+	Results downloader.ResultStore
+	Clock   clock.Clock // default clock.Real{}
+	Logger  *slog.Logger
 	// WorkerID names this downloader to the scheduler; default "downloader".
 	WorkerID string
 	// MaxHeldCount returns how many tasks the loop may hold at once. It is called before
@@ -356,15 +368,6 @@ func (l *Loop) unhold() {
 
 // runTask runs t and hands its outcome back.
 func (l *Loop) runTask(ctx context.Context, t *downloader.Task) {
-	if to, ok := l.cfg.Outbox.(TaskOutbox); ok {
-		var end func() error
-		ctx, end = to.WithTaskWrites(ctx)
-		defer func() {
-			if err := end(); err != nil {
-				l.log.Error("store task writes", "task_id", t.TaskID, "error", err)
-			}
-		}()
-	}
 	defer func() {
 		if v := recover(); v != nil {
 			l.log.Error("task run panicked: released", "task_id", t.TaskID, "url", t.URL, "panic", v, "stack", string(debug.Stack()))
@@ -374,7 +377,7 @@ func (l *Loop) runTask(ctx context.Context, t *downloader.Task) {
 	out := l.cfg.Runner.RunTask(ctx, t)
 	switch {
 	case out.Report != nil:
-		l.finish(ctx, out.Report)
+		l.finish(ctx, out.End())
 	case out.Release:
 		l.release(ctx, t.TaskID, out.RetryAfter)
 	default:
@@ -383,15 +386,23 @@ func (l *Loop) runTask(ctx context.Context, t *downloader.Task) {
 	}
 }
 
-// finish makes r durable in the outbox and wakes the sender. If the outbox cannot take it
-// (the store is closed or failing), the task is not acknowledged and its lease runs out:
-// it runs again (at least once).
-func (l *Loop) finish(ctx context.Context, r *downloader.Report) {
+// finish commits the task's end (commit) and hands the report to the sender, unless the
+// Committer's commit delivered it. If the end cannot be committed (the store is closed or
+// failing), the task is not acknowledged and its lease runs out: it runs again (at least
+// once).
+func (l *Loop) finish(ctx context.Context, end *downloader.TaskEnd) {
+	r := end.Report
 	delay := l.cfg.RetryMin
 	for attempt := 1; ; attempt++ {
-		err := l.cfg.Outbox.PutReport(ctx, r)
+		err := l.commit(ctx, end)
 		if err == nil {
 			break
+		}
+		if l.cfg.Committer != nil && permanent(err) {
+			// The source refused the report for good: its writes are committed (the
+			// Committer's contract), the report is dropped as a sent one would be.
+			l.sent(r, err)
+			return
 		}
 		if attempt == 3 || downloader.ErrorCode(err) == downloader.EUNAVAILABLE {
 			l.log.Error("report not stored: the task will run again after its lease", "task_id", r.TaskID, "error", err)
@@ -402,6 +413,10 @@ func (l *Loop) finish(ctx context.Context, r *downloader.Report) {
 			return
 		}
 		delay *= 2
+	}
+	if l.cfg.Committer != nil {
+		l.sent(r, nil)
+		return
 	}
 	l.freshMu.Lock()
 	if len(l.fresh) < maxFreshCount {
@@ -414,6 +429,30 @@ func (l *Loop) finish(ctx context.Context, r *downloader.Report) {
 	case l.sendc <- struct{}{}:
 	default:
 	}
+}
+
+// commit makes end durable in one write: in the Committer, else in the outbox. With
+// stores of their own (Config.Pages, Results) the page and the result are written there
+// first, once: a retry commits the rest.
+func (l *Loop) commit(ctx context.Context, end *downloader.TaskEnd) error {
+	if end.Page != nil && l.cfg.Pages != nil {
+		key, err := l.cfg.Pages.PutPage(ctx, end.Page)
+		if err != nil {
+			return fmt.Errorf("put page of %s: %w", end.Page.URL, err)
+		}
+		end.SetPageKey(key)
+		end.Page = nil
+	}
+	if end.Result != nil && l.cfg.Results != nil {
+		if err := l.cfg.Results.PutFetchResult(ctx, end.Result); err != nil {
+			return fmt.Errorf("put fetch_result of %s: %w", end.Result.URL, err)
+		}
+		end.Result = nil
+	}
+	if l.cfg.Committer != nil {
+		return l.cfg.Committer.CommitTask(ctx, end)
+	}
+	return l.cfg.Outbox.CommitTask(ctx, end)
 }
 
 // takeFresh returns up to reportPage reports handed over in memory, or fromStore when the

@@ -19,6 +19,7 @@ import (
 	"downloader/localqueue"
 	"downloader/origintest"
 	"downloader/server"
+	"downloader/store/embedded/embeddedtest"
 )
 
 // TestDelayedTasksRunAtTheirSlot: several tasks of one domain leased at once run one
@@ -279,8 +280,16 @@ func TestShutdownLetsInFlightFinishAndReleasesTheRest(t *testing.T) {
 // TestKillAndRestartMidCrawl: the local queue crawl is killed (the store goes away under
 // it, as in a crash: nothing more is written, nothing released or flushed), then a new
 // process on the same data dir finishes it. Every URL is fetched, and no URL twice except
-// those whose leases were in flight at the kill.
+// those whose leases were in flight at the kill. Both ways a task's end can be committed
+// with the local queue: by the queue itself (Config.Committer, the crawl's wiring), and
+// through the outbox (the crawl with discovery).
 func TestKillAndRestartMidCrawl(t *testing.T) {
+	for _, isCommitter := range []bool{true, false} {
+		t.Run(fmt.Sprintf("committer=%v", isCommitter), func(t *testing.T) { testKillAndRestartMidCrawl(t, isCommitter) })
+	}
+}
+
+func testKillAndRestartMidCrawl(t *testing.T, isCommitter bool) {
 	const maxHeld = 8
 	r := newRig(t, rigOptions{})
 	q, err := localqueue.Open(t.Context(), r.store, localqueue.Config{})
@@ -296,7 +305,11 @@ func TestKillAndRestartMidCrawl(t *testing.T) {
 		t.Fatal(err)
 	}
 	held := func() int { return maxHeld }
-	stop := r.run(t, q, lease.Config{MaxHeldCount: held, FlushTimeout: time.Millisecond})
+	cfg := lease.Config{MaxHeldCount: held, FlushTimeout: time.Millisecond}
+	if isCommitter {
+		cfg.Committer = q
+	}
+	stop := r.run(t, q, cfg)
 	waitFor(t, r.changes, "20 tasks done", func() bool { return q.Counts().DoneCount >= 20 })
 	// The kill: the store closes under the running loop.
 	if err := r.store.Close(); err != nil {
@@ -312,7 +325,11 @@ func TestKillAndRestartMidCrawl(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := q2.Counts()
-	r2.run(t, q2, lease.Config{MaxHeldCount: held})
+	cfg2 := lease.Config{MaxHeldCount: held}
+	if isCommitter {
+		cfg2.Committer = q2
+	}
+	r2.run(t, q2, cfg2)
 	waitFor(t, r.changes, "the crawl to finish", func() bool {
 		c := q2.Counts()
 		return c.PendingCount == 0 && c.LeasedCount == 0
@@ -341,7 +358,7 @@ func TestKillAndRestartMidCrawl(t *testing.T) {
 		t.Errorf("%d URLs fetched twice, more than the %d leases that can be in flight", twice, maxHeld)
 	}
 	// Every acknowledged task's page and fetch_result survived the kill: they are committed
-	// with its report (outbox.Outbox.WithTaskWrites).
+	// with its report in one write (localqueue.Queue.CommitTask).
 	pages := 0
 	err = q2.RangeDone(t.Context(), func(task *downloader.Task, rep *downloader.Report) bool {
 		if rep.PageKey == "" {
@@ -437,5 +454,49 @@ func TestEntriesTogetherNoViolations(t *testing.T) {
 	t.Logf("B: %d ok, %d refused; C: %d ok, %d refused; origin: %v; min gaps %v", okB.Load(), refusedB.Load(), okC.Load(), refusedC.Load(), r.origin.CountByHost(), r.origin.MinGaps())
 	if okB.Load()+okC.Load() == 0 {
 		t.Errorf("no B or C request got through: the test did not mix the entries")
+	}
+}
+
+// TestTaskEndWithStoresOfTheirOwn: with page and result stores outside the database of
+// the outbox and the committer (Config.Pages, Results: TiKV in cluster mode, another
+// embedded store here), a task's page and fetch_result are written there, and only its
+// report is committed by the committer, with the page's key.
+func TestTaskEndWithStoresOfTheirOwn(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	other := embeddedtest.Open(t, t.TempDir())
+	q, err := localqueue.Open(t.Context(), r.store, localqueue.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tasks []downloader.Task
+	for i := range 4 {
+		iv := int64(0)
+		tasks = append(tasks, downloader.Task{URL: hostURL(fmt.Sprintf("o%d.test", i), i), MinIntervalMs: &iv, ShouldStore: true})
+	}
+	if _, err := q.Submit(t.Context(), tasks); err != nil {
+		t.Fatal(err)
+	}
+	stop := r.run(t, q, lease.Config{Committer: q, Pages: other, Results: other})
+	waitFor(t, r.changes, "4 tasks done", func() bool { return q.Counts().DoneCount == 4 })
+	stop()
+	pages := 0
+	err = q.RangeDone(t.Context(), func(task *downloader.Task, rep *downloader.Report) bool {
+		if _, err := other.Page(t.Context(), rep.PageKey); err != nil {
+			t.Errorf("%s: page %q in the page store: %v", task.URL, rep.PageKey, err)
+		}
+		if _, err := r.store.Page(t.Context(), rep.PageKey); downloader.ErrorCode(err) != downloader.ENOTFOUND {
+			t.Errorf("%s: page %q in the committer's store: %v, want ENOTFOUND", task.URL, rep.PageKey, err)
+		}
+		pages++
+		return true
+	})
+	if err != nil || pages != 4 {
+		t.Errorf("RangeDone: %d pages checked, %v", pages, err)
+	}
+	if rs, _, err := other.FetchResults(t.Context(), "", 10, ""); err != nil || len(rs) != 4 {
+		t.Errorf("fetch results in the result store: %d, %v; want 4", len(rs), err)
+	}
+	if rs, _, err := r.store.FetchResults(t.Context(), "", 10, ""); err != nil || len(rs) != 0 {
+		t.Errorf("fetch results in the committer's store: %d, %v; want none", len(rs), err)
 	}
 }

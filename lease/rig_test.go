@@ -39,11 +39,11 @@ func TestMain(m *testing.M) {
 // Interface checks: both sources satisfy lease.Source, the engine is a Runner and the
 // embedded outbox an Outbox.
 var (
-	_ lease.Source     = (*scheduler.Client)(nil)
-	_ lease.Source     = (*localqueue.Queue)(nil)
-	_ lease.Runner     = (*engine.Engine)(nil)
-	_ lease.Outbox     = (*outbox.Outbox)(nil)
-	_ lease.TaskOutbox = (*outbox.Outbox)(nil)
+	_ lease.Source             = (*scheduler.Client)(nil)
+	_ lease.Source             = (*localqueue.Queue)(nil)
+	_ downloader.TaskCommitter = (*localqueue.Queue)(nil)
+	_ lease.Runner             = (*engine.Engine)(nil)
+	_ lease.Outbox             = (*outbox.Outbox)(nil)
 )
 
 // originLatencyAllowance is how much earlier than the interval the origin may see a
@@ -147,12 +147,11 @@ type notifyingOutbox struct {
 
 var (
 	_ lease.BatchOutbox = notifyingOutbox{}
-	_ lease.TaskOutbox  = notifyingOutbox{}
 )
 
-func (w notifyingOutbox) PutReport(ctx context.Context, r *downloader.Report) error {
+func (w notifyingOutbox) CommitTask(ctx context.Context, end *downloader.TaskEnd) error {
 	defer w.n.notify()
-	return w.o.PutReport(ctx, r)
+	return w.o.CommitTask(ctx, end)
 }
 
 func (w notifyingOutbox) PendingReports(ctx context.Context, after string, limit int) ([]downloader.Report, error) {
@@ -169,12 +168,16 @@ func (w notifyingOutbox) DeleteReports(ctx context.Context, rs []downloader.Repo
 	return w.o.DeleteReports(ctx, rs)
 }
 
-func (w notifyingOutbox) WithTaskWrites(ctx context.Context) (context.Context, func() error) {
-	taskCtx, end := w.o.WithTaskWrites(ctx)
-	return taskCtx, func() error {
-		defer w.n.notify()
-		return end()
-	}
+// notifyingCommitter is a source's commit of a task's end (the local queue's) that tells
+// the notifier once it is done.
+type notifyingCommitter struct {
+	c downloader.TaskCommitter
+	n *notifier
+}
+
+func (w notifyingCommitter) CommitTask(ctx context.Context, end *downloader.TaskEnd) error {
+	defer w.n.notify()
+	return w.c.CommitTask(ctx, end)
 }
 
 // notifyingSource is a single-form source (the local queue) that tells the notifier after
@@ -560,6 +563,9 @@ func (r *rig) run(t *testing.T, src lease.Source, cfg lease.Config) (stop func()
 		src = notifyingSource{src, r.changes}
 	}
 	cfg.Source, cfg.Runner, cfg.Outbox = src, r.eng, notifyingOutbox{r.outbox, r.changes}
+	if cfg.Committer != nil {
+		cfg.Committer = notifyingCommitter{cfg.Committer, r.changes}
+	}
 	if cfg.PollMax == 0 {
 		cfg.PollMax = 20 * time.Millisecond
 	}

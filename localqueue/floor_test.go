@@ -1,7 +1,6 @@
 package localqueue
 
 import (
-	"downloader/store/embedded/embeddedtest"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,6 +9,7 @@ import (
 
 	"downloader"
 	"downloader/clock"
+	"downloader/store/embedded/embeddedtest"
 	"downloader/store/keys"
 )
 

@@ -1,7 +1,6 @@
 package localqueue
 
 import (
-	"downloader/store/embedded/embeddedtest"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -10,6 +9,7 @@ import (
 	"downloader"
 	"downloader/clock"
 	"downloader/store/embedded"
+	"downloader/store/embedded/embeddedtest"
 )
 
 // TestFreshRecords: the first lease of a task submitted by this process hands out the

@@ -3,6 +3,7 @@ package localqueue
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"downloader"
 	"downloader/store/embedded"
@@ -116,4 +117,100 @@ func rangeRecords(ctx context.Context, ks *embedded.Keyspace, f func(rec *queueR
 		}
 	}
 	return iter.Error()
+}
+
+// Counts returns the queue's counts.
+func (q *Queue) Counts() Counts {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.counts.clone()
+}
+
+// TaskRecord is a task as the queue keeps it.
+type TaskRecord struct {
+	downloader.Task
+	State       string             `json:"state"` // as stored: TaskPending, ...; Status for the API
+	SubmittedAt time.Time          `json:"submitted_at"`
+	LeaseCount  int                `json:"lease_count"`
+	Report      *downloader.Report `json:"report,omitempty"` // the last report
+	// AttemptCount counts the attempts that reached the origin; OwnFailureCount the
+	// failures of our own that were retried in place.
+	AttemptCount    int       `json:"attempt_count"`
+	OwnFailureCount int       `json:"own_failure_count"`
+	NextAttemptAt   time.Time `json:"next_attempt_at,omitzero"` // while waiting out a backoff
+	Depth           int       `json:"depth,omitempty"`          // links from a seed (queueRecord.Depth)
+}
+
+// Status is the record's state as the task status API names it.
+func (r *TaskRecord) Status() downloader.TaskState {
+	switch r.State {
+	case TaskLeased:
+		return downloader.TaskLeased
+	case TaskSkipped:
+		return downloader.TaskSkipped
+	case TaskDone:
+		if r.Report != nil && r.Report.FailReason != nil && *r.Report.FailReason != "" {
+			return downloader.TaskFailed
+		}
+		return downloader.TaskDone
+	}
+	return downloader.TaskQueued
+}
+
+// TaskStatus is the record as the task status API shows it.
+func (r *TaskRecord) TaskStatus() downloader.TaskStatus {
+	st := downloader.TaskStatus{TaskID: r.TaskID, URL: r.URL, Domain: r.Domain, MinIntervalMs: r.MinIntervalMs,
+		ShouldRender: r.ShouldRender, ShouldStore: r.ShouldStore, State: r.Status(),
+		AttemptCount: r.AttemptCount, OwnFailureCount: r.OwnFailureCount, SubmittedAt: r.SubmittedAt.UTC()}
+	if rep := r.Report; rep != nil {
+		st.FailReason, st.HTTPStatus, st.PageKey = rep.FailReason, rep.HTTPStatus, rep.PageKey
+		if rep.SkipReason != "" {
+			sr := rep.SkipReason
+			st.SkipReason = &sr
+		} else {
+			has := rep.HasReachedOrigin
+			st.HasReachedOrigin = &has
+		}
+		at := rep.FetchedAt.UTC()
+		st.FetchedAt = &at
+	}
+	if !r.NextAttemptAt.IsZero() {
+		at := r.NextAttemptAt.UTC()
+		st.NextAttemptAt = &at
+	}
+	if r.State == TaskLeased && !r.LeaseExpiresAt.IsZero() {
+		at := r.LeaseExpiresAt.UTC()
+		st.LeaseExpiresAt = &at
+	}
+	return st
+}
+
+func (rec *queueRecord) taskRecord() *TaskRecord {
+	return &TaskRecord{Task: rec.Task, State: rec.State, SubmittedAt: rec.SubmittedAt, LeaseCount: rec.LeaseCount,
+		Report: rec.Report, AttemptCount: rec.AttemptCount, OwnFailureCount: rec.OwnFailureCount, NextAttemptAt: rec.NextAttemptAt, Depth: rec.Depth}
+}
+
+// Task returns one task's record, or an ENOTFOUND error.
+func (q *Queue) Task(ctx context.Context, taskID string) (*TaskRecord, error) {
+	release, err := q.ks.Acquire(ctx, "get task")
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	rec, ok, err := q.record(nil, taskID)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, downloader.Errorf(downloader.ENOTFOUND, "task %q is not in the local queue", taskID)
+	}
+	return rec.taskRecord(), nil
+}
+
+// RangeDone calls f for every finished task's report (done or skipped), in task id order,
+// until f returns false. It reads the whole queue; use it for summaries, not per request.
+func (q *Queue) RangeDone(ctx context.Context, f func(t *downloader.Task, r *downloader.Report) bool) error {
+	return rangeRecords(ctx, q.ks, func(rec *queueRecord) bool {
+		return !(rec.State == TaskDone || rec.State == TaskSkipped) || rec.Report == nil || f(&rec.Task, rec.Report)
+	})
 }

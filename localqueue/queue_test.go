@@ -1,7 +1,6 @@
 package localqueue
 
 import (
-	"downloader/store/embedded/embeddedtest"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -11,6 +10,7 @@ import (
 	"downloader"
 	"downloader/clock"
 	"downloader/store/embedded"
+	"downloader/store/embedded/embeddedtest"
 )
 
 var queueStart = time.Date(2026, 5, 6, 7, 0, 0, 0, time.UTC)

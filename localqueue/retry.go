@@ -1,19 +1,12 @@
 package localqueue
 
 import (
-	"container/heap"
-	"context"
-	"encoding/binary"
-	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
-
 	"downloader"
 	"downloader/retryafter"
-	"downloader/store/keys"
 )
 
 // Retries. The local queue stands in for the scheduler (SPEC §1), so it follows the
@@ -152,139 +145,4 @@ func (c *Config) backoff(attempt int) time.Duration {
 	d = min(d, c.RetryMaxDelay)
 	half := d / 2
 	return half + time.Duration(c.Jitter()*float64(d-half))
-}
-
-func retryKey(taskID string) []byte { return []byte(queueRetrPrefix + taskID) }
-
-func retryValue(at time.Time, domain string) []byte {
-	v := make([]byte, 8, 8+len(domain))
-	binary.BigEndian.PutUint64(v, uint64(at.UnixNano()))
-	return append(v, domain...)
-}
-
-// loadRetries rebuilds the retry heap from the index. Requires q.mu held.
-func (q *Queue) loadRetries(ctx context.Context) error {
-	iter, err := q.ks.NewIter(ctx, []byte(queueRetrPrefix), keys.PrefixEnd(queueRetrPrefix))
-	if err != nil {
-		return fmt.Errorf("local queue: scan retries: %w", err)
-	}
-	for ok := iter.First(); ok; ok = iter.Next() {
-		v, err := iter.ValueAndErr()
-		if err != nil || len(v) < 8 {
-			_ = iter.Close()
-			return fmt.Errorf("local queue: retry entry %q: %v", iter.Key(), err)
-		}
-		q.retries = append(q.retries, retryEntry{
-			taskID: string(iter.Key()[len(queueRetrPrefix):]),
-			domain: string(v[8:]),
-			at:     time.Unix(0, int64(binary.BigEndian.Uint64(v[:8]))),
-		})
-	}
-	if err := iter.Close(); err != nil {
-		return fmt.Errorf("local queue: scan retries: %w", err)
-	}
-	heap.Init(&q.retries)
-	return nil
-}
-
-// promoteRetriesLocked moves the tasks whose backoff is over by now into the pending
-// index, first of their domains. Requires q.mu held.
-func (q *Queue) promoteRetriesLocked(now time.Time) error {
-	if q.retries.Len() == 0 || q.retries[0].at.After(now) {
-		return nil
-	}
-	b := q.ks.NewBatch()
-	defer b.Close()
-	var due []retryEntry
-	for q.retries.Len() > 0 && !q.retries[0].at.After(now) {
-		e := heap.Pop(&q.retries).(retryEntry)
-		due = append(due, e)
-	}
-	var back []*queueRecord
-	for _, e := range due {
-		rec, ok, err := q.record(nil, e.taskID)
-		if err == nil && ok && (rec.State != TaskPending || rec.NextAttemptAt.IsZero()) {
-			ok = false // finished or promoted meanwhile: the entry is stale
-		}
-		if err == nil {
-			err = b.Delete(retryKey(e.taskID), nil)
-		}
-		if err == nil && ok {
-			rec.NextAttemptAt = time.Time{}
-			err = q.putRecord(b, rec)
-			if err == nil {
-				err = b.Set(pendingKey(rec.Domain, rec.Seq), []byte(rec.TaskID), nil)
-			}
-			back = append(back, rec)
-		}
-		if err != nil {
-			for _, e := range due {
-				heap.Push(&q.retries, e)
-			}
-			return fmt.Errorf("local queue: promote retries: %w", err)
-		}
-	}
-	if err := q.commit(b, q.counts, pebble.NoSync); err != nil {
-		for _, e := range due {
-			heap.Push(&q.retries, e)
-		}
-		return err
-	}
-	for _, rec := range back {
-		q.addPendingLocked(rec.Domain, rec.Seq, rec.TaskID, time.Time{})
-	}
-	return nil
-}
-
-// holdLocked keeps domain's tasks back until at. Requires q.mu held.
-func (q *Queue) holdLocked(domain string, at time.Time) {
-	q.holds[domain] = later(q.holds[domain], at)
-	if d := q.domains[domain]; d != nil && at.After(d.nextAt) {
-		d.nextAt = at
-		if d.index >= 0 {
-			heap.Fix(&q.ready, d.index)
-		}
-	}
-}
-
-// SetCrawlDelay makes the queue hand out domain's tasks at least d apart (robots.txt
-// Crawl-delay, learned by the crawl's robots gate): the queue plays the sampler here,
-// whose interval is max(crawl_delay, the default). The tasks' own min_interval_ms is
-// raised to it by the gate when they run; this keeps them from being leased only to wait.
-// Kept in memory, one entry per domain; d <= 0 removes it.
-func (q *Queue) SetCrawlDelay(domain string, d time.Duration) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if d <= 0 {
-		delete(q.floors, domain)
-		return
-	}
-	q.floors[domain] = min(d, downloader.MaxMinInterval)
-}
-
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
-}
-
-type retryEntry struct {
-	taskID string
-	domain string
-	at     time.Time
-}
-
-// retryHeap orders waiting retries by next_attempt_at.
-type retryHeap []retryEntry
-
-func (h retryHeap) Len() int           { return len(h) }
-func (h retryHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
-func (h retryHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *retryHeap) Push(x any)        { *h = append(*h, x.(retryEntry)) }
-func (h *retryHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return e
 }

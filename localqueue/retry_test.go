@@ -1,7 +1,6 @@
 package localqueue
 
 import (
-	"downloader/store/embedded/embeddedtest"
 	"path/filepath"
 	"testing"
 	"time"
@@ -9,6 +8,7 @@ import (
 	"downloader"
 	"downloader/clock"
 	"downloader/store/embedded"
+	"downloader/store/embedded/embeddedtest"
 )
 
 func openRetryQueue(t *testing.T, s *embedded.Store, clk clock.Clock) *Queue {

@@ -2,7 +2,7 @@
 // the local queue) has not acknowledged yet, kept durably so that none is lost when the
 // source is down or the process stops. It persists in the embedded store's Pebble
 // database, in the keyspace the store hands it (embedded.ReportOutboxPrefix), so that a
-// task's page, fetch_result and report are committed as one batch (WithTaskWrites).
+// task's page, fetch_result and report are committed as one batch (CommitTask).
 package outbox
 
 import (
@@ -69,15 +69,6 @@ func New(s *embedded.Store) *Outbox {
 	return &Outbox{ks: s.OutboxKeyspace(), st: s, seed: maphash.MakeSeed(), floor: []byte(outboxPrefix)}
 }
 
-// WithTaskWrites returns a context under which the Store of this outbox defers the task's
-// PutPage and PutFetchResult to the task's PutReport, which commits them and the report in
-// one synchronous batch. end must be called when the task is done: it commits what no
-// report took (synchronously) and releases the scope; its error is also logged by the
-// caller. It satisfies lease.TaskOutbox.
-func (o *Outbox) WithTaskWrites(ctx context.Context) (context.Context, func() error) {
-	return o.st.WithTaskWrites(ctx)
-}
-
 func (o *Outbox) lock(taskID string) func() {
 	mu := &o.locks[maphash.String(o.seed, taskID)%uint64(len(o.locks))]
 	mu.Lock()
@@ -86,27 +77,37 @@ func (o *Outbox) lock(taskID string) func() {
 
 // PutReport stores r in the outbox, replacing an earlier report of the same task. It
 // returns once r is durable (a synchronous commit): only then may the task be
-// acknowledged anywhere. Under a task scope of this outbox (WithTaskWrites) the task's
-// pending page and fetch_result are in the same batch.
+// acknowledged anywhere.
 func (o *Outbox) PutReport(ctx context.Context, r *downloader.Report) error {
+	return o.CommitTask(ctx, &downloader.TaskEnd{Report: r})
+}
+
+// CommitTask commits a task's end in one synchronous batch: its page and fetch_result in
+// the Store's tables (embedded.Keyspace.StageTaskEnd, which fills the report's page key)
+// and its report in the outbox, replacing an earlier report of the same task. It returns
+// once all are durable; concurrent commits share one fsync. It satisfies
+// downloader.TaskCommitter.
+func (o *Outbox) CommitTask(ctx context.Context, end *downloader.TaskEnd) error {
+	r := end.Report
 	if r == nil || r.TaskID == "" {
 		return downloader.Invalidf("task_id", "a report needs a task_id")
-	}
-	v, err := encodeReport(r)
-	if err != nil {
-		return fmt.Errorf("outbox: encode report %s: %w", r.TaskID, err)
 	}
 	release, err := o.ks.Acquire(ctx, "put report")
 	if err != nil {
 		return err
 	}
 	defer release()
-	b, done, err := o.ks.TaskBatch(ctx)
+	b := o.ks.NewBatch()
+	defer b.Close()
+	done, err := o.ks.StageTaskEnd(ctx, b, end)
 	if err != nil {
 		return fmt.Errorf("outbox: put report %s: %w", r.TaskID, err)
 	}
-	defer b.Close()
-	if err := b.Set(outboxKey(r.TaskID), v, nil); err != nil {
+	v, err := encodeReport(r) // after staging: it filled the page key
+	if err == nil {
+		err = b.Set(outboxKey(r.TaskID), v, nil)
+	}
+	if err != nil {
 		done(err)
 		return fmt.Errorf("outbox: put report %s: %w", r.TaskID, err)
 	}

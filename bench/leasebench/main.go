@@ -247,7 +247,7 @@ func runEntryA(w workload, maxConcurrent, heldPerSlot int) (result, error) {
 			return res, err
 		}
 	}
-	loop, err := lease.New(lease.Config{Source: q, Runner: eng, Outbox: outbox.New(st), Clock: clk,
+	loop, err := lease.New(lease.Config{Source: q, Committer: q, Runner: eng, Outbox: outbox.New(st), Clock: clk,
 		Logger:       slog.New(slog.DiscardHandler),
 		MaxHeldCount: func() int { return heldPerSlot * gate.Capacity() }, MaxLeaseCount: 100, PollMax: 50 * time.Millisecond})
 	if err != nil {

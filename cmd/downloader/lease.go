@@ -78,14 +78,26 @@ type entryA struct {
 	done        chan struct{}
 }
 
+// taskStores are where entry A's pages and fetch_results are kept: st's own, or TiKV's.
+type taskStores struct {
+	pages   downloader.PageStore
+	results downloader.ResultStore
+}
+
 // newEntryA builds entry A on st: with c.Lease.SchedulerURL set it leases from the
-// scheduler, else from the local queue kept in st.
-func newEntryA(ctx context.Context, c *config, logger *slog.Logger, clk clock.Clock, st *embedded.Store, eng *engine.Engine, lim *limiter.Limiter, gate *limiter.Gate, fetcher engine.Fetcher, guard *netguard.Guard) (*entryA, error) {
+// scheduler, else from the local queue kept in st. A task's end is committed in one
+// write of st (its page, fetch_result and report, or with the local queue the queue's
+// change of state instead of the report); with the TiKV store its page and fetch_result
+// are written to TiKV first (ts).
+func newEntryA(ctx context.Context, c *config, logger *slog.Logger, clk clock.Clock, st *embedded.Store, ts taskStores, eng *engine.Engine, lim *limiter.Limiter, gate *limiter.Gate, fetcher engine.Fetcher, guard *netguard.Guard) (*entryA, error) {
 	a := &entryA{log: logger, defaultIv: time.Duration(c.DefaultMinIntervalMs) * time.Millisecond, headerPolicy: c.headerPolicy()}
 	cfg := lease.Config{
 		Runner: eng, Outbox: outbox.New(st), Clock: clk, Logger: logger, WorkerID: c.Lease.WorkerID,
 		MaxHeldCount:  func() int { return heldPerSlot * gate.Capacity() },
 		MaxLeaseCount: maxLeaseCount,
+	}
+	if c.Cluster.Store == storeTiKV {
+		cfg.Pages, cfg.Results = ts.pages, ts.results
 	}
 	if c.Lease.SchedulerURL != "" {
 		cl, err := scheduler.New(scheduler.Config{URL: c.Lease.SchedulerURL, Logger: logger})
@@ -99,8 +111,11 @@ func newEntryA(ctx context.Context, c *config, logger *slog.Logger, clk clock.Cl
 		if err != nil {
 			return nil, fmt.Errorf("open local queue: %w", err)
 		}
-		a.queue, cfg.Source = q, q
+		a.queue, cfg.Source, cfg.Committer = q, q, q
 		if c.discovery != nil {
+			// Discovery reads a task's page before the queue takes its report
+			// (discoverSource): the end goes through the outbox, the report after it.
+			cfg.Committer = nil
 			if c.Cluster.Store == storeTiKV {
 				return nil, fmt.Errorf("crawl --max-depth reads the pages from the embedded store: not with --store tikv")
 			}

@@ -21,7 +21,7 @@ const (
 
 // Keyspace is the handle a package keeping a table in this store's database works
 // through: reads, batches and iterators of the database, held open against Close like
-// every operation of the Store, and the task scope's batch (TaskBatch). Point operations
+// every operation of the Store, and the staging of a task's end in a batch (StageTaskEnd). Point operations
 // and iterator bounds are checked to lie under the prefix; a batch's keys are the caller's
 // to keep there (a check per key would cost what the handle is for).
 type Keyspace struct {
@@ -96,29 +96,4 @@ func (k *Keyspace) NewIter(ctx context.Context, lower, upper []byte) (*pebble.It
 // the lock back before the fsync, so that concurrent writers share one.
 func (k *Keyspace) ApplyNoSyncWait(b *pebble.Batch, opts *pebble.WriteOptions) error {
 	return k.s.db.ApplyNoSyncWait(b, opts)
-}
-
-// TaskBatch returns a new batch holding the pending writes of the task scope ctx carries
-// (Store.WithTaskWrites), or an empty batch when ctx carries no scope of this store, for
-// the caller to add its own writes to and commit. done must be called once the commit is
-// over, with its error: on nil the scope's writes are durable and forgotten, and whoever
-// waits for its pages is woken; on an error they stay in the scope for its end to commit.
-// The scope is held from TaskBatch to done: its task writes nothing meanwhile.
-func (k *Keyspace) TaskBatch(ctx context.Context) (b *pebble.Batch, done func(err error), err error) {
-	sc := k.s.scopeOf(ctx)
-	if sc == nil {
-		return k.s.db.NewBatch(), func(error) {}, nil
-	}
-	sc.mu.Lock()
-	b, err = sc.batchLocked()
-	if err != nil {
-		sc.mu.Unlock()
-		return nil, nil, err
-	}
-	return b, func(err error) {
-		if err == nil {
-			sc.committedLocked(nil)
-		}
-		sc.mu.Unlock()
-	}, nil
 }

@@ -18,9 +18,8 @@ const pagePrefix = keys.PageContent
 // PutPage stores p's body under its content hash and returns the key (the lower-case hex
 // SHA-256 of the body). A body already stored is not written again: the first page stored
 // with a body keeps its metadata (url, final_url, content_type, fetched_at). It returns
-// once the page is durable, or, under a task scope of this store (WithTaskWrites),
-// once the page is added to the scope: it is durable when the task's report is. It then
-// records the page as its URL's latest (pageindex.go).
+// once the page is durable, and records it as its URL's latest (pageindex.go). Entry A's
+// pages are committed with their task's report instead (StageTaskEnd).
 func (s *Store) PutPage(ctx context.Context, p *downloader.Page) (string, error) {
 	if p == nil {
 		return "", downloader.Invalidf("page", "page is required")
@@ -43,10 +42,6 @@ func (s *Store) putPage(ctx context.Context, p *downloader.Page) (string, error)
 	}
 	defer release()
 
-	sc := s.scopeOf(ctx)
-	if sc != nil && sc.hasPage(key) {
-		return key, nil
-	}
 	// Register the write before looking the body up, so that one lookup serves: a write
 	// of the same body that ended before this registration is committed (visible to it),
 	// one still running is waited for. A repeated body is caught before compression.
@@ -70,12 +65,6 @@ func (s *Store) putPage(ctx context.Context, p *downloader.Page) (string, error)
 		return key, err
 	}
 	v, _ := s.codec.Encode(p, 0)
-	if sc != nil {
-		// In a task scope the page is committed with the task's report (taskwrites.go);
-		// until then others writing the same body wait for that commit.
-		sc.addPage(key, w, dbKey, v)
-		return key, nil
-	}
 	if err := s.db.Set(dbKey, v, s.opts.pageWrite); err != nil {
 		w.err = fmt.Errorf("embedded store: put page %s: %w", key, err)
 	} else {

@@ -29,29 +29,11 @@ var (
 )
 
 // PutFetchResult appends r. r.FetchedAt must be set (records are ordered by it). It
-// returns once the record is durable, or, under a task scope of this store
-// (WithTaskWrites), once it is added to the scope: it is durable when the task's
-// report is.
+// returns once the record is durable.
 func (s *Store) PutFetchResult(ctx context.Context, r *downloader.FetchResult) error {
-	if r == nil {
-		return downloader.Invalidf("fetch_result", "fetch_result is required")
-	}
-	if r.FetchedAt.Before(minFetchedAt) || r.FetchedAt.After(maxFetchedAt) {
-		return downloader.Invalidf("fetched_at", "fetched_at %s is out of range", r.FetchedAt.Format(time.RFC3339Nano))
-	}
-	rec := *r
-	rec.FetchedAt = rec.FetchedAt.UTC()
-	v, err := rec.AppendJSON(make([]byte, 0, 512)) // json.Marshal's bytes, without its reflection
+	v, err := encodeFetchResult(r)
 	if err != nil {
-		return fmt.Errorf("embedded store: encode fetch result: %w", err)
-	}
-	if sc := s.scopeOf(ctx); sc != nil {
-		id := s.nextID(rec.FetchedAt)
-		sc.add(resultKey(id), v)
-		if rec.Domain != "" {
-			sc.add(byDomainKey(rec.Domain, id), nil)
-		}
-		return nil
+		return err
 	}
 	release, err := s.acquire(ctx, "put fetch result")
 	if err != nil {
@@ -61,13 +43,30 @@ func (s *Store) PutFetchResult(ctx context.Context, r *downloader.FetchResult) e
 
 	b := s.db.NewBatch()
 	defer b.Close()
-	if err := s.addFetchResult(b, rec.Domain, rec.FetchedAt, v); err != nil {
+	if err := s.addFetchResult(b, r.Domain, r.FetchedAt.UTC(), v); err != nil {
 		return err
 	}
 	if err := b.Commit(s.opts.resultWrite); err != nil {
 		return fmt.Errorf("embedded store: put fetch result: %w", err)
 	}
 	return nil
+}
+
+// encodeFetchResult checks r and returns it as stored: JSON, fetched_at in UTC.
+func encodeFetchResult(r *downloader.FetchResult) ([]byte, error) {
+	if r == nil {
+		return nil, downloader.Invalidf("fetch_result", "fetch_result is required")
+	}
+	if r.FetchedAt.Before(minFetchedAt) || r.FetchedAt.After(maxFetchedAt) {
+		return nil, downloader.Invalidf("fetched_at", "fetched_at %s is out of range", r.FetchedAt.Format(time.RFC3339Nano))
+	}
+	rec := *r
+	rec.FetchedAt = rec.FetchedAt.UTC()
+	v, err := rec.AppendJSON(make([]byte, 0, 512)) // json.Marshal's bytes, without its reflection
+	if err != nil {
+		return nil, fmt.Errorf("embedded store: encode fetch result: %w", err)
+	}
+	return v, nil
 }
 
 // addFetchResult adds to b the record v (a FetchResult as JSON) and its index entry.

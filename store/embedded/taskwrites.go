@@ -2,139 +2,116 @@ package embedded
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
-	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"downloader"
+	"downloader/store/keys"
 )
 
-// A task scope gathers what entry A writes for one task, its page and its fetch_result,
-// so that they are committed with the task's report in the outbox as one batch: one pass
-// through Pebble's commit pipeline (whose single writer appends each batch to the
-// write-ahead log in turn) and one fsync shared with concurrent tasks, instead of three of
-// each. Nothing is acknowledged before that commit, so the page and the result are as
-// durable as before when the task is acknowledged (SPEC §1: at least once).
-//
-// The scope travels in the context the lease loop hands the runner (WithTaskWrites, which
-// the outbox's WithTaskWrites calls): the engine calls PutPage and PutFetchResult as usual,
-// and this Store, finding a scope of its own in ctx, adds their writes to it instead of
-// committing them; the outbox's PutReport takes them into its batch (Keyspace.TaskBatch).
-// Another store (TiKV) ignores the scope and commits as it always does.
+// A task's end (downloader.TaskEnd) is committed as one batch: its page, its fetch_result
+// and, added by the keyspace that commits it, its report in the outbox or the local
+// queue's change of state. One pass through Pebble's commit pipeline, and one fsync
+// shared with the tasks committing at the same time (the pipeline's single writer appends
+// each batch to the write-ahead log in turn and syncs them together), instead of one per
+// write. The page's key, the SHA-256 of its body, is known only here: staging fills it
+// into the report and the result before the caller adds the report.
 
-type taskScopeKey struct{}
-
-// taskScope is the pending writes of one task. Safe for concurrent use, although one task
-// writes from one goroutine.
-type taskScope struct {
-	s  *Store
-	mu sync.Mutex
-	// ops are the pending sets, in the order they were made.
-	ops []taskOp
-	// pages are the page writes registered in s.pageWrites by this scope: others writing
-	// the same body wait for this scope's commit.
-	pages []scopePage
+// StageTaskEnd adds end's page (unless that body is stored already) with its URL's
+// index entry, and end's fetch_result, to b, and fills end's page key. done must be
+// called once b's commit is over, with its error: it wakes those writing the same body
+// meanwhile, who wait for this commit. Call it between Acquire and release.
+func (k *Keyspace) StageTaskEnd(ctx context.Context, b *pebble.Batch, end *downloader.TaskEnd) (done func(err error), err error) {
+	return k.s.stageTaskEnd(ctx, b, end)
 }
 
-type taskOp struct{ key, value []byte }
-
-type scopePage struct {
-	key string
-	w   *pageWrite
-}
-
-// scopeOf returns the task scope of s carried by ctx, or nil.
-func (s *Store) scopeOf(ctx context.Context) *taskScope {
-	sc, _ := ctx.Value(taskScopeKey{}).(*taskScope)
-	if sc == nil || sc.s != s {
-		return nil
-	}
-	return sc
-}
-
-func (sc *taskScope) add(key, value []byte) {
-	sc.mu.Lock()
-	sc.ops = append(sc.ops, taskOp{key: key, value: value})
-	sc.mu.Unlock()
-}
-
-func (sc *taskScope) addPage(key string, w *pageWrite, dbKey, value []byte) {
-	sc.mu.Lock()
-	sc.ops = append(sc.ops, taskOp{key: dbKey, value: value})
-	sc.pages = append(sc.pages, scopePage{key: key, w: w})
-	sc.mu.Unlock()
-}
-
-// batch returns a new batch holding the scope's pending writes. Requires sc.mu held.
-func (sc *taskScope) batchLocked() (*pebble.Batch, error) {
-	b := sc.s.db.NewBatch()
-	for _, op := range sc.ops {
-		if err := b.Set(op.key, op.value, nil); err != nil {
-			_ = b.Close()
-			return nil, fmt.Errorf("embedded store: task writes: %w", err)
-		}
-	}
-	return b, nil
-}
-
-// committedLocked forgets the writes now durable (err nil) or given up (err set) and wakes
-// those waiting for the scope's pages. Requires sc.mu held.
-func (sc *taskScope) committedLocked(err error) {
-	if err == nil {
-		sc.s.pageWriteCount.Add(int64(len(sc.pages)))
-	}
-	for _, p := range sc.pages {
-		p.w.err = err
-		sc.s.endPageWrite(p.key, p.w)
-	}
-	sc.ops, sc.pages = nil, nil
-}
-
-// end commits, synchronously, whatever the scope still holds (a task that stored a result
-// and then made no report), so that nothing the runner stored is lost, and wakes those
-// waiting for its pages either way.
-func (sc *taskScope) end() error {
-	sc.mu.Lock()
-	defer sc.mu.Unlock()
-	if len(sc.ops) == 0 {
-		sc.committedLocked(nil)
-		return nil
-	}
-	release, err := sc.s.acquire(context.Background(), "task writes")
-	if err != nil {
-		sc.committedLocked(err)
-		return err
-	}
-	defer release()
-	b, err := sc.batchLocked()
-	if err == nil {
-		err = b.Commit(pebble.Sync)
-		_ = b.Close()
+func (s *Store) stageTaskEnd(ctx context.Context, b *pebble.Batch, end *downloader.TaskEnd) (done func(err error), err error) {
+	done = func(error) {}
+	if end.Page != nil {
+		key, w, err := s.stagePage(ctx, b, end.Page)
 		if err != nil {
-			err = fmt.Errorf("embedded store: task writes: %w", err)
+			return nil, err
+		}
+		end.SetPageKey(key)
+		if w != nil {
+			done = func(err error) {
+				if err == nil {
+					s.pageWriteCount.Add(1)
+				} else {
+					w.err = fmt.Errorf("embedded store: put page %s: %w", key, err)
+				}
+				s.endPageWrite(key, w)
+			}
+		}
+		if err := stagePageIndex(b, end.Page, key); err != nil {
+			done(err)
+			return nil, err
 		}
 	}
-	sc.committedLocked(err)
-	return err
-}
-
-// hasPage reports whether the scope already holds the page key.
-func (sc *taskScope) hasPage(key string) bool {
-	sc.mu.Lock()
-	defer sc.mu.Unlock()
-	for _, p := range sc.pages {
-		if p.key == key {
-			return true
+	if r := end.Result; r != nil {
+		v, err := encodeFetchResult(r)
+		if err == nil {
+			err = s.addFetchResult(b, r.Domain, r.FetchedAt.UTC(), v)
+		}
+		if err != nil {
+			done(err)
+			return nil, err
 		}
 	}
-	return false
+	return done, nil
 }
 
-// WithTaskWrites returns a context under which this Store defers the task's PutPage and
-// PutFetchResult to the first commit of a Keyspace's TaskBatch under it (the outbox's
-// PutReport), which commits them and the report in one synchronous batch. end must be
-// called when the task is done: it commits what no report took (synchronously) and
-// releases the scope; its error is also logged by the caller.
-func (s *Store) WithTaskWrites(ctx context.Context) (context.Context, func() error) {
-	sc := &taskScope{s: s}
-	return context.WithValue(ctx, taskScopeKey{}, sc), sc.end
+// stagePage adds p to b unless its body is stored already, and returns its key and, when
+// it was added, the write registered for it (endPageWrite once committed). A write of the
+// same body in progress is waited for: the body is durable when that write is.
+func (s *Store) stagePage(ctx context.Context, b *pebble.Batch, p *downloader.Page) (string, *pageWrite, error) {
+	sum := sha256.Sum256(p.Body)
+	key := hex.EncodeToString(sum[:])
+	dbKey := []byte(pagePrefix + key)
+	w, first, mayExist := s.startPageWrite(key, &sum)
+	if !first {
+		select {
+		case <-w.done:
+			return key, nil, w.err
+		case <-ctx.Done():
+			return "", nil, fmt.Errorf("embedded store: put page %s: %w", key, ctx.Err())
+		}
+	}
+	if !mayExist {
+		s.pageLookupSkipCount.Add(1)
+	} else if ok, err := s.has(dbKey); err != nil || ok {
+		w.err = err
+		s.endPageWrite(key, w)
+		return key, nil, err
+	}
+	v, _ := s.codec.Encode(p, 0)
+	if err := b.Set(dbKey, v, nil); err != nil {
+		w.err = fmt.Errorf("embedded store: put page %s: %w", key, err)
+		s.endPageWrite(key, w)
+		return "", nil, w.err
+	}
+	return key, w, nil
+}
+
+// stagePageIndex adds to b the URL index entry of p stored under key (pageindex.go).
+func stagePageIndex(b *pebble.Batch, p *downloader.Page, key string) error {
+	k := keys.PageByURLKey(p.URL)
+	if p.Validators.IsZero() {
+		if err := b.Delete(k, nil); err != nil {
+			return fmt.Errorf("embedded store: unindex page of %s: %w", p.URL, err)
+		}
+		return nil
+	}
+	v, err := json.Marshal(downloader.PageRef{PageKey: key, Validators: p.Validators})
+	if err == nil {
+		err = b.Set(k, v, nil)
+	}
+	if err != nil {
+		return fmt.Errorf("embedded store: index page of %s: %w", p.URL, err)
+	}
+	return nil
 }
