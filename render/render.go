@@ -172,6 +172,11 @@ type Config struct {
 	// for one to having it: a spare's wipe or a new tab's making included); only
 	// benchmarks set it.
 	onTakeTab func(time.Duration)
+	// affinityWait bounds a render's wait for its site's context (affinity.go); zero means
+	// maxAffinityWait. onAffinityWait, when set, is told when a render starts that wait.
+	// Only tests set them.
+	affinityWait   time.Duration
+	onAffinityWait func(site string)
 
 	DefaultTimeout time.Duration // a render's timeout when Render is given none
 
@@ -298,15 +303,17 @@ type Pool struct {
 	changed      chan struct{} // closed and replaced at every change of state
 	lastErr      error
 	restarts     int
-	spares       []*tab        // warm tabs of cur
-	making       int           // warm-ups making a new tab
-	wiping       []*tab        // long-lived tabs being wiped (IsolationWipe)
-	live         int           // long-lived tabs alive, busy or not (IsolationWipe)
-	contexts     int           // long-lived contexts alive
-	recycled     int64         // long-lived contexts disposed of
-	heapRecycled int64         // of which for their heap
-	warming      int           // warm-ups in progress
-	spareReady   chan struct{} // closed and replaced when a warm-up ends
+	spares       []*tab         // warm tabs of cur
+	making       int            // warm-ups making a new tab
+	wiping       []*tab         // long-lived tabs being wiped (IsolationWipe)
+	busy         []*tab         // long-lived tabs serving a render (IsolationWipe)
+	awaited      map[string]int // renders waiting for their site's context, by site (affinity.go)
+	live         int            // long-lived tabs alive, busy or not (IsolationWipe)
+	contexts     int            // long-lived contexts alive
+	recycled     int64          // long-lived contexts disposed of
+	heapRecycled int64          // of which for their heap
+	warming      int            // warm-ups in progress
+	spareReady   chan struct{}  // closed and replaced when a warm-up ends
 	closed       bool
 	rendered     int64
 	// guard is the long-lived guard proxy of a remote endpoint: the canary's, and every
@@ -427,6 +434,7 @@ func New(cfg Config) (*Pool, error) {
 		gate:        limiter.NewGate(cfg.Concurrency, cfg.QueueLength),
 		changed:     make(chan struct{}),
 		spareReady:  make(chan struct{}),
+		awaited:     make(map[string]int),
 		skipDefault: newSkipSet(cfg.SkipResourceTypes),
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
