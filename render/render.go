@@ -303,19 +303,22 @@ type Pool struct {
 	changed      chan struct{} // closed and replaced at every change of state
 	lastErr      error
 	restarts     int
-	spares       []*tab         // warm tabs of cur
-	making       int            // warm-ups making a new tab
-	wiping       []*tab         // long-lived tabs being wiped (IsolationWipe)
-	busy         []*tab         // long-lived tabs serving a render (IsolationWipe)
-	awaited      map[string]int // renders waiting for their site's context, by site (affinity.go)
-	live         int            // long-lived tabs alive, busy or not (IsolationWipe)
-	contexts     int            // long-lived contexts alive
-	recycled     int64          // long-lived contexts disposed of
-	heapRecycled int64          // of which for their heap
-	warming      int            // warm-ups in progress
-	spareReady   chan struct{}  // closed and replaced when a warm-up ends
+	spares       []*tab        // warm tabs of cur
+	making       int           // warm-ups making a new tab
+	wiping       []*tab        // long-lived tabs being wiped (IsolationWipe)
+	live         int           // long-lived tabs alive, busy or not (IsolationWipe)
+	contexts     int           // long-lived contexts alive
+	recycled     int64         // long-lived contexts disposed of
+	heapRecycled int64         // of which for their heap
+	warming      int           // warm-ups in progress
+	spareReady   chan struct{} // closed and replaced when a warm-up ends
 	closed       bool
 	rendered     int64
+
+	// Site affinity (affinity.go), IsolationWipe; guarded by mu.
+	busy    []*tab         // long-lived tabs serving a render
+	awaited map[string]int // renders waiting for their site's context, by site
+
 	// guard is the long-lived guard proxy of a remote endpoint: the canary's, and every
 	// render's on a server whose own proxy it must be (Obscura). Nil for a local browser.
 	guard *guardProxy
