@@ -353,8 +353,10 @@ func localFlags(binaryPath, userAgent string) []chromedp.ExecAllocatorOption {
 		// in the page's process saves a process per iframe and lets us see their requests.
 		// Speculative loads (prerender, no-state prefetch; DNS prefetch above) would reach
 		// other sites behind their limiter (SPEC §3); a link prefetch is failed by the
-		// pauser.
-		chromedp.Flag("disable-features", "Translate,OptimizationHints,MediaRouter,InterestFeedContentSuggestions,CalculateNativeWinOcclusion,AutofillServerCommunication,CertificateTransparencyComponentUpdater,IsolateOrigins,site-per-process,Prerender2,NoStatePrefetch"),
+		// pauser. The back-forward cache would freeze every page a tab leaves, for a back
+		// a crawler never makes, and the wipe would then evict it: off, a page is torn down
+		// once.
+		chromedp.Flag("disable-features", "Translate,OptimizationHints,MediaRouter,InterestFeedContentSuggestions,CalculateNativeWinOcclusion,AutofillServerCommunication,CertificateTransparencyComponentUpdater,IsolateOrigins,site-per-process,Prerender2,NoStatePrefetch,BackForwardCache"),
 		chromedp.Flag("disable-site-isolation-trials", true),
 		// A shared worker's requests are in no tab's Fetch domain: its HTTPS ones could
 		// ride an admitted tunnel uncounted (SPEC §3: every connection a render opens

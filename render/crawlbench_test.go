@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -21,10 +22,11 @@ import (
 
 	"downloader/clock"
 	"downloader/limiter"
+	"downloader/netguard"
 )
 
-// BenchmarkRenderCrawl measures renders on crawl-like traffic (`bash scripts/bench.sh
-// render` prints it as a table). Pages:
+// benchRenderCrawl is BenchmarkRenderCrawl (servicebench_test.go): renders on crawl-like
+// traffic (`bash scripts/bench.sh render` prints it as a table). Pages:
 //   - todomvc: the eight TodoMVC apps of the npm package todomvc, every render on a new
 //     site name (cold);
 //   - revisit: the same apps as 8 sites of 4 pages each (the app's page with ?page=N),
@@ -38,8 +40,8 @@ import (
 // same with IsolationContext, for the choice of the default); pool-agents (the pool with
 // chromedp's CSS, DOM and Log agents left on, for that choice; not in the default grid); bare-multisite (plain
 // chromedp, a long-lived tab per worker, no isolation, no proxy); shared-context
-// (Crawlee's default: one shared browser context, a new tab per page, closed after).
-// Concurrency 1, 4 and 8. Reported per run: pages/s, p50_ms, cpu_ms/page (every process
+// (Crawlee's default: one shared browser context, a new tab per page, closed after);
+// service (below). Concurrency 1, 4 and 8. Reported per run: pages/s, p50_ms, cpu_ms/page (every process
 // of the variant's browser, exited renderers included through the reaping zygote, and
 // this process), origin_requests/page, peak_pss_MB; for the pool also cdp_calls/page (the
 // CDP commands sent, the tabs' upkeep included; by method with RENDER_BENCH_CDP set) and
@@ -47,15 +49,21 @@ import (
 // render waited for its tab: a wipe on the critical path shows here). pool-spare is the
 // pool with SpareTabCount 1 (not in the default grid).
 //
+// service is the whole service as users call it: `POST /v1/render` over HTTP on
+// 127.0.0.1 to the server, the engine (limiter, global cap, render slot) and the pool as
+// cmd/downloader wires them; it needs packages that import render, so the benchmark's
+// entry point is in the external test package (servicebench_test.go), which passes the
+// variant in.
+//
 // RENDER_BENCH_PAGES, RENDER_BENCH_VARIANTS and RENDER_BENCH_CONCURRENCY narrow the grid
 // (space-separated lists).
 //
 //	go test -run '^$' -bench BenchmarkRenderCrawl -benchtime 16x ./render/
-func BenchmarkRenderCrawl(b *testing.B) {
+func benchRenderCrawl(b *testing.B, service crawlService) {
 	dir := todomvcDir(b)
 	o := newCrawlOrigin(b, dir)
 	pages := envList("RENDER_BENCH_PAGES", "todomvc revisit heavy")
-	variants := envList("RENDER_BENCH_VARIANTS", "pool bare-multisite shared-context pool-context")
+	variants := envList("RENDER_BENCH_VARIANTS", "pool bare-multisite shared-context pool-context service")
 	var cs []int
 	for _, s := range envList("RENDER_BENCH_CONCURRENCY", "1 4 8") {
 		n, err := strconv.Atoi(s)
@@ -69,7 +77,7 @@ func BenchmarkRenderCrawl(b *testing.B) {
 		for _, c := range cs {
 			for _, v := range variants {
 				b.Run(fmt.Sprintf("%s/%s/c=%d", v, pg, c), func(b *testing.B) {
-					benchCrawl(b, o, v, pg, c, run.Add(1))
+					benchCrawl(b, o, v, pg, c, run.Add(1), service)
 				})
 			}
 		}
@@ -98,7 +106,12 @@ func crawlURL(pg string, run, i int64) string {
 	panic("unknown page " + pg)
 }
 
-func benchCrawl(b *testing.B, o *crawlOrigin, variant, pg string, c int, run int64) {
+// crawlService starts the whole service in front of a pool of c slots on guard (for the
+// benchmark's own lifetime) and returns a render through `POST /v1/render`: an error
+// unless the page was rendered with some text.
+type crawlService func(b *testing.B, guard *netguard.Guard, c int) func(u *url.URL) error
+
+func benchCrawl(b *testing.B, o *crawlOrigin, variant, pg string, c int, run int64, service crawlService) {
 	var render func(u string) error
 	startCount := func() {}
 	switch variant {
@@ -150,6 +163,9 @@ func benchCrawl(b *testing.B, o *crawlOrigin, variant, pg string, c int, run int
 		}
 	case "bare-multisite", "shared-context":
 		render = bareCrawler(b, o, variant, c)
+	case "service":
+		post := service(b, o.guard, c)
+		render = func(u string) error { return post(o.url(u)) }
 	default:
 		b.Fatalf("unknown variant %q", variant)
 	}

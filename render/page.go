@@ -202,7 +202,7 @@ func (j *renderJob) run(ctx context.Context) {
 		}
 		return
 	}
-	t, err = p.takeTab(ctx, b, j.st.domain)
+	t, err = p.takeTab(ctx, b, j.st.domain, j.affinityUntil(b))
 	if err != nil {
 		t = nil
 	}

@@ -172,6 +172,11 @@ type Config struct {
 	// for one to having it: a spare's wipe or a new tab's making included); only
 	// benchmarks set it.
 	onTakeTab func(time.Duration)
+	// affinityWait bounds a render's wait for its site's context (affinity.go); zero means
+	// maxAffinityWait. onAffinityWait, when set, is told when a render starts that wait.
+	// Only tests set them.
+	affinityWait   time.Duration
+	onAffinityWait func(site string)
 
 	DefaultTimeout time.Duration // a render's timeout when Render is given none
 
@@ -309,6 +314,11 @@ type Pool struct {
 	spareReady   chan struct{} // closed and replaced when a warm-up ends
 	closed       bool
 	rendered     int64
+
+	// Site affinity (affinity.go), IsolationWipe; guarded by mu.
+	busy    []*tab         // long-lived tabs serving a render
+	awaited map[string]int // renders waiting for their site's context, by site
+
 	// guard is the long-lived guard proxy of a remote endpoint: the canary's, and every
 	// render's on a server whose own proxy it must be (Obscura). Nil for a local browser.
 	guard *guardProxy
@@ -427,6 +437,7 @@ func New(cfg Config) (*Pool, error) {
 		gate:        limiter.NewGate(cfg.Concurrency, cfg.QueueLength),
 		changed:     make(chan struct{}),
 		spareReady:  make(chan struct{}),
+		awaited:     make(map[string]int),
 		skipDefault: newSkipSet(cfg.SkipResourceTypes),
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())

@@ -371,6 +371,7 @@ func (p *Pool) release(t *tab, site string) {
 		t.sc.renders++
 		t.sc.sites[site] = true
 	}
+	p.busy = slices.DeleteFunc(p.busy, func(w *tab) bool { return w == t })
 	if p.closed {
 		p.mu.Unlock()
 		t.close()
@@ -378,6 +379,9 @@ func (p *Pool) release(t *tab, site string) {
 	}
 	p.warming++ // a render that finds no spare waits for this one
 	p.wiping = append(p.wiping, t)
+	// A render waiting for this tab's context (affinity.go) now waits for its wipe.
+	close(p.spareReady)
+	p.spareReady = make(chan struct{})
 	p.wg.Go(func() { p.reuse(t) })
 	p.mu.Unlock()
 }
@@ -444,14 +448,17 @@ func (p *Pool) reuse(t *tab) {
 }
 
 // takeTab returns a warm tab of b for a render of site: one that is ready (IsolationWipe:
-// one whose context rendered site if there is one, for its cache, or, when such a tab is
-// being wiped, that one once it is ready), else the next one being made or wiped, else a
-// new one made now (then starting warm-ups, since there are too few).
-func (p *Pool) takeTab(ctx context.Context, b *browser, site string) (*tab, error) {
+// one whose context rendered site if there is one, for its cache; see affinity.go for when
+// the render waits for that context instead of taking another), else the next one being
+// made or wiped, else a new one made now (then starting warm-ups, since there are too
+// few). affinityUntil bounds the wait for the site's own context while it serves or wipes
+// (zero: no wait).
+func (p *Pool) takeTab(ctx context.Context, b *browser, site string, affinityUntil time.Time) (*tab, error) {
 	if p.cfg.onTakeTab != nil {
 		start := p.clk.Now()
 		defer func() { p.cfg.onTakeTab(p.clk.Now().Sub(start)) }()
 	}
+	var affinity <-chan time.Time // fires when the wait for the site's context is over
 	for {
 		p.mu.Lock()
 		kept := p.spares[:0]
@@ -471,13 +478,20 @@ func (p *Pool) takeTab(ctx context.Context, b *browser, site string) (*tab, erro
 				break
 			}
 		}
-		if pick < 0 && len(p.spares) > 0 && !p.wipingHasSiteLocked(site) {
-			pick = 0
+		held := pick < 0 && !affinityUntil.IsZero() && p.siteHeldLocked(site)
+		if pick < 0 && len(p.spares) > 0 && !held {
+			pick = p.coldPickLocked()
 		}
 		var t *tab
 		if pick >= 0 {
 			t = p.spares[pick]
 			p.spares = slices.Delete(p.spares, pick, pick+1)
+			if t.sc != nil {
+				p.busy = append(p.busy, t)
+			}
+		}
+		if held {
+			p.awaited[site]++
 		}
 		warming, ready := p.warming, p.spareReady
 		p.mu.Unlock()
@@ -486,6 +500,35 @@ func (p *Pool) takeTab(ctx context.Context, b *browser, site string) (*tab, erro
 			// gone quiet (see renderJob.wait): a renderer starting up while the page loads
 			// slows it down.
 			return t, nil
+		}
+		if held {
+			// The site's context serves another render or is being wiped: wait for it
+			// (every release and every wipe's end wakes this), up to affinityUntil.
+			if affinity == nil {
+				tm := p.clk.NewTimer(max(affinityUntil.Sub(p.clk.Now()), 0))
+				defer tm.Stop()
+				affinity = tm.C()
+				if p.cfg.onAffinityWait != nil {
+					p.cfg.onAffinityWait(site)
+				}
+			}
+			var err error
+			select {
+			case <-ready:
+			case <-affinity:
+				affinityUntil = time.Time{} // from now on any free tab
+			case <-ctx.Done():
+				err = context.Cause(ctx)
+			}
+			p.mu.Lock()
+			if p.awaited[site]--; p.awaited[site] <= 0 {
+				delete(p.awaited, site)
+			}
+			p.mu.Unlock()
+			if err != nil {
+				return nil, err
+			}
+			continue
 		}
 		if warming == 0 || !b.alive() {
 			break
@@ -511,21 +554,12 @@ func (p *Pool) takeTab(ctx context.Context, b *browser, site string) (*tab, erro
 	if own {
 		p.mu.Lock()
 		p.making-- // newTab counted it live before this
+		if err == nil {
+			p.busy = append(p.busy, t)
+		}
 		p.mu.Unlock()
 	}
 	return t, err
-}
-
-// wipingHasSiteLocked reports whether a tab whose context rendered site is being wiped:
-// it is a spare in a moment, and its cache is worth the wait (a wipe takes a few tens of
-// milliseconds). Requires p.mu held.
-func (p *Pool) wipingHasSiteLocked(site string) bool {
-	for _, t := range p.wiping {
-		if t.sc.sites[site] && t.sc.renders < p.cfg.MaxContextRenders {
-			return true
-		}
-	}
-	return false
 }
 
 // isGone reports whether the tab's context ended, or its own connection (a remote

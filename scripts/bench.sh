@@ -19,8 +19,9 @@
 #       figures only from an otherwise idle machine.
 #
 #   bash scripts/bench.sh render      renders on crawl-like traffic (BenchmarkRenderCrawl,
-#       docs/benchmarks.md): one row per VARIANT · PAGE · c=N, then the issue's targets as
-#       ratios from the same run. RENDER_BENCH_N (default 16) renders per row;
+#       docs/benchmarks.md): one row per VARIANT · PAGE · c=N (the variant service is
+#       POST /v1/render through the whole service), then the issue's targets as ratios from
+#       the same run. RENDER_BENCH_N (default 16) renders per row;
 #       RENDER_BENCH_PAGES, RENDER_BENCH_VARIANTS, RENDER_BENCH_CONCURRENCY narrow the grid.
 #       RENDER_BENCH_COUNT (default 1) runs the whole grid that many times, the rows
 #       alternating, and reports each row's median (use 3 for figures in docs).
@@ -97,16 +98,17 @@ if [ "${1:-}" = "render" ]; then
 			printf "| %s · %s · %s | %.2f | %d | %d | %.1f | %d | %s |\n", f[1], f[2], f[3], get(k, "pages/s"), get(k, "p50_ms"), get(k, "cpu_ms/page"), get(k, "origin_requests/page"), get(k, "peak_pss_MB"), get(k, "tab_wait_ms")
 		}
 		print ""
-		print "Targets (same run): pages/s of pool over bare-multisite (≥ 1.0× on todomvc, ≥ 1.3× on heavy and revisit) and over shared-context (≥ 1.0×), peak PSS of pool over bare-multisite (≤ 1.1×); CPU per page of pool over bare-multisite."
+		print "Targets (same run): pages/s of pool over bare-multisite (≥ 1.0× on todomvc, ≥ 1.3× on heavy and revisit) and over shared-context (≥ 1.0×), peak PSS of pool over bare-multisite (≤ 1.1×); CPU per page of pool over bare-multisite (≤ 1.0×); the same for service (POST /v1/render through the whole service)."
 		print ""
-		print "| page · c | pool / bare-multisite | pool / shared-context | pool / pool-context | PSS pool / bare | CPU pool / bare |"
-		print "|---|---|---|---|---|---|"
+		print "| page · c | pool / bare-multisite | pool / shared-context | pool / pool-context | PSS pool / bare | CPU pool / bare | service / bare-multisite | PSS service / bare | CPU service / bare |"
+		print "|---|---|---|---|---|---|---|---|---|"
 		for (i = 0; i < n; i++) {
 			k = order[i]; split(k, f, SUBSEP)
 			if (f[1] != "pool") continue
 			pool = "pool" SUBSEP f[2] SUBSEP f[3]; bare = "bare-multisite" SUBSEP f[2] SUBSEP f[3]
 			shared = "shared-context" SUBSEP f[2] SUBSEP f[3]; ctx = "pool-context" SUBSEP f[2] SUBSEP f[3]
-			printf "| %s · %s | %s | %s | %s | %s | %s |\n", f[2], f[3], ratio(get(pool, "pages/s"), get(bare, "pages/s")), ratio(get(pool, "pages/s"), get(shared, "pages/s")), ratio(get(pool, "pages/s"), get(ctx, "pages/s")), ratio(get(pool, "peak_pss_MB"), get(bare, "peak_pss_MB")), ratio(get(pool, "cpu_ms/page"), get(bare, "cpu_ms/page"))
+			svc = "service" SUBSEP f[2] SUBSEP f[3]
+			printf "| %s · %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", f[2], f[3], ratio(get(pool, "pages/s"), get(bare, "pages/s")), ratio(get(pool, "pages/s"), get(shared, "pages/s")), ratio(get(pool, "pages/s"), get(ctx, "pages/s")), ratio(get(pool, "peak_pss_MB"), get(bare, "peak_pss_MB")), ratio(get(pool, "cpu_ms/page"), get(bare, "cpu_ms/page")), ratio(get(svc, "pages/s"), get(bare, "pages/s")), ratio(get(svc, "peak_pss_MB"), get(bare, "peak_pss_MB")), ratio(get(svc, "cpu_ms/page"), get(bare, "cpu_ms/page"))
 		}
 	}' "$out"
 	exit 0
