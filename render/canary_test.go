@@ -47,6 +47,7 @@ func canaryCtx(t *testing.T) context.Context {
 // not ours (the relay, in front of a Chromium whose proxy is the open network), the
 // canary fails under either profile, and no request reaches any origin.
 func TestCanaryRefusesBypass(t *testing.T) {
+	t.Parallel() // owns its origin and pool (parallelTests)
 	n := newOpenNetwork(t)
 	relay := newObscuraRelay(t, startProxiedBrowser(t, n.proxyURL()))
 	bctx := browserCtxOn(t, relay.url())

@@ -34,6 +34,7 @@ func TestCloseDuringLaunch(t *testing.T) {
 // TestCleanCloseIsNotALoss: closing a pool whose browser is up logs no "renderer lost"
 // (Close ends the browser and the pool together; the loss branch must not take it).
 func TestCleanCloseIsNotALoss(t *testing.T) {
+	t.Parallel() // owns its origin and pool (parallelTests)
 	f := getFixture(t)
 	for range 3 {
 		var logs lockedLog

@@ -471,3 +471,29 @@ func (p *Pool) browserProcess(t testing.TB) *os.Process {
 	}
 	return b.proc
 }
+
+// parallelTests: a test that owns its origin, pool and browser (of the shared fixture it
+// uses only the URL parser, the shared guard and the guard's violation list) and asserts
+// nothing about time that a neighbour's load can break calls t.Parallel(): the suite waits
+// on browser starts and page loads far more than it computes, so two such tests side by
+// side take little more than one. The testing package holds parallel tests until every
+// sequential one has finished, so the tests that read the shared origin's request log,
+// use the shared pool or its slowHit/hangHit channels, or count browser processes stay
+// sequential and never overlap one. -parallel (GOMAXPROCS by default, 2 on CI) bounds how
+// many of their browsers run at once.
+
+// safetyTimeout bounds a render (or a wait) in a test whose assertion is not about time:
+// most of what is left of the test binary's own deadline (go test -timeout), or ten
+// minutes without one. A fixed 20 s made such tests fail with render_timeout on a machine
+// loaded by other work (a browser start alone took over 20 s at load 30), which says
+// nothing about what they check; the pool's own timeout is what SPEC §4's render_timeout
+// is about, and the tests ABOUT time (TestRenderHangingPage, politeness gaps, a hop past
+// the deadline) keep their own short bounds. A render that really hangs still fails here,
+// with its outcome, before the binary's timeout panics.
+func safetyTimeout(t *testing.T) time.Duration {
+	deadline, ok := t.Deadline()
+	if !ok {
+		return 10 * time.Minute
+	}
+	return max(time.Until(deadline)*9/10, time.Second)
+}

@@ -50,6 +50,7 @@ const framesPage = `<!doctype html>
 // requestAnimationFrame, IntersectionObserver (lazy loading), CSS animations and
 // ResizeObserver all run before the page is read.
 func TestRenderPageGetsFrames(t *testing.T) {
+	t.Parallel() // owns its origin and pool (parallelTests)
 	f := getFixture(t)
 	allRan := make(chan struct{})
 	var once sync.Once

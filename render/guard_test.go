@@ -163,15 +163,16 @@ func newGuardEnv(t *testing.T, hops bool, caps subrequestCaps) guardEnv {
 // popups are refused and counted, the iframe is skipped and counted, and the speculative
 // loads never go out.
 func TestRenderLoadsNoOtherSite(t *testing.T) {
+	t.Parallel() // owns its origin and pool (parallelTests)
 	e := newGuardEnv(t, true, subrequestCaps{})
 	// victim.test's slot was used a moment ago, with an interval longer than any render
-	// (the browser starts inside this one: on a loaded machine that took over 2 s).
-	held, _, ok := e.l.Reserve(time.Now(), "victim.test", time.Minute, downloader.IntervalSourceRequest, downloader.EntryLease, time.Time{})
+	// (the browser starts inside this one, and its safety timeout is long: see safetyTimeout).
+	held, _, ok := e.l.Reserve(time.Now(), "victim.test", time.Hour, downloader.IntervalSourceRequest, downloader.EntryLease, time.Time{})
 	if !ok {
 		t.Fatal("no reservation")
 	}
 	held.Done()
-	out := e.render(t, "opener.test/", 0, 20*time.Second)
+	out := e.render(t, "opener.test/", 0, safetyTimeout(t))
 	if out.FailReason != "" || out.HTTPStatus != 200 || !strings.Contains(out.Text, "aims the renderer") {
 		t.Fatalf("fail_reason=%s http_status=%d text=%q, want the page", failReason(out), out.HTTPStatus, out.Text)
 	}
@@ -207,12 +208,13 @@ func TestRenderLoadsNoOtherSite(t *testing.T) {
 // render's caps, per other host and in total; the rest is refused before it is sent and
 // counted. With a pauser (the service) the pauser counts; without one, the proxy does.
 func TestRenderSubrequestCaps(t *testing.T) {
+	t.Parallel() // owns its origin and pool (parallelTests)
 	const perHost, total = 5, 12
 	for _, hops := range []bool{true, false} {
 		t.Run(fmt.Sprintf("hops=%v", hops), func(t *testing.T) {
 			e := newGuardEnv(t, hops, subrequestCaps{total: total, perHost: perHost})
 
-			out := e.render(t, "burst.test/", 0, 20*time.Second)
+			out := e.render(t, "burst.test/", 0, safetyTimeout(t))
 			if out.FailReason != "" || out.HTTPStatus != 200 {
 				t.Fatalf("fail_reason=%s http_status=%d", failReason(out), out.HTTPStatus)
 			}
@@ -227,7 +229,7 @@ func TestRenderSubrequestCaps(t *testing.T) {
 			}
 
 			// A dedicated worker's requests are the page's too.
-			out = e.render(t, "workerburst.test/", 0, 20*time.Second)
+			out = e.render(t, "workerburst.test/", 0, safetyTimeout(t))
 			if out.FailReason != "" || out.HTTPStatus != 200 {
 				t.Fatalf("fail_reason=%s http_status=%d", failReason(out), out.HTTPStatus)
 			}
@@ -242,7 +244,7 @@ func TestRenderSubrequestCaps(t *testing.T) {
 			}
 
 			// The page's own host is bounded by the total only.
-			out = e.render(t, "ownburst.test/", 0, 20*time.Second)
+			out = e.render(t, "ownburst.test/", 0, safetyTimeout(t))
 			if out.FailReason != "" || out.HTTPStatus != 200 {
 				t.Fatalf("fail_reason=%s http_status=%d", failReason(out), out.HTTPStatus)
 			}
@@ -267,6 +269,7 @@ func TestRenderSubrequestCaps(t *testing.T) {
 // TestRenderSubrequestCapsHTTPS: over HTTPS, where the proxy sees one tunnel for many
 // requests, the pauser still lets only the per-host cap of a burst reach the other host.
 func TestRenderSubrequestCapsHTTPS(t *testing.T) {
+	t.Parallel() // owns its origin and pool (parallelTests)
 	f := getFixture(t)
 	const perHost = 4
 	var mu sync.Mutex
@@ -299,7 +302,7 @@ func TestRenderSubrequestCapsHTTPS(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), safetyTimeout(t))
 	defer cancel()
 	b, err := p.browserFor(ctx)
 	if err != nil {
@@ -309,7 +312,7 @@ func TestRenderSubrequestCapsHTTPS(t *testing.T) {
 	if _, err := cdp.Call(ctx, b.b, security.SetIgnoreCertificateErrors, security.SetIgnoreCertificateErrorsParams{Ignore: true}); err != nil {
 		t.Fatal(err)
 	}
-	out := p.Render(context.Background(), f.url("https://tls-burst.test/"), nil, 20*time.Second)
+	out := p.Render(context.Background(), f.url("https://tls-burst.test/"), nil, safetyTimeout(t))
 	checkCause(t, out)
 	if out.FailReason != "" || out.HTTPStatus != 200 {
 		t.Fatalf("fail_reason=%s http_status=%d", failReason(out), out.HTTPStatus)

@@ -15,6 +15,7 @@ import (
 // main document (SPEC §5, request_headers) and not with the page's own sub-requests, and
 // a main-document hop to another host gets them without Cookie.
 func TestRenderSendsRequestHeaders(t *testing.T) {
+	t.Parallel() // owns its origin and pool (parallelTests)
 	type seen struct{ cookie, lang, referer string }
 	var mu sync.Mutex
 	got := map[string]seen{}
@@ -43,7 +44,7 @@ func TestRenderSendsRequestHeaders(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer adm.Done()
-		out := e.p.RenderWith(context.Background(), pu, &adm, downloader.RenderOptions{Timeout: 20 * time.Second, Headers: headers})
+		out := e.p.RenderWith(context.Background(), pu, &adm, downloader.RenderOptions{Timeout: safetyTimeout(t), Headers: headers})
 		checkCause(t, out)
 		return out
 	}

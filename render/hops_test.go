@@ -196,7 +196,7 @@ func TestRenderHops(t *testing.T) {
 	e := newHopEnv(t, defaultInterval, frameAdmitNow)
 
 	t.Run("cross host", func(t *testing.T) {
-		out := e.render(t, "cross-a.test/", 0, 20*time.Second)
+		out := e.render(t, "cross-a.test/", 0, safetyTimeout(t))
 		if out.FailReason != "" || out.HTTPStatus != 200 || out.FinalURL != "http://cross-b.test/landing" {
 			t.Fatalf("fail_reason=%s http_status=%d final_url=%q", failReason(out), out.HTTPStatus, out.FinalURL)
 		}
@@ -225,7 +225,7 @@ func TestRenderHops(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			const interval = 400 * time.Millisecond
-			out := e.render(t, tt.url, interval, 20*time.Second)
+			out := e.render(t, tt.url, interval, safetyTimeout(t))
 			if out.FailReason != "" || out.HTTPStatus != 200 || out.FinalURL != "http://"+tt.host+tt.next {
 				t.Fatalf("fail_reason=%s http_status=%d final_url=%q", failReason(out), out.HTTPStatus, out.FinalURL)
 			}
@@ -247,7 +247,7 @@ func TestRenderHops(t *testing.T) {
 	}
 
 	t.Run("iframe on another host", func(t *testing.T) {
-		out := e.render(t, "embed.test/", 0, 20*time.Second)
+		out := e.render(t, "embed.test/", 0, safetyTimeout(t))
 		if out.FailReason != "" || out.HTTPStatus != 200 {
 			t.Fatalf("fail_reason=%s http_status=%d", failReason(out), out.HTTPStatus)
 		}
@@ -295,8 +295,9 @@ func TestRenderHops(t *testing.T) {
 // admits an iframe document on another host when its turn is now, and otherwise skips the
 // iframe (counted in skipped_frame_count) while the page renders.
 func TestRenderFramesAdmitNow(t *testing.T) {
+	t.Parallel() // owns its origin and pool (parallelTests)
 	e := newHopEnv(t, 0, frameAdmitNow)
-	out := e.render(t, "embed.test/", 0, 20*time.Second)
+	out := e.render(t, "embed.test/", 0, safetyTimeout(t))
 	if out.FailReason != "" || deref(out.HealthSignal.SkippedFrameCount) != 0 {
 		t.Fatalf("fail_reason=%s skipped_frame_count=%d", failReason(out), deref(out.HealthSignal.SkippedFrameCount))
 	}
@@ -309,7 +310,7 @@ func TestRenderFramesAdmitNow(t *testing.T) {
 
 	held, _, _ := e.l.Reserve(time.Now(), "limited.test", time.Hour, downloader.IntervalSourceRequest, downloader.EntryLease, time.Time{})
 	held.Done()
-	out = e.render(t, "embed-limited.test/", 0, 20*time.Second)
+	out = e.render(t, "embed-limited.test/", 0, safetyTimeout(t))
 	if out.FailReason != "" || out.HTTPStatus != 200 || !strings.Contains(out.Text, "never free") {
 		t.Fatalf("fail_reason=%s http_status=%d text=%q, want the page", failReason(out), out.HTTPStatus, out.Text)
 	}
@@ -519,6 +520,7 @@ func TestRecordScanner(t *testing.T) {
 // other), the page's first request and each hop are admitted, and each admission is
 // wired after the origin got the tunnel's TLS ClientHello, never at the dial.
 func TestRenderHopsHTTPS(t *testing.T) {
+	t.Parallel() // owns its origin and pool (parallelTests)
 	f := getFixture(t)
 	var mu sync.Mutex
 	hello := map[string]time.Time{} // first ClientHello per server name
@@ -572,7 +574,7 @@ func TestRenderHopsHTTPS(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), safetyTimeout(t))
 	defer cancel()
 	b, err := p.browserFor(ctx)
 	if err != nil {
@@ -589,7 +591,7 @@ func TestRenderHopsHTTPS(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	out := p.Render(context.Background(), f.url("https://secure.test/"), &adm, 20*time.Second)
+	out := p.Render(context.Background(), f.url("https://secure.test/"), &adm, safetyTimeout(t))
 	checkCause(t, out)
 	adm.Done()
 	if out.FailReason != "" || out.HTTPStatus != 200 || out.FinalURL != "https://secure-b.test/" {
@@ -609,7 +611,7 @@ func TestRenderHopsHTTPS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out = p.Render(context.Background(), f.url("http://hsts.dev/"), &hsts, 20*time.Second)
+	out = p.Render(context.Background(), f.url("http://hsts.dev/"), &hsts, safetyTimeout(t))
 	checkCause(t, out)
 	hsts.Done()
 	if out.FailReason != "" || out.FinalURL != "https://hsts.dev/" {
@@ -641,6 +643,7 @@ func TestRenderHopsHTTPS(t *testing.T) {
 // pauser let through (the page, a same-host iframe the pauser counts itself) are counted
 // once, so exactly the total cap of sub-requests reaches the origin.
 func TestPauserPausesOnlyWhatItDecides(t *testing.T) {
+	t.Parallel() // owns its origin and pool (parallelTests)
 	const total, fetches = 4, 7
 	f := getFixture(t)
 	o := origintest.New(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -696,7 +699,7 @@ Promise.all(all).then(() => { document.getElementById("n").textContent = "answer
 	mu.Lock()
 	clear(sent) // the warm tab's own
 	mu.Unlock()
-	out := e.render(t, "paused.test/", 0, 20*time.Second)
+	out := e.render(t, "paused.test/", 0, safetyTimeout(t))
 	if out.FailReason != "" || out.HTTPStatus != 200 {
 		t.Fatalf("fail_reason=%s http_status=%d", failReason(out), out.HTTPStatus)
 	}

@@ -77,6 +77,7 @@ func stateHandlers() map[string]http.HandlerFunc {
 // and no document request carries a cookie; with IsolationWipe also with a spare tab
 // (SpareTabCount), where renders take turns between two long-lived tabs.
 func TestRenderIsolationModes(t *testing.T) {
+	t.Parallel() // owns its origin and pool (parallelTests)
 	for _, tt := range []struct {
 		name   string
 		mode   Isolation
@@ -90,7 +91,7 @@ func TestRenderIsolationModes(t *testing.T) {
 			mark := o.mark()
 			for i, s := range []int{1, 1, 2, 1, 3, 2, 1, 1} {
 				u := f.url(siteName(s) + "/")
-				out := p.Render(context.Background(), u, nil, 20*time.Second)
+				out := p.Render(context.Background(), u, nil, safetyTimeout(t))
 				if out.FailReason != "" || out.Text != "Checking. CLEAN" && out.Text != "CLEAN" {
 					t.Errorf("render %d of %s: fail_reason=%s text %q, want CLEAN", i, u, failReason(out), out.Text)
 				}
@@ -145,6 +146,7 @@ func cachedHandlers() map[string]http.HandlerFunc {
 // from the origin, even when the same URL is fresh in the cache. With IsolationContext
 // every render fetches the bundle again.
 func TestRenderRevisitCache(t *testing.T) {
+	t.Parallel() // owns its origin and pool (parallelTests)
 	f := getFixture(t)
 	for _, tt := range []struct {
 		mode        Isolation
@@ -156,7 +158,7 @@ func TestRenderRevisitCache(t *testing.T) {
 			site, other := siteName(5), siteName(6)
 			mark := o.mark()
 			for i, hp := range []string{site + "/p1", other + "/p1", site + "/p2", site + "/p1"} {
-				out := p.Render(context.Background(), f.url(hp), nil, 20*time.Second)
+				out := p.Render(context.Background(), f.url(hp), nil, safetyTimeout(t))
 				if out.FailReason != "" || !strings.Contains(out.Text, "Bundle ran.") {
 					t.Fatalf("render %d of %s: fail_reason=%s text %q", i, hp, failReason(out), out.Text)
 				}
@@ -178,16 +180,17 @@ func TestRenderRevisitCache(t *testing.T) {
 // MaxContextRenders renders, and the browser keeps no more contexts than the pool can
 // use; closing the pool leaves no process, tab or temporary directory (TestMain checks).
 func TestRenderContextRecycling(t *testing.T) {
+	t.Parallel() // owns its origin and pool (parallelTests)
 	o := newSiteOrigin(t, stateHandlers())
 	p := o.pool(t, Config{Isolation: IsolationWipe, Concurrency: 1, MaxContextRenders: 2})
 	f := getFixture(t)
 	for i := range 7 {
-		out := p.Render(context.Background(), f.url(siteName(1+i%3)+"/"), nil, 20*time.Second)
+		out := p.Render(context.Background(), f.url(siteName(1+i%3)+"/"), nil, safetyTimeout(t))
 		if out.FailReason != "" || !strings.Contains(out.Text, "CLEAN") {
 			t.Fatalf("render %d: fail_reason=%s text %q", i, failReason(out), out.Text)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), safetyTimeout(t))
 	defer cancel()
 	b, err := p.browserFor(ctx)
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/target"
@@ -33,7 +32,7 @@ func TestRenderHeapRecycling(t *testing.T) {
 			const renders = 6
 			for i := range renders {
 				// One site: a tab kept would be reused for each.
-				out := p.Render(context.Background(), f.url(siteName(1)+"/"), nil, 20*time.Second)
+				out := p.Render(context.Background(), f.url(siteName(1)+"/"), nil, safetyTimeout(t))
 				if out.FailReason != "" || !strings.Contains(out.Text, "CLEAN") {
 					t.Fatalf("render %d: fail_reason=%s text %q", i, failReason(out), out.Text)
 				}
@@ -48,7 +47,7 @@ func TestRenderHeapRecycling(t *testing.T) {
 			} else if st.HeapRecycledContextCount != 0 || st.RecycledContextCount != 0 {
 				t.Errorf("heap_recycled_context_count=%d recycled_context_count=%d without a bound, want 0", st.HeapRecycledContextCount, st.RecycledContextCount)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), safetyTimeout(t))
 			defer cancel()
 			b, err := p.browserFor(ctx)
 			if err != nil {

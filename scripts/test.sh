@@ -7,7 +7,10 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/setup-test.sh
 go vet ./...
-# Packages run side by side (go test's default: as many as there are CPUs). Their tests
-# wait on notifications or a synctest bubble, not on the wall clock, and count only their
-# own browsers, so a neighbour's load or Chromium does not fail them (docs/decisions.md).
-go test -race -count=1 -timeout 25m ./...
+# Packages run side by side, four at a time (go test's default is one per CPU, 2 on CI):
+# the heavy packages wait on browser starts, page loads and child processes far more than
+# they compute (an idle run kept 2 cores about half busy), so more lanes fill the idle CPU.
+# Their tests wait on notifications or a synctest bubble, not on the wall clock, bound a
+# render that is not about time by the test's own deadline, and count only their own
+# browsers, so a neighbour's load or Chromium does not fail them (docs/reliability.md §10).
+go test -race -count=1 -p 4 -timeout 25m ./...

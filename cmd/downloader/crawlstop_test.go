@@ -24,17 +24,25 @@ import (
 	"downloader/origintest"
 )
 
-// buildBinary builds this command with `go build` into a temp dir of t (removed with it):
-// the tests that run the program as an operator does (real signals, its own RSS, a crawl)
-// use it. Go's build cache makes a second build of a run a link only.
+// buildBinary returns this command built with `go build`: the tests that run the program
+// as an operator does (real signals, its own RSS, a crawl) use it. It is built once per
+// test binary, into the directory TestMain made and removes: every build after the first
+// was a link of ~2 s (more under load) that each such test paid again.
 func buildBinary(t testing.TB) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "downloader")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	pkgBinary.once.Do(func() {
+		bin := filepath.Join(pkgBinary.dir, "downloader")
+		cmd := exec.Command("go", "build", "-o", bin, ".")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			pkgBinary.err = fmt.Errorf("go build: %w\n%s", err, out)
+			return
+		}
+		pkgBinary.path = bin
+	})
+	if pkgBinary.err != nil {
+		t.Fatal(pkgBinary.err)
 	}
-	return bin
+	return pkgBinary.path
 }
 
 // notifyBuffer is a process's stderr that tells a waiter about each write.

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -16,16 +17,33 @@ import (
 	"downloader/store/tikv/tikvtest"
 )
 
+// pkgBinary is the command built once for the whole test binary (buildBinary).
+var pkgBinary struct {
+	dir  string // made by TestMain, removed after the run
+	once sync.Once
+	path string
+	err  error
+}
+
 func TestMain(m *testing.M) {
 	if err := tikvtest.Init(); err != nil { // cluster mode's tests run the mock TiKV cluster
 		panic(err)
 	}
+	dir, err := os.MkdirTemp("", "downloader-bin-")
+	if err != nil {
+		panic(err)
+	}
+	pkgBinary.dir = dir
 	goleak.VerifyTestMain(m, tikvtest.IgnoreClosedCluster,
 		// Pebble's and chromedp's background workers end asynchronously after Close.
 		goleak.IgnoreTopFunction("github.com/cockroachdb/pebble/v2.(*DB).maybeScheduleCompaction"),
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
 		goleak.IgnoreAnyFunction("internal/poll.runtime_pollWait"),
+		goleak.Cleanup(func(code int) {
+			os.RemoveAll(dir)
+			os.Exit(code)
+		}),
 	)
 }
 
