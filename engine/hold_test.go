@@ -85,7 +85,7 @@ func TestOriginWaitOnEveryEntry(t *testing.T) {
 
 	req, u = request("http://a.test/b", downloader.EntryRender)
 	_, err := e.Render(ctx, req, u)
-	var ol *OverLimitError
+	var ol *downloader.OverLimitError
 	if !errors.As(err, &ol) || ol.Reason != downloader.FailSelfRateLimited || ol.RetryAfter != 20*time.Second || ol.RetryAfterSeconds() != 20 {
 		t.Fatalf("B during the wait: %v, want 429 self_rate_limited after 20 s", err)
 	}

@@ -159,7 +159,7 @@ func TestNginxRetryAfterHoldsTheDomain(t *testing.T) {
 	// Another page of the same domain: the domain is held, not the URL.
 	r, u = req("https://www.example.com/b.html", downloader.EntryRender)
 	_, err := e.Render(ctx, r, u)
-	var ol *OverLimitError
+	var ol *downloader.OverLimitError
 	if !errors.As(err, &ol) || ol.Reason != downloader.FailSelfRateLimited || ol.RetryAfterSeconds() != 20 {
 		t.Fatalf("B during the wait: %v, want 429 self_rate_limited with 20 s left", err)
 	}

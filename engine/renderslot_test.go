@@ -59,7 +59,7 @@ func TestQueuedRendersHoldNoGlobalSlot(t *testing.T) {
 			DefaultMinInterval: time.Second, DefaultTimeout: 10 * time.Second})
 
 		type result struct {
-			res *Answer
+			res *downloader.Answer
 			err error
 		}
 		done := make(chan result, 4)
@@ -107,6 +107,6 @@ func TestQueuedRendersHoldNoGlobalSlot(t *testing.T) {
 }
 
 func isOverLimit(err error, reason downloader.FailReason) bool {
-	var ol *OverLimitError
+	var ol *downloader.OverLimitError
 	return errors.As(err, &ol) && ol.Reason == reason
 }

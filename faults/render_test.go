@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/engine"
 	"downloader/netguard"
 	"downloader/render"
 )
@@ -96,7 +95,7 @@ func newPool(t *testing.T, guard *netguard.Guard, concurrency, queueLength int) 
 }
 
 // render runs entry B with rendering.
-func (r *rig) render(rawURL string, timeout time.Duration) (*engine.Answer, error) {
+func (r *rig) render(rawURL string, timeout time.Duration) (*downloader.Answer, error) {
 	u, req := request(rawURL)
 	req.ShouldRender = true
 	req.Timeout = timeout
@@ -216,7 +215,7 @@ func TestQueuedRenderHoldsNoGlobalSlot(t *testing.T) {
 	if res, err := r.render("http://render-warmup.test/", renderTimeout); err != nil || reasonOf(res.Summary) != "" {
 		t.Fatalf("warm-up render: %v %v", err, res)
 	}
-	held := make(chan *engine.Answer, 2)
+	held := make(chan *downloader.Answer, 2)
 	for i := range 2 {
 		go func() {
 			res, _ := r.render(fmt.Sprintf("http://slowrender%d.test/", i), renderTimeout)

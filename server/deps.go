@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/engine"
 	"downloader/limiter"
 )
 
@@ -20,10 +19,10 @@ type Prober interface {
 	Probe(ctx context.Context, req downloader.Request, u *url.URL) downloader.Summary
 }
 
-// Renderer runs entry B (engine.Engine): the result, an *engine.OverLimitError when the
+// Renderer runs entry B (engine.Engine): the result, a *downloader.OverLimitError when the
 // request is over the limit (a 429), or an error to answer.
 type Renderer interface {
-	Render(ctx context.Context, req downloader.Request, u *url.URL) (*engine.Answer, error)
+	Render(ctx context.Context, req downloader.Request, u *url.URL) (*downloader.Answer, error)
 }
 
 // SettingsService reads and changes the runtime settings (engine.Engine). SetSettings

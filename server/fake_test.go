@@ -11,7 +11,6 @@ import (
 
 	"downloader"
 	"downloader/clock"
-	"downloader/engine"
 	"downloader/internal/testkit"
 	"downloader/limiter"
 )
@@ -29,10 +28,10 @@ func (f *fakeProber) Probe(ctx context.Context, req downloader.Request, u *url.U
 }
 
 type fakeRenderer struct {
-	RenderFn func(ctx context.Context, req downloader.Request, u *url.URL) (*engine.Answer, error)
+	RenderFn func(ctx context.Context, req downloader.Request, u *url.URL) (*downloader.Answer, error)
 }
 
-func (f *fakeRenderer) Render(ctx context.Context, req downloader.Request, u *url.URL) (*engine.Answer, error) {
+func (f *fakeRenderer) Render(ctx context.Context, req downloader.Request, u *url.URL) (*downloader.Answer, error) {
 	return f.RenderFn(ctx, req, u)
 }
 
@@ -75,8 +74,8 @@ func TestHandlersOnFakes(t *testing.T) {
 			probed = req
 			return downloader.Summary{Domain: req.Domain}
 		}},
-		Render: &fakeRenderer{RenderFn: func(context.Context, downloader.Request, *url.URL) (*engine.Answer, error) {
-			return nil, &engine.OverLimitError{Reason: downloader.FailSelfRateLimited, RetryAfter: 2500 * time.Millisecond}
+		Render: &fakeRenderer{RenderFn: func(context.Context, downloader.Request, *url.URL) (*downloader.Answer, error) {
+			return nil, &downloader.OverLimitError{Reason: downloader.FailSelfRateLimited, RetryAfter: 2500 * time.Millisecond}
 		}},
 		Domains: &fakeDomains{DomainFn: func(time.Time, string) (limiter.DomainState, bool) { return limiter.DomainState{}, false }},
 		Cluster: &testkit.ClusterView{
