@@ -16,10 +16,10 @@ import (
 // sets only the calls it expects. The fakes the server shares are in internal/testkit.
 
 type fakeLimiterStats struct {
-	StatsFn func(now time.Time) limiter.Stats
+	StatsFn func(now time.Time) downloader.RuntimeStats
 }
 
-func (f *fakeLimiterStats) Stats(now time.Time) limiter.Stats { return f.StatsFn(now) }
+func (f *fakeLimiterStats) Stats(now time.Time) downloader.RuntimeStats { return f.StatsFn(now) }
 
 type fakeGate struct {
 	InFlightFn, WaitingFn, QueueLengthFn func() int
@@ -46,8 +46,10 @@ func TestPagesOnFakes(t *testing.T) {
 			SettingsFn:           func() downloader.Settings { return downloader.Settings{MaxConcurrentCount: 11} },
 			DefaultMinIntervalFn: func() time.Duration { return 2 * time.Second },
 		},
-		Limiter: &fakeLimiterStats{StatsFn: func(time.Time) limiter.Stats { return limiter.Stats{DomainCount: 4, InFlightCount: 2} }},
-		Gate:    &fakeGate{InFlightFn: func() int { return 3 }, WaitingFn: func() int { return 1 }, QueueLengthFn: func() int { return 5 }},
+		Limiter: &fakeLimiterStats{StatsFn: func(time.Time) downloader.RuntimeStats {
+			return downloader.RuntimeStats{DomainCount: 4, InFlightCount: 2}
+		}},
+		Gate: &fakeGate{InFlightFn: func() int { return 3 }, WaitingFn: func() int { return 1 }, QueueLengthFn: func() int { return 5 }},
 		Cluster: &testkit.ClusterView{InstanceIDFn: func() string { return "dl-9" },
 			InstancesFn: func(context.Context) ([]downloader.ClusterInstance, error) {
 				return []downloader.ClusterInstance{{InstanceID: "dl-9", IsLive: true}, {InstanceID: "dl-8"}}, nil

@@ -64,7 +64,7 @@ func mustRefuse(t testing.TB, l *Limiter, now time.Time, domain string, interval
 }
 
 // state returns the snapshot of domain or fails the test.
-func state(t testing.TB, l *Limiter, now time.Time, domain string) DomainState {
+func state(t testing.TB, l *Limiter, now time.Time, domain string) downloader.DomainState {
 	t.Helper()
 	st, ok := l.Domain(now, domain)
 	if !ok {

@@ -243,7 +243,7 @@ func TestLastRequestAtIsNeverInvented(t *testing.T) {
 func done(a Admission) { a.Done() }
 
 // TestCountsFrom: the instant the next interval counts from includes the loss, which
-// DomainState shows apart.
+// downloader.DomainState shows apart.
 func TestCountsFrom(t *testing.T) {
 	l, _ := newFake() // lost at t0
 	if _, ok := l.CountsFrom("none.example"); ok {

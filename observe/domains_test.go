@@ -53,7 +53,7 @@ func TestDomainTablePaging(t *testing.T) {
 	for _, key := range SortKeys() {
 		for _, desc := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s desc=%v", key, desc), func(t *testing.T) {
-				var all []limiter.DomainState
+				var all []downloader.DomainState
 				q := DomainQuery{Sort: key, Descending: desc, Limit: 50}
 				pages := 0
 				for {
@@ -90,7 +90,7 @@ func TestDomainTablePaging(t *testing.T) {
 }
 
 // inOrder reports whether a may come before b.
-func inOrder(a, b limiter.DomainState, key string, desc bool) bool {
+func inOrder(a, b downloader.DomainState, key string, desc bool) bool {
 	var c int
 	switch key {
 	case SortDomain:
@@ -151,7 +151,7 @@ func TestDomainTableRowsMatchTheLimiter(t *testing.T) {
 			t.Errorf("row %+v, limiter %+v", got, want)
 		}
 	}
-	if p.Domains[0].State != limiter.StateOverLimitC || p.Domains[1].State != limiter.StateNormal {
+	if p.Domains[0].State != downloader.RateStateOverLimitC || p.Domains[1].State != downloader.RateStateNormal {
 		t.Errorf("states %s %s", p.Domains[0].State, p.Domains[1].State)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/limiter"
 )
 
 // The server depends on these small interfaces, declared here where they are used, and
@@ -37,7 +36,7 @@ type SettingsService interface {
 // DomainView is this instance's limiter (limiter.Limiter): one domain's entry of
 // downloader:domain_runtime, ok false when the limiter does not know the domain.
 type DomainView interface {
-	Domain(now time.Time, domain string) (st limiter.DomainState, ok bool)
+	Domain(now time.Time, domain string) (st downloader.DomainState, ok bool)
 }
 
 // ClusterView is the cluster-wide view of the shared runtime (store/tikv's Runtime) in

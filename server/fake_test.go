@@ -12,7 +12,6 @@ import (
 	"downloader"
 	"downloader/clock"
 	"downloader/internal/testkit"
-	"downloader/limiter"
 )
 
 // Fakes of the server's dependencies (deps.go): structs of function fields, so a test
@@ -36,10 +35,10 @@ func (f *fakeRenderer) Render(ctx context.Context, req downloader.Request, u *ur
 }
 
 type fakeDomains struct {
-	DomainFn func(now time.Time, domain string) (limiter.DomainState, bool)
+	DomainFn func(now time.Time, domain string) (downloader.DomainState, bool)
 }
 
-func (f *fakeDomains) Domain(now time.Time, domain string) (limiter.DomainState, bool) {
+func (f *fakeDomains) Domain(now time.Time, domain string) (downloader.DomainState, bool) {
 	return f.DomainFn(now, domain)
 }
 
@@ -77,7 +76,7 @@ func TestHandlersOnFakes(t *testing.T) {
 		Render: &fakeRenderer{RenderFn: func(context.Context, downloader.Request, *url.URL) (*downloader.Answer, error) {
 			return nil, &downloader.OverLimitError{Reason: downloader.FailSelfRateLimited, RetryAfter: 2500 * time.Millisecond}
 		}},
-		Domains: &fakeDomains{DomainFn: func(time.Time, string) (limiter.DomainState, bool) { return limiter.DomainState{}, false }},
+		Domains: &fakeDomains{DomainFn: func(time.Time, string) (downloader.DomainState, bool) { return downloader.DomainState{}, false }},
 		Cluster: &testkit.ClusterView{
 			InstanceIDFn: func() string { return "dl-1" },
 			InstancesFn: func(context.Context) ([]downloader.ClusterInstance, error) {
