@@ -50,3 +50,36 @@ type RuntimeStats struct {
 	// Trigger24hCount counts over-limit events per entry over the last 24 hours.
 	Trigger24hCount map[Entry]uint64 `json:"trigger_24h_count"`
 }
+
+// SavedDomain is one domain's entry as a clean stop keeps it: the state that decides its
+// next admission, and what the console shows of its interval.
+type SavedDomain struct {
+	Domain string
+	// LastRequestAt is what the next interval counts from: the latest admitted slot or
+	// wire moment, or the loss moment (RuntimeSnapshot.LossAt) for a domain the lost
+	// table knew.
+	LastRequestAt time.Time
+	// WireAt is the latest request's moment on the wire (or its admission to go out at
+	// once); zero when no request is known.
+	WireAt         time.Time
+	MinIntervalMs  int64
+	IntervalSource IntervalSource // "" when no request was admitted
+	// InFlightCount counts requests still in flight at the save: they may send until the
+	// save, so the restore counts the domain as requested at RuntimeSnapshot.SavedAt.
+	InFlightCount int
+	// HoldUntil is the end of the origin's own wait (limiter/hold.go) still in force at the save;
+	// zero when there is none.
+	HoldUntil time.Time
+}
+
+// RuntimeSnapshot is the part of the limiter's table that can still refuse a request, as
+// a clean stop saves it and the next start restores it (SPEC §2, loss and rebuild).
+// Entries that cannot (nothing in flight and the largest accepted interval passed since
+// their last request) are left out: they would admit any request anyway.
+type RuntimeSnapshot struct {
+	SavedAt time.Time
+	// LossAt is the table's latest loss while it can still refuse a request: a domain
+	// with no entry counts as requested at it. Zero when there is none.
+	LossAt  time.Time
+	Entries []SavedDomain
+}

@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"downloader"
 	"encoding/json"
 	"testing"
 	"time"
@@ -44,7 +45,7 @@ func TestSaveRestoreCleanStop(t *testing.T) {
 	if !snap.LossAt.IsZero() {
 		t.Errorf("LossAt = %v, want none: the loss at t0 can refuse nothing any more", snap.LossAt)
 	}
-	saved := map[string]SavedEntry{}
+	saved := map[string]downloader.SavedDomain{}
 	for _, e := range snap.Entries {
 		saved[e.Domain] = e
 	}
@@ -93,13 +94,14 @@ func TestSaveRestoreCleanStop(t *testing.T) {
 	a.Done()
 }
 
-// roundTripJSON checks that a Snapshot survives the encoding a store may give it.
-func roundTripJSON(s Snapshot) (Snapshot, []byte, error) {
+// roundTripJSON checks that a downloader.RuntimeSnapshot survives the encoding a store
+// may give it.
+func roundTripJSON(s downloader.RuntimeSnapshot) (downloader.RuntimeSnapshot, []byte, error) {
 	b, err := json.Marshal(s)
 	if err != nil {
-		return Snapshot{}, nil, err
+		return downloader.RuntimeSnapshot{}, nil, err
 	}
-	var back Snapshot
+	var back downloader.RuntimeSnapshot
 	err = json.Unmarshal(b, &back)
 	return back, b, err
 }
