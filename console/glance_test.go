@@ -308,6 +308,6 @@ func TestStatesInWords(t *testing.T) {
 func limiterState(s string) downloader.RateState { return downloader.RateState(s) }
 
 // upRenderer is a renderer pool that is up.
-func upRenderer() observe.RendererStats {
-	return observe.RendererStats{SlotCount: 1, IsBrowserUp: true}
+func upRenderer() downloader.RendererStats {
+	return downloader.RendererStats{SlotCount: 1, IsBrowserUp: true}
 }

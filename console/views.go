@@ -178,7 +178,7 @@ type Stats struct {
 	QueuedCount         int `json:"queued_count"`
 	LocalQueueLength    int `json:"local_queue_length"`
 	// Renderer is the renderer pool; null when the service has none.
-	Renderer *observe.RendererStats `json:"renderer"`
+	Renderer *downloader.RendererStats `json:"renderer"`
 }
 
 // Stats returns the fetch statistics page's numbers now.

@@ -145,8 +145,8 @@ func TestLiveValues(t *testing.T) {
 	restarts := 3
 	reg := prometheus.NewRegistry()
 	_, err := New(reg, Sources{Clock: clk, Gate: gate, Domains: observe.NewDomainTable(lim, time.Second),
-		Renderer: func() observe.RendererStats {
-			return observe.RendererStats{SlotCount: 2, EffectiveSlotCount: 1, IsAdaptive: true, BusyCount: 1, QueuedCount: 5, RestartCount: restarts, IsBrowserUp: true,
+		Renderer: func() downloader.RendererStats {
+			return downloader.RendererStats{SlotCount: 2, EffectiveSlotCount: 1, IsAdaptive: true, BusyCount: 1, QueuedCount: 5, RestartCount: restarts, IsBrowserUp: true,
 				RendererKind: "obscura", IsGuardRefused: true}
 		}})
 	if err != nil {
@@ -253,7 +253,7 @@ func TestFenceValues(t *testing.T) {
 // TestHandlerAndLint scrapes /metrics on a fresh registry and runs promlint over it.
 func TestHandlerAndLint(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m, err := New(reg, Sources{Gate: limiter.NewGate(4, 4), Renderer: func() observe.RendererStats { return observe.RendererStats{} },
+	m, err := New(reg, Sources{Gate: limiter.NewGate(4, 4), Renderer: func() downloader.RendererStats { return downloader.RendererStats{} },
 		Fence: func() downloader.FenceState { return downloader.FenceState{} }})
 	if err != nil {
 		t.Fatal(err)
