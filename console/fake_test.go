@@ -2,6 +2,10 @@ package console
 
 import (
 	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -71,5 +75,44 @@ func TestPagesOnFakes(t *testing.T) {
 	}
 	if st := con.Stats(); st.GlobalInFlightCount != 3 || st.QueuedCount != 1 || st.LocalQueueLength != 5 || st.MaxConcurrentCount != 11 {
 		t.Errorf("stats = %+v", st)
+	}
+}
+
+// TestSettingsFormStatus: the form answers a failed change with the status of its error
+// code, from the one map the API uses too (httpjson.Status).
+func TestSettingsFormStatus(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want int
+	}{
+		{"invalid", downloader.Errorf(downloader.EINVALID, "too many"), http.StatusBadRequest},
+		{"unavailable", downloader.Errorf(downloader.EUNAVAILABLE, "store down"), http.StatusServiceUnavailable},
+		{"internal", errors.New("disk on fire"), http.StatusInternalServerError},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := clock.NewFake(t0)
+			lim := limiter.New(clk)
+			con, err := New(Config{Clock: clk, Observer: observe.New(observe.Config{Clock: clk}), Domains: observe.NewDomainTable(lim, 0),
+				Settings: &testkit.SettingsService{
+					SetSettingsFn: func(context.Context, downloader.Settings, string) (downloader.Settings, error) {
+						return downloader.Settings{}, tt.err
+					},
+				},
+				Limiter: &fakeLimiterStats{},
+				Gate:    &fakeGate{},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := httptest.NewRequest(http.MethodPost, "/console/settings", strings.NewReader("max_concurrent_count=3"))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			rec := httptest.NewRecorder()
+			con.settingsForm().ServeHTTP(rec, req)
+			if rec.Code != tt.want {
+				t.Errorf("status = %d, want %d (%s)", rec.Code, tt.want, rec.Body)
+			}
+		})
 	}
 }
