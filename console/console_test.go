@@ -21,6 +21,7 @@ import (
 
 	"downloader"
 	"downloader/clock"
+	"downloader/clock/clocktest"
 	"downloader/engine"
 	"downloader/internal/testkit"
 	"downloader/limiter"
@@ -59,7 +60,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 }
 
 type harness struct {
-	clk  *clock.Fake
+	clk  *clocktest.Fake
 	eng  *engine.Engine
 	lim  *limiter.Limiter
 	gate *limiter.Gate
@@ -69,7 +70,7 @@ type harness struct {
 
 func newHarness(t *testing.T, renderer func() downloader.RendererStats) *harness {
 	t.Helper()
-	clk := clock.NewFake(t0)
+	clk := clocktest.NewFake(t0)
 	lim := limiter.New(clk)
 	clk.Advance(2 * time.Hour)
 	obs := observe.New(observe.Config{Clock: clk})
@@ -574,7 +575,7 @@ func TestNumberFormats(t *testing.T) {
 // of 50) over 10^5 domains: cold (a new copy of the table and a sort) and warm (the copy
 // of the last two seconds, another sort order already cached).
 func BenchmarkRuntimePage(b *testing.B) {
-	clk := clock.NewFake(t0)
+	clk := clocktest.NewFake(t0)
 	lim := limiter.New(clk)
 	clk.Advance(2 * time.Hour)
 	for i := range 100_000 {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/clock"
+	"downloader/clock/clocktest"
 	"downloader/internal/testkit"
 	"downloader/limiter"
 	"downloader/observe"
@@ -43,7 +43,7 @@ var (
 // TestPagesOnFakes: the runtime and stats numbers come from the dependencies they name,
 // with no engine behind them.
 func TestPagesOnFakes(t *testing.T) {
-	clk := clock.NewFake(t0)
+	clk := clocktest.NewFake(t0)
 	lim := limiter.New(clk)
 	con, err := New(Config{Clock: clk, Observer: observe.New(observe.Config{Clock: clk}), Domains: observe.NewDomainTable(lim, 0),
 		Settings: &testkit.SettingsService{
@@ -92,7 +92,7 @@ func TestSettingsFormStatus(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clk := clock.NewFake(t0)
+			clk := clocktest.NewFake(t0)
 			lim := limiter.New(clk)
 			con, err := New(Config{Clock: clk, Observer: observe.New(observe.Config{Clock: clk}), Domains: observe.NewDomainTable(lim, 0),
 				Settings: &testkit.SettingsService{

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/clock"
+	"downloader/clock/clocktest"
 	"downloader/fetch"
 	"downloader/internal/nginxtest"
 	"downloader/limiter"
@@ -21,7 +21,7 @@ import (
 // nginxEngine is the engine with the real fetcher at s (every *.example.com on 443 is
 // nginx's TLS port, on 80 its plain one; the test CA trusted), the real embedded store and
 // a fake clock for the limiter's decisions. tweak adjusts the fetcher's config.
-func nginxEngine(t testing.TB, s *nginxtest.Server, tweak func(*fetch.Config)) (*Engine, *clock.Fake, *fetch.Fetcher) {
+func nginxEngine(t testing.TB, s *nginxtest.Server, tweak func(*fetch.Config)) (*Engine, *clocktest.Fake, *fetch.Fetcher) {
 	t.Helper()
 	var rules []netguard.Rule
 	for _, r := range []string{"*.example.com:443:" + s.HTTPSAddr, "*.example.com:80:" + s.HTTPAddr} {
@@ -38,7 +38,7 @@ func nginxEngine(t testing.TB, s *nginxtest.Server, tweak func(*fetch.Config)) (
 	f := fetch.New(cfg)
 	t.Cleanup(f.Close)
 	st := embeddedtest.Open(t, t.TempDir())
-	clk := clock.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
+	clk := clocktest.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
 	lim := limiter.New(clk)
 	clk.Advance(time.Hour)
 	e := New(Config{Clock: clk, Limiter: lim, Gate: limiter.NewGate(8, 8), Fetcher: f, Pages: st, Results: st,

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/clock"
+	"downloader/clock/clocktest"
 	"downloader/limiter"
 )
 
@@ -50,7 +50,7 @@ func (r *slotRenderer) RenderInSlot(ctx context.Context, u *url.URL, adm *limite
 // local_queue_full without touching the global cap.
 func TestQueuedRendersHoldNoGlobalSlot(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		clk := clock.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
+		clk := clocktest.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
 		lim := limiter.New(clk)
 		clk.Advance(time.Hour)
 		gate := limiter.NewGate(2, 8)

@@ -27,7 +27,7 @@ import (
 	"golang.org/x/text/encoding/simplifiedchinese"
 
 	"downloader"
-	"downloader/clock"
+	"downloader/clock/clocktest"
 	"downloader/limiter"
 )
 
@@ -317,7 +317,7 @@ func TestRetryAfter(t *testing.T) {
 		w.Header().Set("Retry-After", now.Add(90*time.Second+300*time.Millisecond).Format(http.TimeFormat))
 		w.WriteHeader(http.StatusServiceUnavailable)
 	})
-	e := newEnv(t, o, withConfig(func(c *Config) { c.Clock = clock.NewFake(now) }))
+	e := newEnv(t, o, withConfig(func(c *Config) { c.Clock = clocktest.NewFake(now) }))
 	out := e.fetch(context.Background(), "http://busy.test/")
 	if out.HTTPStatus != 503 || out.HealthSignal.RetryAfterSeconds == nil || *out.HealthSignal.RetryAfterSeconds != 90 {
 		t.Errorf("503 with an HTTP-date: status %d, retry_after_seconds %v; want 503, 90", out.HTTPStatus, out.HealthSignal.RetryAfterSeconds)
@@ -664,7 +664,7 @@ func TestWireHook(t *testing.T) {
 func TestWireWait(t *testing.T) {
 	o := newOrigin(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "<p>x</p>") })
 	e := newEnv(t, o)
-	fake := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	fake := clocktest.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	l := limiter.New(fake)
 	fake.Advance(time.Second)
 	const interval = 100 * time.Millisecond

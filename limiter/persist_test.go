@@ -2,17 +2,16 @@ package limiter
 
 import (
 	"downloader"
+	"downloader/clock/clocktest"
 	"encoding/json"
 	"testing"
 	"time"
-
-	"downloader/clock"
 )
 
 // restarted returns a limiter of a new process whose clock starts at start: another epoch
 // and another monotonic base than the saving one, as after a real restart.
-func restarted(start time.Time) (*Limiter, *clock.Fake) {
-	clk := clock.NewFake(start)
+func restarted(start time.Time) (*Limiter, *clocktest.Fake) {
+	clk := clocktest.NewFake(start)
 	return New(clk), clk
 }
 

@@ -1,6 +1,7 @@
 package localqueue
 
 import (
+	"downloader/clock/clocktest"
 	"downloader/store/embedded/embeddedtest"
 	"fmt"
 	"slices"
@@ -9,7 +10,6 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/clock"
 	"downloader/store/keys"
 )
 
@@ -147,7 +147,7 @@ func TestQueuePendingFloor(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/restart=%v", tc.name, restart), func(t *testing.T) {
 				dir := t.TempDir()
 				s := embeddedtest.Open(t, dir)
-				clk := clock.NewFake(queueStart)
+				clk := clocktest.NewFake(queueStart)
 				q := openRetryQueue(t, s, clk)
 				ids := map[string]string{}
 				finished := map[string]bool{}

@@ -14,7 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"downloader"
-	"downloader/clock"
+	"downloader/clock/clocktest"
 	"downloader/limiter"
 	"downloader/observe"
 )
@@ -130,7 +130,7 @@ func TestCounters(t *testing.T) {
 }
 
 func TestLiveValues(t *testing.T) {
-	clk := clock.NewFake(t0)
+	clk := clocktest.NewFake(t0)
 	lim := limiter.New(clk)
 	now := t0.Add(2 * time.Hour)
 	clk.Set(now)

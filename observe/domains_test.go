@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/clock"
+	"downloader/clock/clocktest"
 	"downloader/limiter"
 )
 
@@ -43,7 +43,7 @@ func fill(t testing.TB, lim *limiter.Limiter, n int) time.Time {
 }
 
 func TestDomainTablePaging(t *testing.T) {
-	clk := clock.NewFake(t0)
+	clk := clocktest.NewFake(t0)
 	lim := limiter.New(clk)
 	const n = 237
 	now := fill(t, lim, n)
@@ -128,7 +128,7 @@ func compare[T int | int64 | uint64](a, b T) int {
 }
 
 func TestDomainTableRowsMatchTheLimiter(t *testing.T) {
-	clk := clock.NewFake(t0)
+	clk := clocktest.NewFake(t0)
 	lim := limiter.New(clk)
 	now := fill(t, lim, 40)
 	tab := NewDomainTable(lim, time.Minute)
@@ -157,7 +157,7 @@ func TestDomainTableRowsMatchTheLimiter(t *testing.T) {
 }
 
 func TestDomainTableSearchAndErrors(t *testing.T) {
-	clk := clock.NewFake(t0)
+	clk := clocktest.NewFake(t0)
 	lim := limiter.New(clk)
 	now := fill(t, lim, 300)
 	tab := NewDomainTable(lim, time.Minute)
@@ -216,7 +216,7 @@ func TestDomainTableSearchAndErrors(t *testing.T) {
 // TestDomainTableCursorSurvivesChanges pages on while the table changes under it: rows
 // stay in order and none already shown comes back.
 func TestDomainTableCursorSurvivesChanges(t *testing.T) {
-	clk := clock.NewFake(t0)
+	clk := clocktest.NewFake(t0)
 	lim := limiter.New(clk)
 	now := fill(t, lim, 100)
 	tab := NewDomainTable(lim, time.Nanosecond) // a new copy every call
@@ -244,7 +244,7 @@ func TestDomainTableCursorSurvivesChanges(t *testing.T) {
 }
 
 func TestDomainTableSummary(t *testing.T) {
-	clk := clock.NewFake(t0)
+	clk := clocktest.NewFake(t0)
 	lim := limiter.New(clk)
 	start := t0.Add(2 * time.Hour)
 	admit := func(at time.Time, d string, iv time.Duration, inFlight bool) {
@@ -273,7 +273,7 @@ func TestDomainTableSummary(t *testing.T) {
 }
 
 func TestDomainTableTTL(t *testing.T) {
-	clk := clock.NewFake(t0)
+	clk := clocktest.NewFake(t0)
 	lim := limiter.New(clk)
 	now := fill(t, lim, 10)
 	tab := NewDomainTable(lim, 2*time.Second)
@@ -292,7 +292,7 @@ func TestDomainTableTTL(t *testing.T) {
 // BenchmarkDomainTable measures the console's per-domain table at 10^5 domains: a fresh
 // copy and sort (the first page after the TTL) and a further page of the same copy.
 func BenchmarkDomainTable(b *testing.B) {
-	clk := clock.NewFake(t0)
+	clk := clocktest.NewFake(t0)
 	lim := limiter.New(clk)
 	now := fill(b, lim, 100_000)
 	b.Run("copy+sort+page", func(b *testing.B) {
@@ -325,7 +325,7 @@ func BenchmarkDomainTable(b *testing.B) {
 // request shows no last_request_at and the loss moment as rebuild_loss_at, as the limiter
 // does, and sorts before every domain with a request (never is older than any time).
 func TestDomainTableNoRequestKnown(t *testing.T) {
-	clk := clock.NewFake(t0)
+	clk := clocktest.NewFake(t0)
 	lim := limiter.New(clk) // lost at t0
 	now := t0.Add(time.Minute)
 	a, wait := lim.Allow(now, "seen.test", time.Second, downloader.IntervalSourceLease, downloader.EntryLease)

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/clock"
+	"downloader/clock/clocktest"
 	"downloader/internal/testkit"
 )
 
@@ -62,7 +62,7 @@ var (
 // TestHandlersOnFakes checks what the handlers hand their dependencies and how they
 // answer what comes back, with no engine behind them.
 func TestHandlersOnFakes(t *testing.T) {
-	clk := clock.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
+	clk := clocktest.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
 	var probed downloader.Request
 	settings := &testkit.SettingsService{
 		SettingsFn:           func() downloader.Settings { return downloader.Settings{MaxConcurrentCount: 9} },
