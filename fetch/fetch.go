@@ -406,7 +406,7 @@ func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Adm
 	resp, err := rt.RoundTrip(req)
 	// The request's attempt and write have happened or never will: the admission is the
 	// caller's again.
-	st.wireErr, st.refused = ticket.finish()
+	st.refused, st.wireErr = ticket.finish()
 	switch {
 	case err != nil && st.reused.Load() && !st.answered.Load() && st.wireErr == nil:
 		// Where net/http sends the request again on another connection: the ticket

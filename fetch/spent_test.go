@@ -219,7 +219,7 @@ func TestWireTicket(t *testing.T) {
 	if _, err := tk.write(c1, []byte("GET / HTTP/1.1\r\n\r\n")); err != errTicketUsed {
 		t.Errorf("second write: %v, want errTicketUsed", err)
 	}
-	if werr, refused := tk.finish(); werr != nil || refused != 2 {
+	if refused, werr := tk.finish(); werr != nil || refused != 2 {
 		t.Errorf("finish = %v, %d; want nil, 2", werr, refused)
 	}
 	adm.Cancel()

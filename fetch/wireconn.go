@@ -53,9 +53,9 @@ func (t *wireTicket) write(c net.Conn, p []byte) (int, error) {
 func (t *wireTicket) setOnWire(f func()) { t.onWire.Store(&f) }
 
 // finish ends the ticket: nothing more goes out under it, and the admission is the
-// caller's again. It returns the failed wait's error, if any, and how many second sends
-// were refused.
-func (t *wireTicket) finish() (wireErr error, refused int) { return t.Close() }
+// caller's again. It returns how many second sends were refused and the failed wait's
+// error, if any.
+func (t *wireTicket) finish() (refused int, wireErr error) { return t.Close() }
 
 // wireConn is every connection the fetcher dials. It holds the first write of an armed
 // request until the request's ticket lets it out, so the wire moment is the write itself:
