@@ -29,7 +29,6 @@ func TestMain(m *testing.M) {
 	}
 	os.Setenv("TMPDIR", tmpRoot)
 	code := m.Run()
-	closeShared()
 	if code == 0 {
 		code = checkNoLeftovers()
 	}

@@ -290,7 +290,7 @@ func TestClusterPartition(t *testing.T) {
 	waitFor(t, "the cap split over nodes 0 and 1", func() bool {
 		return nc.nodes[0].gate.Capacity() == 12 && nc.nodes[1].gate.Capacity() == 12
 	})
-	if early := claimEnd.Sub(time.Now()); early > 0 {
+	if early := time.Until(claimEnd); early > 0 {
 		t.Errorf("node 2's share was taken %v before its claim ended (%v after the cut): before its requests must have ended", early, time.Since(cut))
 	}
 	nc.waitSent("traffic on nodes 0 and 1 while node 2 is cut off", 10, 0, 1)
