@@ -131,10 +131,6 @@ type Fetcher struct {
 	h2     *h2Pool         // nil when HTTP/2 is off
 	closed context.Context // done after Close: aborts dials still in progress
 	close  context.CancelFunc
-
-	// wireHook, when set (by tests of this package), runs right after the wire wait let
-	// the request's first write out.
-	wireHook func(hop int, info httptrace.GotConnInfo)
 }
 
 // New returns a Fetcher for cfg.
@@ -373,9 +369,6 @@ func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Adm
 			}
 			if wc.isH2.Load() {
 				return // the stream passes the ticket in h2Conn.RoundTrip
-			}
-			if f.wireHook != nil {
-				ticket.setOnWire(func() { f.wireHook(hop, info) })
 			}
 			wc.arm(ticket)
 		},

@@ -187,9 +187,6 @@ func (c *h2Conn) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err := t.Sending(); err != nil {
 		return nil, err
 	}
-	if f := t.onWire.Load(); f != nil {
-		(*f)()
-	}
 	// Not cancelled on success: the body is read under it. It ends with the hop's context.
 	ctx, cancel := context.WithCancelCause(req.Context())
 	// The header timer starts when the HEADERS frame is written, on the connection's
