@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"downloader"
+	"downloader/internal/testkit"
 	"downloader/netguard"
 	"downloader/render"
 )
@@ -87,7 +88,7 @@ func newPool(t *testing.T, guard *netguard.Guard, concurrency, queueLength int) 
 	t.Cleanup(func() {
 		p.Close()
 		// SIGKILL is asynchronous: processes killed by Close get a bounded moment to go.
-		if !eventually(5*time.Second, func() bool { return len(ownBrowsers()) == 0 }) {
+		if !testkit.Eventually(5*time.Second, func() bool { return len(ownBrowsers()) == 0 }) {
 			t.Errorf("browser processes left after the pool closed: %v", ownBrowsers())
 		}
 	})
@@ -173,7 +174,7 @@ func TestHostileRenders(t *testing.T) {
 // renderer processes our browsers have then.
 func idleRenderers(t *testing.T, p *render.Pool) int {
 	t.Helper()
-	if !eventually(30*time.Second, func() bool { s := p.Stats(); return s.BusyCount == 0 && s.WarmTabCount >= 1 }) {
+	if !testkit.Eventually(30*time.Second, func() bool { s := p.Stats(); return s.BusyCount == 0 && s.WarmTabCount >= 1 }) {
 		t.Fatalf("pool %+v: not idle with a warm tab", p.Stats())
 	}
 	n := ownRenderers()
@@ -193,7 +194,7 @@ func idleRenderers(t *testing.T, p *render.Pool) int {
 func checkNoTabLeft(t *testing.T, p *render.Pool, before int) {
 	t.Helper()
 	var after int
-	if !eventually(10*time.Second, func() bool {
+	if !testkit.Eventually(10*time.Second, func() bool {
 		s := p.Stats()
 		after = ownRenderers()
 		return s.BusyCount == 0 && s.WarmTabCount >= 1 && after <= before
@@ -222,7 +223,7 @@ func TestQueuedRenderHoldsNoGlobalSlot(t *testing.T) {
 			held <- res
 		}()
 	}
-	if !eventually(30*time.Second, func() bool { s := r.pool.Stats(); return s.BusyCount == 1 && s.QueuedCount == 1 }) {
+	if !testkit.Eventually(30*time.Second, func() bool { s := r.pool.Stats(); return s.BusyCount == 1 && s.QueuedCount == 1 }) {
 		t.Fatalf("pool %+v: want 1 rendering and 1 waiting", r.pool.Stats())
 	}
 	globalHeld := r.gate.InFlight()
@@ -230,7 +231,7 @@ func TestQueuedRenderHoldsNoGlobalSlot(t *testing.T) {
 	go func() { done <- r.probe("http://bystander.test/") }()
 	// Either the probe answers (the gap is closed) or it is seen waiting at the gate.
 	var waited bool
-	if !eventually(30*time.Second, func() bool {
+	if !testkit.Eventually(30*time.Second, func() bool {
 		select {
 		case s := <-done:
 			done <- s
