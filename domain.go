@@ -104,12 +104,6 @@ func CanonicalizeURL(u *url.URL) (*url.URL, string, error) {
 	return &c, h, nil
 }
 
-// hasHTTPPrefix reports whether s starts with "http://" or "https://" in any case.
-func hasHTTPPrefix(s string) bool {
-	_, _, ok := splitHTTPScheme(s)
-	return ok
-}
-
 // splitHTTPScheme splits "http://rest" or "https://rest" (scheme in any case) into the
 // lower-case scheme and rest.
 func splitHTTPScheme(s string) (scheme, rest string, ok bool) {

@@ -5,7 +5,7 @@ import (
 	"fmt"
 )
 
-// Error codes. The code→HTTP status map lives in package server alone.
+// Error codes. The code→HTTP status map is internal/httpjson.Status alone.
 const (
 	EINVALID     = "invalid"     // the caller's input is wrong; Field names which part.
 	ENOTFOUND    = "not_found"   // the thing asked for does not exist.

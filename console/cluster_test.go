@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/clock"
+	"downloader/clock/clocktest"
 	"downloader/egress"
 	"downloader/engine"
 	"downloader/internal/testkit"
@@ -24,7 +24,7 @@ import (
 // with the moment it went down and the failing domains. On the embedded store the page
 // says so and the JSON has no cluster.
 func TestRuntimeShowsInstancesAndEgress(t *testing.T) {
-	clk := clock.NewFake(t0)
+	clk := clocktest.NewFake(t0)
 	lim := limiter.New(clk)
 	clk.Advance(2 * time.Hour)
 	off := int64(-3)

@@ -59,7 +59,7 @@ type Config struct {
 	Observer *observe.Observer
 	Domains  *observe.DomainTable
 	// Renderer reports the renderer pool; nil when the service has none.
-	Renderer func() observe.RendererStats
+	Renderer func() downloader.RendererStats
 	// Session returns the role and CSRF token of the session a request was signed in
 	// with (server.Session); nil or "" when there is none (no tokens configured, or a
 	// bearer token). The pages show the role and send the token with their writes.

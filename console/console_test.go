@@ -21,6 +21,7 @@ import (
 
 	"downloader"
 	"downloader/clock"
+	"downloader/clock/clocktest"
 	"downloader/engine"
 	"downloader/internal/testkit"
 	"downloader/limiter"
@@ -59,7 +60,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 }
 
 type harness struct {
-	clk  *clock.Fake
+	clk  *clocktest.Fake
 	eng  *engine.Engine
 	lim  *limiter.Limiter
 	gate *limiter.Gate
@@ -67,9 +68,9 @@ type harness struct {
 	srv  *httptest.Server
 }
 
-func newHarness(t *testing.T, renderer func() observe.RendererStats) *harness {
+func newHarness(t *testing.T, renderer func() downloader.RendererStats) *harness {
 	t.Helper()
-	clk := clock.NewFake(t0)
+	clk := clocktest.NewFake(t0)
 	lim := limiter.New(clk)
 	clk.Advance(2 * time.Hour)
 	obs := observe.New(observe.Config{Clock: clk})
@@ -434,9 +435,10 @@ func TestProbes(t *testing.T) {
 }
 
 func TestStats(t *testing.T) {
-	renderer := func() observe.RendererStats {
-		return observe.RendererStats{SlotCount: 2, EffectiveSlotCount: 1, IsAdaptive: true, BusyCount: 1, RestartCount: 3, RenderedCount: 40, IsBrowserUp: true,
-			RendererKind: "obscura", IsGuardRefused: true}
+	renderer := func() downloader.RendererStats {
+		return downloader.RendererStats{SlotCount: 2, EffectiveSlotCount: 1, IsAdaptive: true, BusyCount: 1, RestartCount: 3, RenderedCount: 40, IsBrowserUp: true,
+			RendererKind: "obscura", IsGuardRefused: true, ContextCount: 2, RecycledContextCount: 7, HeapRecycledContextCount: 5,
+			GuardProxyAddr: "127.0.0.1:4100"}
 	}
 	h := newHarness(t, renderer)
 	// Ten requests of 200 ms each (fake clock) to domains of 500 ms: politeness 2/s each.
@@ -479,7 +481,9 @@ func TestStats(t *testing.T) {
 	for k, pk := range map[string]string{"slot_count": "slot_count", "busy_count": "busy_count", "restart_count": "restart_count",
 		"rendered_count": "rendered_count", "is_browser_up": "is_browser_up", "queued_count": "renderer_queued_count",
 		"effective_slot_count": "effective_slot_count",
-		"renderer_kind":        "renderer_kind", "is_guard_refused": "is_guard_refused"} {
+		"renderer_kind":        "renderer_kind", "is_guard_refused": "is_guard_refused",
+		"context_count": "context_count", "recycled_context_count": "recycled_context_count",
+		"heap_recycled_context_count": "heap_recycled_context_count", "guard_proxy_addr": "guard_proxy_addr"} {
 		if f[pk] != shown(r[k]) {
 			t.Errorf("renderer %s: page %q, JSON %v", k, f[pk], r[k])
 		}
@@ -571,7 +575,7 @@ func TestNumberFormats(t *testing.T) {
 // of 50) over 10^5 domains: cold (a new copy of the table and a sort) and warm (the copy
 // of the last two seconds, another sort order already cached).
 func BenchmarkRuntimePage(b *testing.B) {
-	clk := clock.NewFake(t0)
+	clk := clocktest.NewFake(t0)
 	lim := limiter.New(clk)
 	clk.Advance(2 * time.Hour)
 	for i := range 100_000 {

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/limiter"
 )
 
 // The console depends on these small interfaces, declared here where they are used, and
@@ -24,7 +23,7 @@ type SettingsService interface {
 
 // LimiterStats is this instance's limiter (limiter.Limiter): its counts at now.
 type LimiterStats interface {
-	Stats(now time.Time) limiter.Stats
+	Stats(now time.Time) downloader.RuntimeStats
 }
 
 // GateView is this instance's global cap (limiter.Gate): the slots in use, the requests

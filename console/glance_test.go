@@ -1,6 +1,7 @@
 package console
 
 import (
+	"downloader"
 	"io"
 	"net/http"
 	"net/url"
@@ -11,7 +12,6 @@ import (
 
 	"golang.org/x/net/html"
 
-	"downloader/limiter"
 	"downloader/observe"
 )
 
@@ -305,9 +305,9 @@ func TestStatesInWords(t *testing.T) {
 	}
 }
 
-func limiterState(s string) limiter.State { return limiter.State(s) }
+func limiterState(s string) downloader.RateState { return downloader.RateState(s) }
 
 // upRenderer is a renderer pool that is up.
-func upRenderer() observe.RendererStats {
-	return observe.RendererStats{SlotCount: 1, IsBrowserUp: true}
+func upRenderer() downloader.RendererStats {
+	return downloader.RendererStats{SlotCount: 1, IsBrowserUp: true}
 }

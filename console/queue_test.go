@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"downloader/clock"
+	"downloader/clock/clocktest"
 	"downloader/engine"
 	"downloader/internal/testkit"
 	"downloader/limiter"
@@ -21,7 +21,7 @@ import (
 // no panel.
 func TestLocalQueuePanel(t *testing.T) {
 	for _, hasQueue := range []bool{true, false} {
-		clk := clock.NewFake(t0)
+		clk := clocktest.NewFake(t0)
 		lim := limiter.New(clk)
 		clk.Advance(time.Hour)
 		obs := observe.New(observe.Config{Clock: clk})

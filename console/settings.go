@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"downloader"
+	"downloader/internal/httpjson"
 )
 
 // settingsForm is the max_concurrent_count control (POST /console/settings, form-encoded:
@@ -27,10 +28,9 @@ func (c *Console) settingsForm() http.Handler {
 			return
 		}
 		if _, err := c.cfg.Settings.SetSettings(r.Context(), downloader.Settings{MaxConcurrentCount: n}, formActor(r)); err != nil {
-			status := http.StatusBadRequest
-			if downloader.ErrorCode(err) != downloader.EINVALID {
+			status := httpjson.Status(downloader.ErrorCode(err))
+			if status == http.StatusInternalServerError {
 				c.log.Error("console settings", "error", err)
-				status = http.StatusInternalServerError
 			}
 			writeJSON(w, status, errorBody{Error: downloader.ErrorMessage(err), Field: downloader.ErrorField(err)})
 			return

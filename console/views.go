@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/limiter"
 	"downloader/observe"
 )
 
@@ -179,7 +178,7 @@ type Stats struct {
 	QueuedCount         int `json:"queued_count"`
 	LocalQueueLength    int `json:"local_queue_length"`
 	// Renderer is the renderer pool; null when the service has none.
-	Renderer *observe.RendererStats `json:"renderer"`
+	Renderer *downloader.RendererStats `json:"renderer"`
 }
 
 // Stats returns the fetch statistics page's numbers now.
@@ -566,15 +565,15 @@ func sourceLabel(s downloader.IntervalSource) string {
 
 // stateLabel words a domain's rate-limit state as an operator reads it: what happened to
 // the requests over its interval in the last 5 minutes, English then Chinese.
-func stateLabel(s limiter.State) [2]string {
+func stateLabel(s downloader.RateState) [2]string {
 	switch s {
-	case limiter.StateNormal:
+	case downloader.RateStateNormal:
 		return [2]string{"ok", "正常"}
-	case limiter.StateOverLimitA:
+	case downloader.RateStateOverLimitA:
 		return [2]string{"rate-limited: tasks delayed (A)", "入口 A 超限，延迟执行"}
-	case limiter.StateOverLimitB:
+	case downloader.RateStateOverLimitB:
 		return [2]string{"rate-limited: renders answered 429 (B)", "入口 B 超限，返回 429"}
-	case limiter.StateOverLimitC:
+	case downloader.RateStateOverLimitC:
 		return [2]string{"rate-limited: probes not sent (C)", "入口 C 超限，探针未发出"}
 	}
 	return [2]string{string(s), ""}

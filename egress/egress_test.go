@@ -2,6 +2,7 @@ package egress
 
 import (
 	"context"
+	"downloader/clock/clocktest"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -11,7 +12,6 @@ import (
 	"go.uber.org/goleak"
 
 	"downloader"
-	"downloader/clock"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -134,7 +134,7 @@ func TestJudgeWithoutCanary(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clk := clock.NewFake(t0)
+			clk := clocktest.NewFake(t0)
 			d := New(Config{Clock: clk, Window: 30 * time.Second, MinDomainCount: 4, MinFailingShare: 0.8})
 			for i, s := range tt.steps {
 				clk.Set(t0.Add(s.at))
@@ -152,7 +152,7 @@ func TestJudgeWithoutCanary(t *testing.T) {
 }
 
 func TestStatusAndMemoryBound(t *testing.T) {
-	clk := clock.NewFake(t0)
+	clk := clocktest.NewFake(t0)
 	d := New(Config{Clock: clk, Window: 10 * time.Second, MinDomainCount: 3})
 	for i := range 1000 {
 		clk.Advance(100 * time.Millisecond)
@@ -183,7 +183,7 @@ func TestStatusAndMemoryBound(t *testing.T) {
 // TestCanary: a working canary vetoes, a failing one lowers the bar, a stale one is
 // ignored.
 func TestCanary(t *testing.T) {
-	clk := clock.NewFake(t0)
+	clk := clocktest.NewFake(t0)
 	var canaryErr atomic.Pointer[error]
 	setCanary := func(err error) { canaryErr.Store(&err) }
 	setCanary(nil)
@@ -228,7 +228,7 @@ func TestCanary(t *testing.T) {
 // TestRunChecksTheCanary: Run checks on its interval on the fake clock, and at once when
 // the window suspects an outage.
 func TestRunChecksTheCanary(t *testing.T) {
-	clk := clock.NewFake(t0)
+	clk := clocktest.NewFake(t0)
 	checks := make(chan struct{}, 16)
 	d := New(Config{Clock: clk, Window: 30 * time.Second, MinDomainCount: 2, CanaryInterval: 10 * time.Second,
 		Canary: func(ctx context.Context) error { checks <- struct{}{}; return errors.New("down") }})
@@ -269,7 +269,7 @@ func TestDefaults(t *testing.T) {
 
 // BenchmarkJudge: the detector sits on every request's path.
 func BenchmarkJudge(b *testing.B) {
-	clk := clock.NewFake(t0)
+	clk := clocktest.NewFake(t0)
 	d := New(Config{Clock: clk})
 	domains := make([]string, 4096)
 	for i := range domains {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/clock"
+	"downloader/clock/clocktest"
 	"downloader/fetch"
 	"downloader/limiter"
 	"downloader/netguard"
@@ -44,7 +44,7 @@ func TestConditionalRecrawl(t *testing.T) {
 	f := fetch.New(fetch.Config{Guard: netguard.New(netguard.Config{ConnectTo: []netguard.Rule{rule}})})
 	t.Cleanup(f.Close)
 	st := embeddedtest.Open(t, t.TempDir())
-	clk := clock.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
+	clk := clocktest.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
 	lim := limiter.New(clk)
 	clk.Advance(time.Hour)
 	e := New(Config{Clock: clk, Limiter: lim, Gate: limiter.NewGate(8, 8), Fetcher: f, Pages: st, Results: st,

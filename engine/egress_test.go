@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/clock"
+	"downloader/clock/clocktest"
 	"downloader/egress"
 	"downloader/limiter"
 )
@@ -25,7 +25,7 @@ func (refusingFetcher) FetchWith(ctx context.Context, u *url.URL, adm *limiter.A
 // the answers of B and C and in entry A's reports and stored results alike; the detector
 // is told each outcome's entry (a failing probe is no evidence).
 func TestEgressJudgesEveryEntry(t *testing.T) {
-	clk := clock.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
+	clk := clocktest.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
 	lim := limiter.New(clk)
 	clk.Advance(time.Hour)
 	res := &recordingResults{}

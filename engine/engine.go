@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net/url"
 	"sync/atomic"
 	"time"
@@ -127,35 +126,9 @@ func (e *Engine) Stop() {
 
 func (e *Engine) isStopping() bool { return e.isStopped.Load() }
 
-// OverLimitError is entry B's refusal: answer 429 with RetryAfter.
-type OverLimitError struct {
-	Reason     downloader.FailReason // self_rate_limited or local_queue_full
-	RetryAfter time.Duration
-}
-
-func (e *OverLimitError) Error() string {
-	return fmt.Sprintf("over limit (%s): retry after %v", e.Reason, e.RetryAfter)
-}
-
-// RetryAfterSeconds is the wait rounded up to whole seconds, at least 1.
-func (e *OverLimitError) RetryAfterSeconds() int64 {
-	return max(1, int64(math.Ceil(e.RetryAfter.Seconds())))
-}
-
 // queueFullRetryAfter is the wait announced when the global cap and local queue are full:
 // the real wait is unknown, and a second is about one mean service time.
 const queueFullRetryAfter = time.Second
-
-// Answer is a finished B or C request (entry B's answer; entry C answers its Summary): the outcome and, when stored, the page's key.
-type Answer struct {
-	Outcome *downloader.Outcome
-	Summary downloader.Summary
-	PageKey string
-	// HTML is entry B's html: the rendered document, or for a plain fetch the body as
-	// served decoded to UTF-8 (htmltext.AsUTF8, the rule raw_text_length and the page
-	// store's reader use too; a body that is not text as it is). Outcome.Body keeps the bytes as served, for the page store.
-	HTML string
-}
 
 // renderedContentType is the Content-Type of a rendered document: the browser's DOM,
 // serialized by us as UTF-8, whatever charset the page was served in.
@@ -166,7 +139,7 @@ func (e *Engine) Probe(ctx context.Context, req downloader.Request, u *url.URL) 
 	req.Entry = downloader.EntryProbe
 	req.ShouldStore = false
 	res, err := e.do(ctx, req, u)
-	if ol := (*OverLimitError)(nil); errors.As(err, &ol) {
+	if ol := (*downloader.OverLimitError)(nil); errors.As(err, &ol) {
 		s := downloader.Failed(ol.Reason).Summary(req.Domain)
 		s.HealthSignal = refusalHealthSignal(ol)
 		return s
@@ -175,14 +148,14 @@ func (e *Engine) Probe(ctx context.Context, req downloader.Request, u *url.URL) 
 }
 
 // Render runs entry B. Over the domain interval, or with the global cap and local queue
-// full, it returns an *OverLimitError (HTTP 429).
-func (e *Engine) Render(ctx context.Context, req downloader.Request, u *url.URL) (*Answer, error) {
+// full, it returns an *downloader.OverLimitError (HTTP 429).
+func (e *Engine) Render(ctx context.Context, req downloader.Request, u *url.URL) (*downloader.Answer, error) {
 	req.Entry = downloader.EntryRender
 	return e.do(ctx, req, u)
 }
 
 // do admits and runs a B or C request (pipeline.go) and answers where it ended.
-func (e *Engine) do(ctx context.Context, req downloader.Request, u *url.URL) (*Answer, error) {
+func (e *Engine) do(ctx context.Context, req downloader.Request, u *url.URL) (*downloader.Answer, error) {
 	p := e.pipeline(ctx, req, u, policyOf(req, nil, time.Time{}))
 	switch {
 	case p.refused != nil:
@@ -194,17 +167,17 @@ func (e *Engine) do(ctx context.Context, req downloader.Request, u *url.URL) (*A
 }
 
 // overLimit records and builds a refusal.
-func (e *Engine) overLimit(req downloader.Request, now time.Time, reason downloader.FailReason, wait time.Duration) *OverLimitError {
+func (e *Engine) overLimit(req downloader.Request, now time.Time, reason downloader.FailReason, wait time.Duration) *downloader.OverLimitError {
 	s := downloader.Failed(reason).Summary(req.Domain)
 	s.HealthSignal = nil
 	e.observe(&downloader.Event{At: now, Entry: req.Entry, URL: req.URL, Domain: req.Domain, ShouldRender: req.ShouldRender,
 		MinInterval: req.MinInterval, IntervalSource: req.IntervalSource, OverLimit: true, Delay: wait, Summary: s})
-	return &OverLimitError{Reason: reason, RetryAfter: wait}
+	return &downloader.OverLimitError{Reason: reason, RetryAfter: wait}
 }
 
 // finish stores what should be stored and tells observers.
-func (e *Engine) finish(ctx context.Context, req downloader.Request, u *url.URL, out *downloader.Outcome, took time.Duration, at time.Time) *Answer {
-	res := &Answer{Outcome: out, Summary: out.Summary(req.Domain)}
+func (e *Engine) finish(ctx context.Context, req downloader.Request, u *url.URL, out *downloader.Outcome, took time.Duration, at time.Time) *downloader.Answer {
+	res := &downloader.Answer{Outcome: out, Summary: out.Summary(req.Domain)}
 	if req.Entry == downloader.EntryRender && len(out.Body) > 0 {
 		// Entry B answers the page's content: the renderer gives the DOM and its text, both
 		// UTF-8 already; a plain fetch gives the bytes as served, decoded here once by the

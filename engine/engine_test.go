@@ -9,13 +9,13 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/clock"
+	"downloader/clock/clocktest"
 	"downloader/limiter"
 )
 
 // recordingFetcher goes on the wire at once and records the clock at each wire moment.
 type recordingFetcher struct {
-	clk *clock.Fake
+	clk *clocktest.Fake
 	mu  sync.Mutex
 	at  []time.Time
 }
@@ -47,9 +47,9 @@ func (r *recordingResults) FetchResults(context.Context, string, int, string) ([
 	return nil, "", nil
 }
 
-func newTestEngine(t *testing.T) (*Engine, *clock.Fake, *recordingFetcher, *recordingResults) {
+func newTestEngine(t *testing.T) (*Engine, *clocktest.Fake, *recordingFetcher, *recordingResults) {
 	t.Helper()
-	clk := clock.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
+	clk := clocktest.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
 	lim := limiter.New(clk)
 	clk.Advance(time.Hour)
 	f := &recordingFetcher{clk: clk}
@@ -220,7 +220,7 @@ func (f *onceFetcher) FetchWith(_ context.Context, _ *url.URL, _ *limiter.Admiss
 // TestProbeFetchesOnce: an entry C probe keeps no connection for later (FetchOnce); entry A
 // and B fetch as usual.
 func TestProbeFetchesOnce(t *testing.T) {
-	clk := clock.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
+	clk := clocktest.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
 	lim := limiter.New(clk)
 	clk.Advance(time.Hour)
 	f := &onceFetcher{}
@@ -256,7 +256,7 @@ func (f *optsFetcher) FetchWith(_ context.Context, _ *url.URL, _ *limiter.Admiss
 // checked under the service's policy (a User-Agent the operator did not allow is
 // invalid_task, never fetched).
 func TestRequestHeadersReachTheFetcher(t *testing.T) {
-	clk := clock.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
+	clk := clocktest.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
 	lim := limiter.New(clk)
 	clk.Advance(time.Hour)
 	f := &optsFetcher{}

@@ -47,7 +47,7 @@ func answeringDomain(req downloader.Request, out *downloader.Outcome) string {
 // refusalHealthSignal is entry C's health_signal when our limiter refused: nothing was
 // measured, only the wait until the domain's next request may go (the interval's or the
 // origin's), in whole seconds rounded up.
-func refusalHealthSignal(ol *OverLimitError) *downloader.HealthSignal {
+func refusalHealthSignal(ol *downloader.OverLimitError) *downloader.HealthSignal {
 	if ol.Reason != downloader.FailSelfRateLimited {
 		return nil
 	}

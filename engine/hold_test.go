@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/clock"
+	"downloader/clock/clocktest"
 	"downloader/limiter"
 	"downloader/retryafter"
 )
@@ -18,7 +18,7 @@ import (
 // askingFetcher goes on the wire (waiting as the limiter says) and answers what answer
 // gives for the URL: an origin that may ask for a wait.
 type askingFetcher struct {
-	clk    *clock.Fake
+	clk    *clocktest.Fake
 	answer func(u *url.URL) *downloader.Outcome
 	mu     sync.Mutex
 	at     []time.Time
@@ -53,9 +53,9 @@ func asking(secs int64, final string) func(u *url.URL) *downloader.Outcome {
 	}
 }
 
-func newAskingEngine(t *testing.T, answer func(u *url.URL) *downloader.Outcome) (*Engine, *clock.Fake, *askingFetcher) {
+func newAskingEngine(t *testing.T, answer func(u *url.URL) *downloader.Outcome) (*Engine, *clocktest.Fake, *askingFetcher) {
 	t.Helper()
-	clk := clock.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
+	clk := clocktest.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
 	lim := limiter.New(clk)
 	clk.Advance(time.Hour)
 	f := &askingFetcher{clk: clk, answer: answer}
@@ -85,7 +85,7 @@ func TestOriginWaitOnEveryEntry(t *testing.T) {
 
 	req, u = request("http://a.test/b", downloader.EntryRender)
 	_, err := e.Render(ctx, req, u)
-	var ol *OverLimitError
+	var ol *downloader.OverLimitError
 	if !errors.As(err, &ol) || ol.Reason != downloader.FailSelfRateLimited || ol.RetryAfter != 20*time.Second || ol.RetryAfterSeconds() != 20 {
 		t.Fatalf("B during the wait: %v, want 429 self_rate_limited after 20 s", err)
 	}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/clock"
+	"downloader/clock/clocktest"
 	"downloader/fetch"
 	"downloader/internal/nginxtest"
 	"downloader/limiter"
@@ -21,7 +21,7 @@ import (
 // nginxEngine is the engine with the real fetcher at s (every *.example.com on 443 is
 // nginx's TLS port, on 80 its plain one; the test CA trusted), the real embedded store and
 // a fake clock for the limiter's decisions. tweak adjusts the fetcher's config.
-func nginxEngine(t testing.TB, s *nginxtest.Server, tweak func(*fetch.Config)) (*Engine, *clock.Fake, *fetch.Fetcher) {
+func nginxEngine(t testing.TB, s *nginxtest.Server, tweak func(*fetch.Config)) (*Engine, *clocktest.Fake, *fetch.Fetcher) {
 	t.Helper()
 	var rules []netguard.Rule
 	for _, r := range []string{"*.example.com:443:" + s.HTTPSAddr, "*.example.com:80:" + s.HTTPAddr} {
@@ -38,7 +38,7 @@ func nginxEngine(t testing.TB, s *nginxtest.Server, tweak func(*fetch.Config)) (
 	f := fetch.New(cfg)
 	t.Cleanup(f.Close)
 	st := embeddedtest.Open(t, t.TempDir())
-	clk := clock.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
+	clk := clocktest.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
 	lim := limiter.New(clk)
 	clk.Advance(time.Hour)
 	e := New(Config{Clock: clk, Limiter: lim, Gate: limiter.NewGate(8, 8), Fetcher: f, Pages: st, Results: st,
@@ -159,7 +159,7 @@ func TestNginxRetryAfterHoldsTheDomain(t *testing.T) {
 	// Another page of the same domain: the domain is held, not the URL.
 	r, u = req("https://www.example.com/b.html", downloader.EntryRender)
 	_, err := e.Render(ctx, r, u)
-	var ol *OverLimitError
+	var ol *downloader.OverLimitError
 	if !errors.As(err, &ol) || ol.Reason != downloader.FailSelfRateLimited || ol.RetryAfterSeconds() != 20 {
 		t.Fatalf("B during the wait: %v, want 429 self_rate_limited with 20 s left", err)
 	}

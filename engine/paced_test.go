@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/limiter"
 )
 
 // eventLog records the engine's events.
@@ -29,10 +28,10 @@ func TestPacedWaitIsNotOverLimit(t *testing.T) {
 	for _, tt := range []struct {
 		name      string
 		isPaced   bool
-		wantState limiter.State
+		wantState downloader.RateState
 	}{
-		{"local queue", true, limiter.StateNormal},
-		{"scheduler", false, limiter.StateOverLimitA},
+		{"local queue", true, downloader.RateStateNormal},
+		{"scheduler", false, downloader.RateStateOverLimitA},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			e, clk, _, _ := newTestEngine(t)

@@ -76,7 +76,7 @@ type passage struct {
 	out *downloader.Outcome
 	// refused (B, C) is a refusal over a limit: answered with HTTP 429 (B) or a summary
 	// (C), and recorded as over limit.
-	refused *OverLimitError
+	refused *downloader.OverLimitError
 	// sharedErr (B, C): the shared runtime could not be reached; nothing was sent.
 	sharedErr error
 	// isHandedBack (A): nothing was fetched; the task goes back, to come again after
@@ -103,7 +103,7 @@ func (p policy) overLimit(at time.Time, reason downloader.FailReason, wait time.
 	if p.isWaiting {
 		return passage{isHandedBack: true, retryAfter: wait, at: at, start: at}
 	}
-	return passage{refused: &OverLimitError{Reason: reason, RetryAfter: wait}, at: at, start: at}
+	return passage{refused: &downloader.OverLimitError{Reason: reason, RetryAfter: wait}, at: at, start: at}
 }
 
 // pipeline takes req through every admission and runs it (see the top of this file).

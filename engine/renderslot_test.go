@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/clock"
+	"downloader/clock/clocktest"
 	"downloader/limiter"
 )
 
@@ -50,7 +50,7 @@ func (r *slotRenderer) RenderInSlot(ctx context.Context, u *url.URL, adm *limite
 // local_queue_full without touching the global cap.
 func TestQueuedRendersHoldNoGlobalSlot(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		clk := clock.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
+		clk := clocktest.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
 		lim := limiter.New(clk)
 		clk.Advance(time.Hour)
 		gate := limiter.NewGate(2, 8)
@@ -59,7 +59,7 @@ func TestQueuedRendersHoldNoGlobalSlot(t *testing.T) {
 			DefaultMinInterval: time.Second, DefaultTimeout: 10 * time.Second})
 
 		type result struct {
-			res *Answer
+			res *downloader.Answer
 			err error
 		}
 		done := make(chan result, 4)
@@ -107,6 +107,6 @@ func TestQueuedRendersHoldNoGlobalSlot(t *testing.T) {
 }
 
 func isOverLimit(err error, reason downloader.FailReason) bool {
-	var ol *OverLimitError
+	var ol *downloader.OverLimitError
 	return errors.As(err, &ol) && ol.Reason == reason
 }

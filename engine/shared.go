@@ -46,7 +46,7 @@ func (e *Engine) timeoutOf(req downloader.Request) time.Duration {
 // sharedUnavailable records that req was not sent because the shared runtime failed, and
 // answers: entry C a summary with runtime_store_unavailable (not reached), entry B the
 // EUNAVAILABLE error.
-func (e *Engine) sharedUnavailable(req downloader.Request, now time.Time, err error) (*Answer, error) {
+func (e *Engine) sharedUnavailable(req downloader.Request, now time.Time, err error) (*downloader.Answer, error) {
 	e.log.Warn("shared limiter state unavailable: request not sent", "entry", string(req.Entry),
 		"domain", req.Domain, "url", req.URL, "error", err)
 	out := downloader.Failed(downloader.FailRuntimeStoreUnavailable)
@@ -57,7 +57,7 @@ func (e *Engine) sharedUnavailable(req downloader.Request, now time.Time, err er
 	if req.Entry == downloader.EntryRender {
 		return nil, errSharedUnavailable
 	}
-	return &Answer{Outcome: out, Summary: s}, nil
+	return &downloader.Answer{Outcome: out, Summary: s}, nil
 }
 
 // admitTaskShared takes entry A's shared admission: it reserves the next slot and waits

@@ -108,7 +108,7 @@ func TestSharedAdmissionPerEntry(t *testing.T) {
 			if tt.entry == downloader.EntryProbe {
 				s = e.Probe(context.Background(), req, u)
 			} else {
-				var res *Answer
+				var res *downloader.Answer
 				res, err = e.Render(context.Background(), req, u)
 				if res != nil {
 					s = res.Summary
@@ -138,7 +138,7 @@ func TestSharedAdmissionPerEntry(t *testing.T) {
 					t.Fatalf("err = %v; want EUNAVAILABLE (503)", err)
 				}
 			case tt.entry == downloader.EntryRender:
-				var ol *OverLimitError
+				var ol *downloader.OverLimitError
 				if !errors.As(err, &ol) || ol.Reason != tt.reason || ol.RetryAfterSeconds() != 2 {
 					t.Fatalf("err = %v; want 429 %s after 2 s", err, tt.reason)
 				}

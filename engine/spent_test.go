@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/clock"
+	"downloader/clock/clocktest"
 	"downloader/fetch"
 	"downloader/limiter"
 	"downloader/netguard"
@@ -63,7 +63,7 @@ func TestEntriesSpendTheSlotOnlyWhenSent(t *testing.T) {
 	for _, tt := range tests {
 		for _, entry := range entries {
 			t.Run(tt.domain+"/"+string(entry), func(t *testing.T) {
-				clk := clock.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
+				clk := clocktest.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
 				lim := limiter.New(clk)
 				clk.Advance(time.Hour)
 				e := New(Config{Clock: clk, Limiter: lim, Gate: limiter.NewGate(8, 8), Fetcher: causeChecked{t: t, f: f},

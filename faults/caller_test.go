@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"downloader"
+	"downloader/internal/testkit"
 	"downloader/localqueue"
 	"downloader/server"
 	"downloader/store/embedded"
@@ -255,7 +256,7 @@ func TestFloods(t *testing.T) {
 			held <- answer{status, m}
 		}()
 	}
-	if !eventually(30*time.Second, func() bool { return r.gate.InFlight() == 2 && r.gate.Waiting() == 2 }) {
+	if !testkit.Eventually(30*time.Second, func() bool { return r.gate.InFlight() == 2 && r.gate.Waiting() == 2 }) {
 		t.Fatalf("gate: %d in flight, %d waiting; want 2 and 2", r.gate.InFlight(), r.gate.Waiting())
 	}
 	const flood = 40
@@ -350,7 +351,7 @@ func TestRenderFlood(t *testing.T) {
 			held <- status
 		}()
 	}
-	if !eventually(30*time.Second, func() bool { s := r.pool.Stats(); return s.BusyCount == 1 && s.QueuedCount == 1 }) {
+	if !testkit.Eventually(30*time.Second, func() bool { s := r.pool.Stats(); return s.BusyCount == 1 && s.QueuedCount == 1 }) {
 		t.Fatalf("pool %+v: want 1 busy and 1 queued", r.pool.Stats())
 	}
 	var wg sync.WaitGroup

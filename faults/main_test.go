@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"downloader/internal/procstat"
+	"downloader/internal/testkit"
 )
 
 // tmpRoot is TMPDIR for the whole test binary and the programs it starts, so that every
@@ -29,7 +30,6 @@ func TestMain(m *testing.M) {
 	}
 	os.Setenv("TMPDIR", tmpRoot)
 	code := m.Run()
-	closeShared()
 	if code == 0 {
 		code = checkNoLeftovers()
 	}
@@ -80,26 +80,10 @@ func noLeaks(t *testing.T) {
 		}
 		// Closed sockets leave the table as their last goroutines end; goleak has waited
 		// for those, so a short settle is enough.
-		if !eventually(5*time.Second, func() bool { return fdCount() <= before }) {
+		if !testkit.Eventually(5*time.Second, func() bool { return fdCount() <= before }) {
 			t.Errorf("file descriptors leaked: %d before, %d after: %v", before, fdCount(), fdList())
 		}
 	})
-}
-
-// eventually polls cond until it holds or d has passed.
-func eventually(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		<-tick.C
-	}
 }
 
 func fdCount() int {

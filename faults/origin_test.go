@@ -12,7 +12,6 @@ import (
 
 	"downloader"
 	"downloader/egress"
-	"downloader/engine"
 	"downloader/fetch"
 	"downloader/netguard"
 )
@@ -26,8 +25,8 @@ func TestHostileOrigins(t *testing.T) {
 	r := newRig(t, rigConfig{})
 	by := startBystander(r, maxBystanderTime)
 
-	type check func(t *testing.T, res *engine.Answer)
-	bodyIsCapped := func(t *testing.T, res *engine.Answer) {
+	type check func(t *testing.T, res *downloader.Answer)
+	bodyIsCapped := func(t *testing.T, res *downloader.Answer) {
 		if n := len(res.Outcome.Body); n != testMaxBodyBytes {
 			t.Errorf("body of %d bytes, want exactly the cap %d", n, testMaxBodyBytes)
 		}
@@ -36,14 +35,14 @@ func TestHostileOrigins(t *testing.T) {
 		}
 	}
 	redirects := func(n int) check {
-		return func(t *testing.T, res *engine.Answer) {
+		return func(t *testing.T, res *downloader.Answer) {
 			if got := res.Summary.HealthSignal.RedirectCount; got != n {
 				t.Errorf("redirect_count=%d, want %d", got, n)
 			}
 		}
 	}
 	retryAfter := func(secs int64) check {
-		return func(t *testing.T, res *engine.Answer) {
+		return func(t *testing.T, res *downloader.Answer) {
 			got := res.Summary.HealthSignal.RetryAfterSeconds
 			if got == nil || *got < secs-1 || *got > secs {
 				t.Errorf("retry_after_seconds=%v, want %d", got, secs)

@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"downloader/internal/testkit"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -63,7 +64,7 @@ func TestKill9LeavesNoBrowserProfile(t *testing.T) {
 	}
 	killed := dirs[0]
 	c.stop(syscall.SIGKILL, 30*time.Second)
-	if !eventually(10*time.Second, func() bool { return len(browserProcesses(pid)) == 0 }) {
+	if !testkit.Eventually(10*time.Second, func() bool { return len(browserProcesses(pid)) == 0 }) {
 		t.Fatalf("the killed downloader's browser processes live on: %v", browserProcesses(pid))
 	}
 	if _, dirs := profileDirs(tmp); len(dirs) != 1 || dirs[0] != killed {

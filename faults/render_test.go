@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/engine"
+	"downloader/internal/testkit"
 	"downloader/netguard"
 	"downloader/render"
 )
@@ -88,7 +88,7 @@ func newPool(t *testing.T, guard *netguard.Guard, concurrency, queueLength int) 
 	t.Cleanup(func() {
 		p.Close()
 		// SIGKILL is asynchronous: processes killed by Close get a bounded moment to go.
-		if !eventually(5*time.Second, func() bool { return len(ownBrowsers()) == 0 }) {
+		if !testkit.Eventually(5*time.Second, func() bool { return len(ownBrowsers()) == 0 }) {
 			t.Errorf("browser processes left after the pool closed: %v", ownBrowsers())
 		}
 	})
@@ -96,7 +96,7 @@ func newPool(t *testing.T, guard *netguard.Guard, concurrency, queueLength int) 
 }
 
 // render runs entry B with rendering.
-func (r *rig) render(rawURL string, timeout time.Duration) (*engine.Answer, error) {
+func (r *rig) render(rawURL string, timeout time.Duration) (*downloader.Answer, error) {
 	u, req := request(rawURL)
 	req.ShouldRender = true
 	req.Timeout = timeout
@@ -174,7 +174,7 @@ func TestHostileRenders(t *testing.T) {
 // renderer processes our browsers have then.
 func idleRenderers(t *testing.T, p *render.Pool) int {
 	t.Helper()
-	if !eventually(30*time.Second, func() bool { s := p.Stats(); return s.BusyCount == 0 && s.WarmTabCount >= 1 }) {
+	if !testkit.Eventually(30*time.Second, func() bool { s := p.Stats(); return s.BusyCount == 0 && s.WarmTabCount >= 1 }) {
 		t.Fatalf("pool %+v: not idle with a warm tab", p.Stats())
 	}
 	n := ownRenderers()
@@ -194,7 +194,7 @@ func idleRenderers(t *testing.T, p *render.Pool) int {
 func checkNoTabLeft(t *testing.T, p *render.Pool, before int) {
 	t.Helper()
 	var after int
-	if !eventually(10*time.Second, func() bool {
+	if !testkit.Eventually(10*time.Second, func() bool {
 		s := p.Stats()
 		after = ownRenderers()
 		return s.BusyCount == 0 && s.WarmTabCount >= 1 && after <= before
@@ -216,14 +216,14 @@ func TestQueuedRenderHoldsNoGlobalSlot(t *testing.T) {
 	if res, err := r.render("http://render-warmup.test/", renderTimeout); err != nil || reasonOf(res.Summary) != "" {
 		t.Fatalf("warm-up render: %v %v", err, res)
 	}
-	held := make(chan *engine.Answer, 2)
+	held := make(chan *downloader.Answer, 2)
 	for i := range 2 {
 		go func() {
 			res, _ := r.render(fmt.Sprintf("http://slowrender%d.test/", i), renderTimeout)
 			held <- res
 		}()
 	}
-	if !eventually(30*time.Second, func() bool { s := r.pool.Stats(); return s.BusyCount == 1 && s.QueuedCount == 1 }) {
+	if !testkit.Eventually(30*time.Second, func() bool { s := r.pool.Stats(); return s.BusyCount == 1 && s.QueuedCount == 1 }) {
 		t.Fatalf("pool %+v: want 1 rendering and 1 waiting", r.pool.Stats())
 	}
 	globalHeld := r.gate.InFlight()
@@ -231,7 +231,7 @@ func TestQueuedRenderHoldsNoGlobalSlot(t *testing.T) {
 	go func() { done <- r.probe("http://bystander.test/") }()
 	// Either the probe answers (the gap is closed) or it is seen waiting at the gate.
 	var waited bool
-	if !eventually(30*time.Second, func() bool {
+	if !testkit.Eventually(30*time.Second, func() bool {
 		select {
 		case s := <-done:
 			done <- s

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"downloader"
+	"downloader/internal/testkit"
 	"downloader/localqueue"
 	"downloader/origintest"
 	"downloader/outbox"
@@ -323,7 +324,7 @@ func waitArrivals(t *testing.T, o *origintest.Origin, n int, d time.Duration) {
 		}
 		return c
 	}
-	if !eventually(d, func() bool { return count() >= n }) {
+	if !testkit.Eventually(d, func() bool { return count() >= n }) {
 		t.Fatalf("the origin saw %d task requests in %v, want %d", count(), d, n)
 	}
 }
@@ -381,7 +382,7 @@ func TestSIGTERMDuringLoad(t *testing.T) {
 		s, m, err := c.post("/v1/probe", `{"url":"http://slowish.test/","min_interval_ms":0}`)
 		slowish <- answer{s, m, err}
 	}()
-	if !eventually(30*time.Second, func() bool { return o.CountByHost()["hang.test"] == 1 && o.CountByHost()["slowish.test"] == 1 }) {
+	if !testkit.Eventually(30*time.Second, func() bool { return o.CountByHost()["hang.test"] == 1 && o.CountByHost()["slowish.test"] == 1 }) {
 		t.Fatal("B and C did not reach the origin")
 	}
 	start := time.Now()
@@ -428,7 +429,7 @@ func TestSIGTERMDuringLoad(t *testing.T) {
 
 	// Restart: the rest is done, nothing lost, nothing early.
 	c = startChild(t, dataDir, tmp, args...)
-	if !eventually(60*time.Second, func() bool {
+	if !testkit.Eventually(60*time.Second, func() bool {
 		status, m, err := c.get("/v1/fetch_results?limit=1000")
 		return err == nil && status == 200 && countLeaseTasks(m) >= len(tasks)
 	}) {
@@ -477,14 +478,14 @@ func TestKill9DuringLoad(t *testing.T) {
 	pgid := c.cmd.Process.Pid
 	killedAt := time.Now()
 	c.stop(syscall.SIGKILL, 30*time.Second)
-	if !eventually(10*time.Second, func() bool { return len(browserProcesses(pgid)) == 0 }) {
+	if !testkit.Eventually(10*time.Second, func() bool { return len(browserProcesses(pgid)) == 0 }) {
 		t.Errorf("the killed downloader's browser processes live on: %v", browserProcesses(pgid))
 	}
 	before := len(o.Arrivals())
 
 	c = startChild(t, dataDir, tmp, args...)
 	t.Logf("restarted %v after the kill, %d requests before it", time.Since(killedAt).Round(time.Millisecond), before)
-	if !eventually(60*time.Second, func() bool {
+	if !testkit.Eventually(60*time.Second, func() bool {
 		status, m, err := c.get("/v1/fetch_results?limit=1000")
 		return err == nil && status == 200 && countLeaseTasks(m) >= len(tasks)
 	}) {

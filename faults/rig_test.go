@@ -483,7 +483,7 @@ func (r *rig) probe(rawURL string) downloader.Summary {
 }
 
 // plain runs entry B without rendering (the outcome carries the body too).
-func (r *rig) plain(rawURL string) (*engine.Answer, error) {
+func (r *rig) plain(rawURL string) (*downloader.Answer, error) {
 	u, req := request(rawURL)
 	return r.engine.Render(context.Background(), req, u)
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"downloader/internal/testkit"
 	"downloader/origintest"
 )
 
@@ -84,7 +85,7 @@ func TestRestartWaitsOnlyAsSafetyNeeds(t *testing.T) {
 		t.Fatalf("PUT /v1/settings: %d %v", status, m)
 	}
 	// early.test's 1.5 s interval passes before the stop; late.test is hit just before it.
-	if !eventually(30*time.Second, func() bool { return time.Since(earlyAt) >= 2*time.Second }) {
+	if !testkit.Eventually(30*time.Second, func() bool { return time.Since(earlyAt) >= 2*time.Second }) {
 		t.Fatal("unreachable")
 	}
 	mustReach(t, c.probe(t, "http://late.test/", 60_000), "late.test before the stop")
@@ -172,11 +173,11 @@ func TestDrainOnSIGTERM(t *testing.T) {
 		s, m, err := c.post("/v1/render", `{"url":"http://hold.test/","should_render":false,"min_interval_ms":0}`)
 		held <- answer{s, m, err}
 	}()
-	if !eventually(30*time.Second, func() bool { return o.CountByHost()["hold.test"] == 1 }) {
+	if !testkit.Eventually(30*time.Second, func() bool { return o.CountByHost()["hold.test"] == 1 }) {
 		t.Fatal("the held request did not reach the origin")
 	}
 	c.cmd.Process.Signal(syscall.SIGTERM)
-	if !eventually(30*time.Second, func() bool {
+	if !testkit.Eventually(30*time.Second, func() bool {
 		resp, err := apiClient.Get(c.base + "/readyz")
 		if err != nil {
 			return false

@@ -131,10 +131,6 @@ type Fetcher struct {
 	h2     *h2Pool         // nil when HTTP/2 is off
 	closed context.Context // done after Close: aborts dials still in progress
 	close  context.CancelFunc
-
-	// wireHook, when set (by tests of this package), runs right after the wire wait let
-	// the request's first write out.
-	wireHook func(hop int, info httptrace.GotConnInfo)
 }
 
 // New returns a Fetcher for cfg.
@@ -374,9 +370,6 @@ func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Adm
 			if wc.isH2.Load() {
 				return // the stream passes the ticket in h2Conn.RoundTrip
 			}
-			if f.wireHook != nil {
-				ticket.setOnWire(func() { f.wireHook(hop, info) })
-			}
 			wc.arm(ticket)
 		},
 		GotFirstResponseByte: func() { st.answered.Store(true) },
@@ -406,7 +399,7 @@ func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Adm
 	resp, err := rt.RoundTrip(req)
 	// The request's attempt and write have happened or never will: the admission is the
 	// caller's again.
-	st.wireErr, st.refused = ticket.finish()
+	st.refused, st.wireErr = ticket.finish()
 	switch {
 	case err != nil && st.reused.Load() && !st.answered.Load() && st.wireErr == nil:
 		// Where net/http sends the request again on another connection: the ticket

@@ -13,7 +13,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"net/url"
 	"os"
 	"strconv"
@@ -27,7 +26,7 @@ import (
 	"golang.org/x/text/encoding/simplifiedchinese"
 
 	"downloader"
-	"downloader/clock"
+	"downloader/clock/clocktest"
 	"downloader/limiter"
 )
 
@@ -317,7 +316,7 @@ func TestRetryAfter(t *testing.T) {
 		w.Header().Set("Retry-After", now.Add(90*time.Second+300*time.Millisecond).Format(http.TimeFormat))
 		w.WriteHeader(http.StatusServiceUnavailable)
 	})
-	e := newEnv(t, o, withConfig(func(c *Config) { c.Clock = clock.NewFake(now) }))
+	e := newEnv(t, o, withConfig(func(c *Config) { c.Clock = clocktest.NewFake(now) }))
 	out := e.fetch(context.Background(), "http://busy.test/")
 	if out.HTTPStatus != 503 || out.HealthSignal.RetryAfterSeconds == nil || *out.HealthSignal.RetryAfterSeconds != 90 {
 		t.Errorf("503 with an HTTP-date: status %d, retry_after_seconds %v; want 503, 90", out.HTTPStatus, out.HealthSignal.RetryAfterSeconds)
@@ -623,31 +622,39 @@ func TestRedirectForbidden(t *testing.T) {
 	}
 }
 
-// TestWireHook: the on-the-wire moment of each hop comes after its connection is
-// established and before its request reaches the origin, once per hop.
-func TestWireHook(t *testing.T) {
+// TestWireMoment: each hop's request goes on the wire after its connection is established
+// and its admission taken (its hop is admitted before its bytes are written), and before
+// the origin sees it; once per hop. The test dialer sees the bytes go out.
+func TestWireMoment(t *testing.T) {
 	o := redirectOrigin(t)
-	e := newEnv(t, o)
 	type call struct {
 		hop        int
 		remote     string
 		seenBefore int
-		reused     bool
+		conn       net.Conn
 	}
-	var calls []call
-	e.f.wireHook = func(hop int, info httptrace.GotConnInfo) {
-		calls = append(calls, call{hop, info.Conn.RemoteAddr().String(), len(o.seen()), info.Reused})
-	}
+	var (
+		mu    sync.Mutex
+		calls []call
+		e     *env
+	)
+	e = newEnv(t, o, withWriteWatch(func(c net.Conn) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls = append(calls, call{len(e.hops.admitted()), c.RemoteAddr().String(), len(o.seen()), c})
+	}))
 	out := e.fetch(context.Background(), "http://a.test/r1")
 	if out.FailReason != "" {
 		t.Fatalf("fetch: %q", out.FailReason)
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	if len(calls) != 3 {
-		t.Fatalf("wire hook ran %d times, want 3 (one per hop): %+v", len(calls), calls)
+		t.Fatalf("%d writes, want 3 (one per hop): %+v", len(calls), calls)
 	}
 	for i, c := range calls {
 		if c.hop != i {
-			t.Errorf("call %d is for hop %d", i, c.hop)
+			t.Errorf("write %d is for hop %d", i, c.hop)
 		}
 		if c.remote != "127.0.0.1:"+o.port {
 			t.Errorf("hop %d: connection to %s, want the origin", i, c.remote)
@@ -656,7 +663,7 @@ func TestWireHook(t *testing.T) {
 			t.Errorf("hop %d: the origin had seen %d requests at the wire moment, want %d", i, c.seenBefore, i)
 		}
 	}
-	t.Logf("connection reuse per hop: %v %v %v", calls[0].reused, calls[1].reused, calls[2].reused)
+	t.Logf("connection reused by hops 1 and 2: %v %v", calls[1].conn == calls[0].conn, calls[2].conn == calls[1].conn)
 }
 
 // TestWireWait: the request leaves only when the limiter lets it, after the connection is
@@ -664,7 +671,7 @@ func TestWireHook(t *testing.T) {
 func TestWireWait(t *testing.T) {
 	o := newOrigin(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "<p>x</p>") })
 	e := newEnv(t, o)
-	fake := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	fake := clocktest.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	l := limiter.New(fake)
 	fake.Advance(time.Second)
 	const interval = 100 * time.Millisecond

@@ -92,9 +92,11 @@ const blackholeAddr = "93.184.215.14"
 
 // checkDialer dials loopback for real. A dial to blackholeAddr blocks until ctx ends and
 // fails with a dial timeout, without any packet. Any other address fails the test: the
-// guard must never let it through.
+// guard must never let it through. onWrite, when set, is told of every write to a
+// loopback connection before it happens: the moment bytes go on the wire.
 type checkDialer struct {
-	t testing.TB
+	t       testing.TB
+	onWrite func(c net.Conn)
 }
 
 func (d *checkDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
@@ -105,7 +107,11 @@ func (d *checkDialer) DialContext(ctx context.Context, network, address string) 
 	}
 	if ip, err := netip.ParseAddr(host); err == nil && ip.Unmap().IsLoopback() {
 		var nd net.Dialer
-		return nd.DialContext(ctx, network, address)
+		c, err := nd.DialContext(ctx, network, address)
+		if err != nil || d.onWrite == nil {
+			return c, err
+		}
+		return &writeWatchConn{Conn: c, onWrite: d.onWrite}, nil
 	}
 	if host == blackholeAddr {
 		<-ctx.Done()
@@ -113,6 +119,17 @@ func (d *checkDialer) DialContext(ctx context.Context, network, address string) 
 	}
 	d.t.Errorf("the guard let through a dial to %s %s", network, address)
 	return nil, errors.New("test dialer: refused " + address)
+}
+
+// writeWatchConn tells onWrite of each write before passing it on.
+type writeWatchConn struct {
+	net.Conn
+	onWrite func(c net.Conn)
+}
+
+func (c *writeWatchConn) Write(p []byte) (int, error) {
+	c.onWrite(c.Conn)
+	return c.Conn.Write(p)
 }
 
 type timeoutErr struct{}
@@ -203,6 +220,11 @@ func withRule(spec string) envOption {
 		}
 		g.ConnectTo = append(g.ConnectTo, r)
 	}
+}
+
+// withWriteWatch has the test dialer tell f of every write on a connection it dialed.
+func withWriteWatch(f func(c net.Conn)) envOption {
+	return func(_ *Config, g *netguard.Config) { g.Dialer.(*checkDialer).onWrite = f }
 }
 
 func withConfig(fn func(*Config)) envOption {

@@ -18,8 +18,7 @@ import (
 func TestHostHeaderIsTheCanonicalHost(t *testing.T) {
 	var mu sync.Mutex
 	var hosts []string
-	var o *origin
-	o = newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+	o := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		hosts = append(hosts, r.Host)
 		mu.Unlock()

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/clock"
+	"downloader/clock/clocktest"
 	"downloader/limiter"
 )
 
@@ -105,7 +105,7 @@ func TestSpentSlot(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.url, func(t *testing.T) {
-			fake := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+			fake := clocktest.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 			l := limiter.New(fake)
 			fake.Advance(time.Hour)
 			u, _ := url.Parse(tt.url)
@@ -161,7 +161,7 @@ func TestNoSilentRetry(t *testing.T) {
 	var arrivals atomic.Int64
 	port, accepts := rawListener(t, dropsKeptAlive(&arrivals))
 	e := newEnv(t, nil, withRule("drop.test::127.0.0.1:"+port))
-	fake := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	fake := clocktest.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	l := limiter.New(fake)
 	fake.Advance(time.Hour)
 	u, _ := url.Parse("http://drop.test/")
@@ -195,7 +195,7 @@ func TestNoSilentRetry(t *testing.T) {
 // TestWireTicket: one connection attempt and one first write per admission, nothing once
 // the request is over, and a failed attempt spaces the next request from its start.
 func TestWireTicket(t *testing.T) {
-	fake := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	fake := clocktest.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	l := limiter.New(fake)
 	fake.Advance(time.Hour)
 	const iv = time.Second
@@ -219,7 +219,7 @@ func TestWireTicket(t *testing.T) {
 	if _, err := tk.write(c1, []byte("GET / HTTP/1.1\r\n\r\n")); err != errTicketUsed {
 		t.Errorf("second write: %v, want errTicketUsed", err)
 	}
-	if werr, refused := tk.finish(); werr != nil || refused != 2 {
+	if refused, werr := tk.finish(); werr != nil || refused != 2 {
 		t.Errorf("finish = %v, %d; want nil, 2", werr, refused)
 	}
 	adm.Cancel()

@@ -26,13 +26,11 @@ var (
 	errTicketUsed = limiter.ErrWireUsed
 )
 
-// wireTicket is one hop's passage to the wire: its gate, and the test hook that runs when
-// the gate lets the first write out. Safe for concurrent use: the dial goroutine, the
+// wireTicket is one hop's passage to the wire: its gate. Safe for concurrent use: the dial goroutine, the
 // transport's write loop and the request's goroutine all use it.
 type wireTicket struct {
 	// The gate's Connecting and Connected are netguard's ConnectHook.
 	*limiter.WireGate
-	onWire atomic.Pointer[func()] // tests: runs after the write's wait let the request out
 }
 
 func newWireTicket(ctx context.Context, adm *limiter.Admission) *wireTicket {
@@ -42,20 +40,13 @@ func newWireTicket(ctx context.Context, adm *limiter.Admission) *wireTicket {
 // write writes p, the request's first bytes, to c once the limiter lets them out, and
 // tells the limiter they were written.
 func (t *wireTicket) write(c net.Conn, p []byte) (int, error) {
-	return t.Send(func() (int, error) {
-		if f := t.onWire.Load(); f != nil {
-			(*f)()
-		}
-		return c.Write(p)
-	})
+	return t.Send(func() (int, error) { return c.Write(p) })
 }
 
-func (t *wireTicket) setOnWire(f func()) { t.onWire.Store(&f) }
-
 // finish ends the ticket: nothing more goes out under it, and the admission is the
-// caller's again. It returns the failed wait's error, if any, and how many second sends
-// were refused.
-func (t *wireTicket) finish() (wireErr error, refused int) { return t.Close() }
+// caller's again. It returns how many second sends were refused and the failed wait's
+// error, if any.
+func (t *wireTicket) finish() (refused int, wireErr error) { return t.Close() }
 
 // wireConn is every connection the fetcher dials. It holds the first write of an armed
 // request until the request's ticket lets it out, so the wire moment is the write itself:

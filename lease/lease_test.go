@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/clock"
+	"downloader/clock/clocktest"
 	"downloader/lease"
 	"downloader/localqueue"
 	"downloader/origintest"
@@ -82,7 +82,7 @@ func TestWaitPastLeaseIsReleased(t *testing.T) {
 }
 
 func testWaitPastLeaseIsReleased(t *testing.T, batched bool) {
-	clk := clock.NewFake(time.Now())
+	clk := clocktest.NewFake(time.Now())
 	r := newRig(t, rigOptions{clock: clk, timeout: 5 * time.Second})
 	clk.Advance(2 * time.Minute) // past the limiter's rebuild window
 	s := newFakeScheduler(t, r.changes)

@@ -2,18 +2,18 @@ package limiter
 
 import (
 	"context"
+	"downloader/clock/clocktest"
 	"testing"
 	"time"
 
 	"downloader"
-	"downloader/clock"
 )
 
 // TestConnectAttemptSpendsTheSlot: a request wired at its connection attempt holds the
 // domain through a slow handshake, its write moves the wire moment forward, and a failed
 // attempt is not given back by Cancel (SPEC §2, a spent slot).
 func TestConnectAttemptSpendsTheSlot(t *testing.T) {
-	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	clk := clocktest.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	l := New(clk)
 	clk.Advance(time.Hour)
 	const iv = 100 * time.Millisecond
@@ -73,7 +73,7 @@ func TestConnectAttemptSpendsTheSlot(t *testing.T) {
 // TestWriteAfterTheHoldRanOut: a handshake longer than writeHoldMax lets the next request
 // out at the hold's end; the first request's write then waits an interval after it.
 func TestWriteAfterTheHoldRanOut(t *testing.T) {
-	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	clk := clocktest.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	l := New(clk)
 	clk.Advance(time.Hour)
 	const iv = 100 * time.Millisecond
@@ -106,7 +106,7 @@ func TestWriteAfterTheHoldRanOut(t *testing.T) {
 // TestOnWireToldOnceAtTheWrite: a request wired at its attempt and written later tells
 // its OnWire callback once, with the write's moment.
 func TestOnWireToldOnceAtTheWrite(t *testing.T) {
-	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	clk := clocktest.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	l := New(clk)
 	clk.Advance(time.Hour)
 	a, _ := l.Allow(clk.Now(), "o.test", time.Second, downloader.IntervalSourceRequest, downloader.EntryProbe)

@@ -1,13 +1,12 @@
 package limiter
 
 import (
+	"downloader/clock/clocktest"
 	"fmt"
 	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"downloader/clock"
 )
 
 // benchDomainCount is the table size the admission benchmarks run at (SPEC §2: 10^5–10^6
@@ -31,7 +30,7 @@ func domainNames(n int) []string {
 // filledLimiter returns a limiter tracking every name, all admitted and done at start,
 // and the instant after which every interval has passed.
 func filledLimiter(names []string) (*Limiter, time.Time) {
-	l := New(clock.NewFake(t0))
+	l := New(clocktest.NewFake(t0))
 	start := at(past)
 	for _, d := range names {
 		a, _ := l.Allow(start, d, benchInterval, srcRequest, entryB)
@@ -179,7 +178,7 @@ func heapInUse() uint64 {
 // per domain: the entry, its share of the shard maps and its 24 h statistics. The names
 // themselves are allocated before the first measurement and not counted.
 func bytesPerDomain(names []string) float64 {
-	clk := clock.NewFake(t0)
+	clk := clocktest.NewFake(t0)
 	now := at(past)
 	before := heapInUse()
 	l := New(clk)

@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"downloader"
 	"encoding/json"
 	"math"
 	"strings"
@@ -144,7 +145,7 @@ func TestHoldKeptBySweepResetAndSave(t *testing.T) {
 	}
 
 	snap := l.Save(base.Add(10 * time.Minute))
-	var saved *SavedEntry
+	var saved *downloader.SavedDomain
 	for i := range snap.Entries {
 		if snap.Entries[i].Domain == "a.example" {
 			saved = &snap.Entries[i]
@@ -173,7 +174,7 @@ func TestHoldKeptBySweepResetAndSave(t *testing.T) {
 func TestHoldRestoreCapped(t *testing.T) {
 	l, _ := newFake()
 	base := at(past)
-	l.Restore(base, Snapshot{SavedAt: base, Entries: []SavedEntry{{Domain: "a.example", LastRequestAt: base,
+	l.Restore(base, downloader.RuntimeSnapshot{SavedAt: base, Entries: []downloader.SavedDomain{{Domain: "a.example", LastRequestAt: base,
 		HoldUntil: base.Add(100 * 365 * 24 * time.Hour)}}})
 	mustRefuse(t, l, base, "a.example", 0, retryafter.MaxWait)
 }

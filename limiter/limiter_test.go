@@ -324,7 +324,7 @@ func TestReserveSlot(t *testing.T) {
 	if ts := l.Stats(s).Trigger24hCount[entryA]; ts != 2 {
 		t.Fatalf("delayed reservations counted %d triggers for A, want 2", ts)
 	}
-	if st := state(t, l, s.Add(4*I), d); st.State != StateOverLimitB {
+	if st := state(t, l, s.Add(4*I), d); st.State != downloader.RateStateOverLimitB {
 		// the latest over-limit event was the refusal of B above
 		t.Fatalf("state = %q", st.State)
 	}

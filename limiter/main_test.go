@@ -1,13 +1,13 @@
 package limiter
 
 import (
+	"downloader/clock/clocktest"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"downloader"
-	"downloader/clock"
 )
 
 func TestMain(m *testing.M) {
@@ -18,8 +18,8 @@ func TestMain(m *testing.M) {
 // of the table, so most tests work at t0 plus an hour or more (after any interval).
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
-func newFake() (*Limiter, *clock.Fake) {
-	clk := clock.NewFake(t0)
+func newFake() (*Limiter, *clocktest.Fake) {
+	clk := clocktest.NewFake(t0)
 	return New(clk), clk
 }
 
@@ -64,7 +64,7 @@ func mustRefuse(t testing.TB, l *Limiter, now time.Time, domain string, interval
 }
 
 // state returns the snapshot of domain or fails the test.
-func state(t testing.TB, l *Limiter, now time.Time, domain string) DomainState {
+func state(t testing.TB, l *Limiter, now time.Time, domain string) downloader.DomainState {
 	t.Helper()
 	st, ok := l.Domain(now, domain)
 	if !ok {
@@ -75,7 +75,7 @@ func state(t testing.TB, l *Limiter, now time.Time, domain string) DomainState {
 
 // newRealStartFake returns a fake clock starting at the real now, for tests whose context
 // deadlines must mean the same instant on both clocks.
-func newRealStartFake() *clock.Fake { return clock.NewFake(time.Now()) }
+func newRealStartFake() *clocktest.Fake { return clocktest.NewFake(time.Now()) }
 
 // recv returns the next value from ch, failing the test if none comes within 10 s (so a
 // broken limiter fails instead of hanging the run).

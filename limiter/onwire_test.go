@@ -2,12 +2,12 @@ package limiter
 
 import (
 	"context"
+	"downloader/clock/clocktest"
 	"slices"
 	"testing"
 	"time"
 
 	"downloader"
-	"downloader/clock"
 )
 
 // TestOnWireTellsTheWireMomentOnce: the callback set with OnWire, and the limiter's
@@ -18,29 +18,29 @@ func TestOnWireTellsTheWireMomentOnce(t *testing.T) {
 	const iv = 100 * time.Millisecond
 	cases := []struct {
 		name string
-		run  func(clk *clock.Fake, a *Admission)
+		run  func(clk *clocktest.Fake, a *Admission)
 		want time.Duration // after the admission; -1: never told
 	}{
-		{"Wire", func(clk *clock.Fake, a *Admission) {
+		{"Wire", func(clk *clocktest.Fake, a *Admission) {
 			clk.Advance(3 * time.Millisecond)
 			a.Wire(clk.Now())
 			clk.Advance(time.Millisecond)
 			a.Wrote()
 			a.Done()
 		}, 3 * time.Millisecond},
-		{"WireAndHold then Wrote", func(clk *clock.Fake, a *Admission) {
+		{"WireAndHold then Wrote", func(clk *clocktest.Fake, a *Admission) {
 			a.WireAndHold(clk.Now())
 			clk.Advance(7 * time.Millisecond) // the write came late
 			a.Wrote()
 			clk.Advance(time.Second)
 			a.Done()
 		}, 7 * time.Millisecond},
-		{"WireAndHold then Done", func(clk *clock.Fake, a *Admission) {
+		{"WireAndHold then Done", func(clk *clocktest.Fake, a *Admission) {
 			a.WireAndHold(clk.Now())
 			clk.Advance(20 * time.Millisecond)
 			a.Cancel() // degrades to Done: the write, if any, is over by now
 		}, 20 * time.Millisecond},
-		{"never on the wire", func(clk *clock.Fake, a *Admission) {
+		{"never on the wire", func(clk *clocktest.Fake, a *Admission) {
 			clk.Advance(time.Second)
 			a.Cancel()
 		}, -1},
@@ -48,7 +48,7 @@ func TestOnWireTellsTheWireMomentOnce(t *testing.T) {
 	for _, tc := range cases {
 		for _, via := range []string{"OnWire", "ObserveWire", "both"} {
 			t.Run(tc.name+"/"+via, func(t *testing.T) {
-				clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+				clk := clocktest.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 				l := New(clk)
 				var observed []time.Time
 				if via != "OnWire" {
@@ -90,7 +90,7 @@ func TestOnWireTellsTheWireMomentOnce(t *testing.T) {
 // TestOnWireNotToldWhileWaiting: a Wire that must wait for another request's interval
 // tells nothing until it lets the request out.
 func TestOnWireNotToldWhileWaiting(t *testing.T) {
-	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	clk := clocktest.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	l := New(clk)
 	clk.Advance(time.Hour)
 	const iv = 100 * time.Millisecond
@@ -120,7 +120,7 @@ func TestOnWireNotToldWhileWaiting(t *testing.T) {
 // even when its turn is now (in cluster mode its in-flight entry may have expired for the
 // other instances), and the domain stays free for the next one.
 func TestWaitWireAfterTheContextEnded(t *testing.T) {
-	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	clk := clocktest.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	l := New(clk)
 	clk.Advance(time.Hour)
 	a, wait := l.Allow(clk.Now(), "o.test", 100*time.Millisecond, downloader.IntervalSourceRequest, downloader.EntryProbe)

@@ -9,9 +9,9 @@ import (
 )
 
 // The table across restarts of one machine (SPEC §2, loss and rebuild). The limiter does
-// no I/O: the service saves a Snapshot at a clean stop and restores it at the next start
-// (Restore), or, when the previous process died without saving, counts the table as lost
-// at that process's last sign of life (RestoreAfterCrash). A data dir that never served
+// no I/O: the service saves a downloader.RuntimeSnapshot at a clean stop and restores it
+// at the next start (Restore), or, when the previous process died without saving, counts
+// the table as lost at that process's last sign of life (RestoreAfterCrash). A data dir that never served
 // has nothing to lose (SetLoss with the zero time). Every one of these must be called
 // before the first request; New alone counts the table as lost at its creation.
 
@@ -19,37 +19,6 @@ import (
 // the service accepts reaches from it to any instant it meets, and far enough from
 // math.MinInt64 that adding an interval to it cannot overflow.
 const noLossNs = math.MinInt64 / 4
-
-// SavedEntry is one domain's entry as a clean stop keeps it: the state that decides its
-// next admission, and what the console shows of its interval.
-type SavedEntry struct {
-	Domain string
-	// LastRequestAt is what the next interval counts from: the latest admitted slot or
-	// wire moment, or the loss moment (Snapshot.LossAt) for a domain the lost table knew.
-	LastRequestAt time.Time
-	// WireAt is the latest request's moment on the wire (or its admission to go out at
-	// once); zero when no request is known.
-	WireAt         time.Time
-	MinIntervalMs  int64
-	IntervalSource downloader.IntervalSource // "" when no request was admitted
-	// InFlightCount counts requests still in flight at the save: they may send until the
-	// save, so the restore counts the domain as requested at Snapshot.SavedAt.
-	InFlightCount int
-	// HoldUntil is the end of the origin's own wait (hold.go) still in force at the save;
-	// zero when there is none.
-	HoldUntil time.Time
-}
-
-// Snapshot is the part of the table that can still refuse a request. Entries that cannot
-// (nothing in flight and the largest accepted interval passed since their last request)
-// are left out: they would admit any request anyway.
-type Snapshot struct {
-	SavedAt time.Time
-	// LossAt is the table's latest loss while it can still refuse a request: a domain
-	// with no entry counts as requested at it. Zero when there is none.
-	LossAt  time.Time
-	Entries []SavedEntry
-}
 
 // canRefuse reports whether en can still refuse a request at t. Requires the shard's lock.
 func canRefuse(en *entry, t int64) bool {
@@ -59,9 +28,9 @@ func canRefuse(en *entry, t int64) bool {
 // Save returns the entries that can still refuse a request at now, with the instants on
 // the wall clock (the next process has another monotonic clock). It is meant for a clean
 // stop, once nothing is sent any more; the 24 h statistics are not kept.
-func (l *Limiter) Save(now time.Time) Snapshot {
+func (l *Limiter) Save(now time.Time) downloader.RuntimeSnapshot {
 	t := l.ns(now)
-	snap := Snapshot{SavedAt: wall(now)}
+	snap := downloader.RuntimeSnapshot{SavedAt: wall(now)}
 	if loss := l.lossNs.Load(); t < loss+int64(downloader.MaxMinInterval) {
 		snap.LossAt = wall(l.at(loss))
 	}
@@ -72,7 +41,7 @@ func (l *Limiter) Save(now time.Time) Snapshot {
 			if !canRefuse(en, t) {
 				continue
 			}
-			e := SavedEntry{Domain: d, LastRequestAt: wall(l.at(en.lastNs)), InFlightCount: int(en.inFlight)}
+			e := downloader.SavedDomain{Domain: d, LastRequestAt: wall(l.at(en.lastNs)), InFlightCount: int(en.inFlight)}
 			if en.outSeq != 0 {
 				e.WireAt = wall(l.at(en.outNs))
 			}
@@ -97,7 +66,7 @@ func wall(t time.Time) time.Time { return t.Round(0).UTC() }
 // save (it was set back), every instant is moved back by the difference: the time that
 // really passed is unknown, and taking none is the safe side. Call it before the first
 // request.
-func (l *Limiter) Restore(now time.Time, snap Snapshot) {
+func (l *Limiter) Restore(now time.Time, snap downloader.RuntimeSnapshot) {
 	shift := int64(0)
 	if now.Before(snap.SavedAt) {
 		shift = int64(now.Sub(snap.SavedAt))

@@ -1,17 +1,17 @@
 package limiter
 
 import (
+	"downloader"
+	"downloader/clock/clocktest"
 	"encoding/json"
 	"testing"
 	"time"
-
-	"downloader/clock"
 )
 
 // restarted returns a limiter of a new process whose clock starts at start: another epoch
 // and another monotonic base than the saving one, as after a real restart.
-func restarted(start time.Time) (*Limiter, *clock.Fake) {
-	clk := clock.NewFake(start)
+func restarted(start time.Time) (*Limiter, *clocktest.Fake) {
+	clk := clocktest.NewFake(start)
 	return New(clk), clk
 }
 
@@ -44,7 +44,7 @@ func TestSaveRestoreCleanStop(t *testing.T) {
 	if !snap.LossAt.IsZero() {
 		t.Errorf("LossAt = %v, want none: the loss at t0 can refuse nothing any more", snap.LossAt)
 	}
-	saved := map[string]SavedEntry{}
+	saved := map[string]downloader.SavedDomain{}
 	for _, e := range snap.Entries {
 		saved[e.Domain] = e
 	}
@@ -93,13 +93,14 @@ func TestSaveRestoreCleanStop(t *testing.T) {
 	a.Done()
 }
 
-// roundTripJSON checks that a Snapshot survives the encoding a store may give it.
-func roundTripJSON(s Snapshot) (Snapshot, []byte, error) {
+// roundTripJSON checks that a downloader.RuntimeSnapshot survives the encoding a store
+// may give it.
+func roundTripJSON(s downloader.RuntimeSnapshot) (downloader.RuntimeSnapshot, []byte, error) {
 	b, err := json.Marshal(s)
 	if err != nil {
-		return Snapshot{}, nil, err
+		return downloader.RuntimeSnapshot{}, nil, err
 	}
-	var back Snapshot
+	var back downloader.RuntimeSnapshot
 	err = json.Unmarshal(b, &back)
 	return back, b, err
 }
@@ -243,7 +244,7 @@ func TestLastRequestAtIsNeverInvented(t *testing.T) {
 func done(a Admission) { a.Done() }
 
 // TestCountsFrom: the instant the next interval counts from includes the loss, which
-// DomainState shows apart.
+// downloader.DomainState shows apart.
 func TestCountsFrom(t *testing.T) {
 	l, _ := newFake() // lost at t0
 	if _, ok := l.CountsFrom("none.example"); ok {

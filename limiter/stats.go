@@ -20,52 +20,15 @@ type shardStats struct {
 	triggers [len(downloader.Entries)]window
 }
 
-// State is the rate-limit state of a domain shown by the console and the runtime API. It
-// is not domain health, which only the scheduler knows.
-type State string
-
-const (
-	StateNormal     State = "normal"       // 正常
-	StateOverLimitA State = "over_limit_a" // 入口 A 超限 (a task was delayed)
-	StateOverLimitB State = "over_limit_b" // 入口 B 超限 (a render got 429)
-	StateOverLimitC State = "over_limit_c" // 入口 C 超限 (a probe was refused)
-)
-
-// DomainState is a snapshot of one domain's entry in downloader:domain_runtime.
-type DomainState struct {
-	Domain         string                    `json:"domain"`
-	MinIntervalMs  int64                     `json:"min_interval_ms"`
-	IntervalSource downloader.IntervalSource `json:"interval_source"`
-	// LastRequestAt is the latest request's moment: when it went on the wire, or the slot
-	// it was admitted for while it has not gone out yet (a reservation's slot may be
-	// ahead). It is never a moment at which no request was made (SPEC §2, loss and
-	// rebuild): zero, and absent from the JSON, when no request of the domain is known.
-	LastRequestAt time.Time `json:"last_request_at,omitzero"`
-	// RebuildLossAt is set while the conservative rebuild decides the domain's next slot:
-	// the moment of the table's loss (the previous process's last sign of life after a
-	// crash), which counts as the domain's last request, so that a request is admitted
-	// from RebuildLossAt + its min_interval_ms. Zero (absent) otherwise.
-	RebuildLossAt time.Time `json:"rebuild_loss_at,omitzero"`
-	// HoldUntilAt is the end of the origin's own wait while it holds the domain (a 429 or
-	// 503 with Retry-After: no request on any entry before it); zero (absent) otherwise.
-	HoldUntilAt     time.Time `json:"hold_until_at,omitzero"`
-	InFlightCount   int       `json:"in_flight_count"`
-	Request24hCount uint64    `json:"request_24h_count"`
-	State           State     `json:"state"`
-	// LastOverLimitEntry and LastOverLimitAt tell the latest over-limit event, if any.
-	LastOverLimitEntry downloader.Entry `json:"last_over_limit_entry,omitempty"`
-	LastOverLimitAt    *time.Time       `json:"last_over_limit_at"`
-}
-
-func (l *Limiter) snapshot(domain string, en *entry, t int64) DomainState {
+func (l *Limiter) snapshot(domain string, en *entry, t int64) downloader.DomainState {
 	h := hourOf(t)
-	st := DomainState{
+	st := downloader.DomainState{
 		Domain:          domain,
 		MinIntervalMs:   int64(en.intervalMs),
 		IntervalSource:  en.source.source(),
 		InFlightCount:   int(en.inFlight),
 		Request24hCount: en.requests.sum(h),
-		State:           StateNormal,
+		State:           downloader.RateStateNormal,
 	}
 	// lastNs is the moment the next interval counts from: a request's moment, or the loss
 	// moment for a domain whose requests the lost table knew. Only the first is shown as
@@ -89,27 +52,27 @@ func (l *Limiter) snapshot(domain string, en *entry, t int64) DomainState {
 		st.LastOverLimitEntry = en.overEntry.entry()
 		st.LastOverLimitAt = &at
 		if t-en.overNs < int64(overLimitStateSpan) {
-			st.State = State("over_limit_" + string(st.LastOverLimitEntry))
+			st.State = downloader.RateState("over_limit_" + string(st.LastOverLimitEntry))
 		}
 	}
 	return st
 }
 
 // Domain returns the state of domain, or false if the table holds nothing for it.
-func (l *Limiter) Domain(now time.Time, domain string) (DomainState, bool) {
+func (l *Limiter) Domain(now time.Time, domain string) (downloader.DomainState, bool) {
 	s := l.shardOf(domain)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	en := s.entries[domain]
 	if en == nil {
-		return DomainState{}, false
+		return downloader.DomainState{}, false
 	}
 	return l.snapshot(domain, en, l.ns(now)), true
 }
 
 // CountsFrom returns the instant domain's next interval counts from: its latest admitted
 // slot or wire moment, or the loss moment the rebuild counts as a request (which
-// DomainState shows apart, as rebuild_loss_at). False if the table holds nothing for it.
+// downloader.DomainState shows apart, as rebuild_loss_at). False if the table holds nothing for it.
 func (l *Limiter) CountsFrom(domain string) (time.Time, bool) {
 	s := l.shardOf(domain)
 	s.mu.Lock()
@@ -123,7 +86,7 @@ func (l *Limiter) CountsFrom(domain string) (time.Time, bool) {
 
 // Range calls f with a snapshot of every domain, one shard at a time, until f returns
 // false. f must not call the limiter.
-func (l *Limiter) Range(now time.Time, f func(DomainState) bool) {
+func (l *Limiter) Range(now time.Time, f func(downloader.DomainState) bool) {
 	t := l.ns(now)
 	for i := range l.shards {
 		s := &l.shards[i]
@@ -138,19 +101,10 @@ func (l *Limiter) Range(now time.Time, f func(DomainState) bool) {
 	}
 }
 
-// Stats are the service-wide numbers of the domain runtime page.
-type Stats struct {
-	DomainCount     int    `json:"domain_count"`
-	InFlightCount   int    `json:"in_flight_count"`
-	Request24hCount uint64 `json:"request_24h_count"`
-	// Trigger24hCount counts over-limit events per entry over the last 24 hours.
-	Trigger24hCount map[downloader.Entry]uint64 `json:"trigger_24h_count"`
-}
-
 // Stats sums the shards' counts at now.
-func (l *Limiter) Stats(now time.Time) Stats {
+func (l *Limiter) Stats(now time.Time) downloader.RuntimeStats {
 	h := hourOf(l.ns(now))
-	st := Stats{Trigger24hCount: make(map[downloader.Entry]uint64, len(downloader.Entries))}
+	st := downloader.RuntimeStats{Trigger24hCount: make(map[downloader.Entry]uint64, len(downloader.Entries))}
 	for i := range l.shards {
 		s := &l.shards[i]
 		s.mu.Lock()

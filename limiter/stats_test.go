@@ -153,11 +153,11 @@ func TestOverLimitState(t *testing.T) {
 	const I = time.Second
 	tests := []struct {
 		entry downloader.Entry
-		want  State
+		want  downloader.RateState
 	}{
-		{entryA, StateOverLimitA},
-		{entryB, StateOverLimitB},
-		{entryC, StateOverLimitC},
+		{entryA, downloader.RateStateOverLimitA},
+		{entryB, downloader.RateStateOverLimitB},
+		{entryC, downloader.RateStateOverLimitC},
 	}
 	for _, tc := range tests {
 		t.Run(string(tc.entry), func(t *testing.T) {
@@ -165,7 +165,7 @@ func TestOverLimitState(t *testing.T) {
 			const d = "example.com"
 			a := mustAllow(t, l, s, d, I)
 			a.Done()
-			if st := state(t, l, s, d); st.State != StateNormal || st.LastOverLimitAt != nil || st.LastOverLimitEntry != "" {
+			if st := state(t, l, s, d); st.State != downloader.RateStateNormal || st.LastOverLimitAt != nil || st.LastOverLimitEntry != "" {
 				t.Fatalf("before any refusal: %+v", st)
 			}
 			refusedAt := s.Add(100 * time.Millisecond)
@@ -177,12 +177,12 @@ func TestOverLimitState(t *testing.T) {
 			}
 			for _, c := range []struct {
 				after time.Duration
-				want  State
+				want  downloader.RateState
 			}{
 				{0, tc.want},
 				{overLimitStateSpan - 1, tc.want},
-				{overLimitStateSpan, StateNormal},
-				{time.Hour, StateNormal},
+				{overLimitStateSpan, downloader.RateStateNormal},
+				{time.Hour, downloader.RateStateNormal},
 			} {
 				st := state(t, l, refusedAt.Add(c.after), d)
 				if st.State != c.want {
@@ -206,7 +206,7 @@ func TestRange(t *testing.T) {
 		a.Done()
 	}
 	var got []string
-	l.Range(s, func(st DomainState) bool {
+	l.Range(s, func(st downloader.DomainState) bool {
 		got = append(got, st.Domain)
 		if st.Request24hCount != 1 || st.MinIntervalMs != 1000 || st.IntervalSource != srcRequest {
 			t.Errorf("%s: %+v", st.Domain, st)
@@ -223,7 +223,7 @@ func TestRange(t *testing.T) {
 		}
 	}
 	n := 0
-	l.Range(s, func(DomainState) bool { n++; return n < 2 })
+	l.Range(s, func(downloader.DomainState) bool { n++; return n < 2 })
 	if n != 2 {
 		t.Fatalf("Range went on after false: %d calls", n)
 	}

@@ -210,12 +210,12 @@ func (g *WireGate) wroteLocked() {
 }
 
 // Close ends the request: a wait in progress ends, and nothing more goes out under the
-// gate. It returns the failed wait's error, if any, and how many second sends were
-// refused. The admission is the caller's again.
-func (g *WireGate) Close() (waitErr error, refused int) {
+// gate. It returns how many second sends were refused and the failed wait's error, if
+// any. The admission is the caller's again.
+func (g *WireGate) Close() (refused int, waitErr error) {
 	g.cancel() // ends a wait in progress, which holds mu
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.over = true
-	return g.err, g.refused
+	return g.refused, g.err
 }

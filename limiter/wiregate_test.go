@@ -68,7 +68,7 @@ func TestWireGate(t *testing.T) {
 					t.Fatalf("step %d (%s) = %v, want %v", i, s.op, err, s.wantErr)
 				}
 			}
-			if _, refused := g.Close(); refused != tc.refused {
+			if refused, _ := g.Close(); refused != tc.refused {
 				t.Errorf("refused = %d, want %d", refused, tc.refused)
 			}
 			adm.Cancel() // the caller's, once the gate is closed: Done if it went out
@@ -321,7 +321,7 @@ func simulateGates(t *testing.T, seed uint64) {
 			if m.over {
 				break
 			}
-			if _, refused := m.g.Close(); refused != m.refused {
+			if refused, _ := m.g.Close(); refused != m.refused {
 				t.Fatalf("%s: refused = %d, want %d", where, refused, m.refused)
 			}
 			m.adm.Cancel()
@@ -382,7 +382,7 @@ func TestWireGateConcurrent(t *testing.T) {
 		}
 		var refused int
 		wg.Go(func() {
-			_, refused = g.Close()
+			refused, _ = g.Close()
 			closed.Store(true)
 		})
 		wg.Wait()
@@ -395,7 +395,7 @@ func TestWireGateConcurrent(t *testing.T) {
 		if lateWrite.Load() {
 			t.Fatalf("round %d: a write went out after Close returned", round)
 		}
-		if _, after := g.Close(); after != int(used.Load()) || refused > after {
+		if after, _ := g.Close(); after != int(used.Load()) || refused > after {
 			t.Fatalf("round %d: refused %d (at Close %d), want %d", round, after, refused, used.Load())
 		}
 		adm.Cancel()

@@ -1,17 +1,17 @@
 package limiter
 
 import (
+	"downloader/clock/clocktest"
 	"testing"
 	"time"
 
 	"downloader"
-	"downloader/clock"
 )
 
 // TestWroteMovesTheWireMomentToTheWrite: a request whose write came late (its goroutine
 // was descheduled after Wire) anchors the next request at the write, not at Wire.
 func TestWroteMovesTheWireMomentToTheWrite(t *testing.T) {
-	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	clk := clocktest.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	l := New(clk)
 	clk.Advance(time.Hour)
 	const iv = 100 * time.Millisecond
@@ -47,7 +47,7 @@ func TestWroteMovesTheWireMomentToTheWrite(t *testing.T) {
 // WireAndHold keeps the domain's next request waiting until it says Wrote, so a writer
 // descheduled between the decision and the write cannot be followed early.
 func TestWireAndHoldHoldsTheNextRequestUntilWrote(t *testing.T) {
-	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	clk := clocktest.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	l := New(clk)
 	clk.Advance(time.Hour)
 	const iv = 10 * time.Millisecond

@@ -1,6 +1,8 @@
 package localqueue
 
 import (
+	"downloader/clock/clocktest"
+	"downloader/store/embedded/embeddedtest"
 	"fmt"
 	"slices"
 	"strings"
@@ -8,8 +10,7 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/clock"
-	"downloader/store/embedded/embeddedtest"
+
 	"downloader/store/keys"
 )
 
@@ -147,7 +148,7 @@ func TestQueuePendingFloor(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/restart=%v", tc.name, restart), func(t *testing.T) {
 				dir := t.TempDir()
 				s := embeddedtest.Open(t, dir)
-				clk := clock.NewFake(queueStart)
+				clk := clocktest.NewFake(queueStart)
 				q := openRetryQueue(t, s, clk)
 				ids := map[string]string{}
 				finished := map[string]bool{}

@@ -1,15 +1,15 @@
 package localqueue
 
 import (
+	"downloader/clock/clocktest"
+	"downloader/store/embedded/embeddedtest"
 	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"downloader"
-	"downloader/clock"
 	"downloader/store/embedded"
-	"downloader/store/embedded/embeddedtest"
 )
 
 // TestFreshRecords: the first lease of a task submitted by this process hands out the
@@ -39,7 +39,7 @@ func TestFreshRecords(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			clk := clock.NewFake(queueStart)
+			clk := clocktest.NewFake(queueStart)
 			cfg := Config{Clock: clk, LeaseDuration: time.Minute, FreshRecordCount: tc.freshCount}
 			q, err := Open(t.Context(), s, cfg)
 			if err != nil {
@@ -100,7 +100,7 @@ func TestFreshRecords(t *testing.T) {
 // written, so that what the next report writes counts both failures.
 func TestFreshRecordNotStale(t *testing.T) {
 	s := embeddedtest.Open(t, filepath.Join(t.TempDir(), "store"))
-	clk := clock.NewFake(queueStart)
+	clk := clocktest.NewFake(queueStart)
 	q := openQueueTest(t, s, clk)
 	id := submit(t, q, downloader.Task{URL: "http://a.test/1", MinIntervalMs: ms(0)})[0].TaskID
 	if _, ok := q.fresh[id]; !ok {

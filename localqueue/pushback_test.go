@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/clock"
+	"downloader/clock/clocktest"
 	"downloader/retryafter"
 	"downloader/store/embedded/embeddedtest"
 )
@@ -68,7 +68,7 @@ func TestQueuePushback(t *testing.T) {
 	for _, status := range []int{429, 503} {
 		t.Run(strconv.Itoa(status), func(t *testing.T) {
 			s := embeddedtest.Open(t, t.TempDir())
-			clk := clock.NewFake(queueStart)
+			clk := clocktest.NewFake(queueStart)
 			q := openRetryQueue(t, s, clk) // jitter 0.5: holds of 3.75 s, then 7.5 s
 			res := submit(t, q, downloader.Task{URL: "http://a.test/1"}, downloader.Task{URL: "http://b.test/1"})
 			lease(t, q, 2)
@@ -120,7 +120,7 @@ func TestQueueRetryAfterSaturates(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			s := embeddedtest.Open(t, t.TempDir())
-			clk := clock.NewFake(queueStart)
+			clk := clocktest.NewFake(queueStart)
 			q := openRetryQueue(t, s, clk)
 			res := submit(t, q, downloader.Task{URL: "http://a.test/1"}, downloader.Task{URL: "http://a.test/2"})
 			lease(t, q, 1)

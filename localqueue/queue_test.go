@@ -1,6 +1,8 @@
 package localqueue
 
 import (
+	"downloader/clock/clocktest"
+	"downloader/store/embedded/embeddedtest"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -10,7 +12,6 @@ import (
 	"downloader"
 	"downloader/clock"
 	"downloader/store/embedded"
-	"downloader/store/embedded/embeddedtest"
 )
 
 var queueStart = time.Date(2026, 5, 6, 7, 0, 0, 0, time.UTC)
@@ -100,7 +101,7 @@ func TestCheckTask(t *testing.T) {
 
 func TestQueueSubmitDeduplicates(t *testing.T) {
 	s := embeddedtest.Open(t, t.TempDir())
-	clk := clock.NewFake(queueStart)
+	clk := clocktest.NewFake(queueStart)
 	q := openQueueTest(t, s, clk)
 	res := submit(t, q,
 		downloader.Task{URL: "http://a.test/1"},
@@ -144,7 +145,7 @@ func TestQueueSubmitDeduplicates(t *testing.T) {
 // most the lookahead early; domains due first come first.
 func TestQueuePacing(t *testing.T) {
 	s := embeddedtest.Open(t, t.TempDir())
-	clk := clock.NewFake(queueStart)
+	clk := clocktest.NewFake(queueStart)
 	q := openQueueTest(t, s, clk)
 	var tasks []downloader.Task
 	for i := range 3 {
@@ -188,7 +189,7 @@ func TestQueuePacing(t *testing.T) {
 
 func TestQueueLeaseLimitAndOrder(t *testing.T) {
 	s := embeddedtest.Open(t, t.TempDir())
-	clk := clock.NewFake(queueStart)
+	clk := clocktest.NewFake(queueStart)
 	q := openQueueTest(t, s, clk)
 	for d := range 5 {
 		for i := range 3 {
@@ -211,7 +212,7 @@ func TestQueueLeaseLimitAndOrder(t *testing.T) {
 // of the first lease still finishes the task, and the second report changes nothing.
 func TestQueueLeaseExpiry(t *testing.T) {
 	s := embeddedtest.Open(t, t.TempDir())
-	clk := clock.NewFake(queueStart)
+	clk := clocktest.NewFake(queueStart)
 	q := openQueueTest(t, s, clk)
 	submit(t, q, downloader.Task{URL: "http://a.test/", MinIntervalMs: ms(0)})
 	first := lease(t, q, 1)
@@ -249,7 +250,7 @@ func TestQueueLeaseExpiry(t *testing.T) {
 // TestQueueRelease: a released task is first of its domain again, not before retryAfter.
 func TestQueueRelease(t *testing.T) {
 	s := embeddedtest.Open(t, t.TempDir())
-	clk := clock.NewFake(queueStart)
+	clk := clocktest.NewFake(queueStart)
 	q := openQueueTest(t, s, clk)
 	submit(t, q, downloader.Task{URL: "http://a.test/1", MinIntervalMs: ms(0)}, downloader.Task{URL: "http://a.test/2", MinIntervalMs: ms(0)})
 	got := lease(t, q, 1)
@@ -281,7 +282,7 @@ func TestQueueRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := clock.NewFake(queueStart)
+	clk := clocktest.NewFake(queueStart)
 	q := openQueueTest(t, s, clk)
 	var tasks []downloader.Task
 	for i := range 6 {
@@ -347,7 +348,7 @@ func TestQueueCountsStored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := clock.NewFake(queueStart)
+	clk := clocktest.NewFake(queueStart)
 	q := openQueueTest(t, s, clk)
 	stored := func() string {
 		t.Helper()

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/clock"
+	"downloader/clock/clocktest"
 	"downloader/store/embedded"
 	"downloader/store/embedded/embeddedtest"
 )
@@ -29,7 +29,7 @@ func TestCommitTaskOneWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := clock.NewFake(queueStart)
+	clk := clocktest.NewFake(queueStart)
 	q := openQueueTest(t, s, clk)
 	submit(t, q, downloader.Task{TaskID: "a1", URL: "http://a.test/1", MinIntervalMs: ms(0)})
 	got := lease(t, q, 1)
@@ -70,7 +70,7 @@ func TestCommitTaskOneWrite(t *testing.T) {
 // finished task changes nothing in the queue.
 func TestCommitTaskUnknownTask(t *testing.T) {
 	s := embeddedtest.Open(t, t.TempDir())
-	clk := clock.NewFake(queueStart)
+	clk := clocktest.NewFake(queueStart)
 	q := openQueueTest(t, s, clk)
 	end := commitEnd("nope", "http://a.test/x", queueStart)
 	if err := q.CommitTask(t.Context(), end); downloader.ErrorCode(err) != downloader.ENOTFOUND {

@@ -1,6 +1,8 @@
 package localqueue
 
 import (
+	"downloader/clock/clocktest"
+	"downloader/store/embedded/embeddedtest"
 	"path/filepath"
 	"testing"
 	"time"
@@ -8,7 +10,6 @@ import (
 	"downloader"
 	"downloader/clock"
 	"downloader/store/embedded"
-	"downloader/store/embedded/embeddedtest"
 )
 
 func openRetryQueue(t *testing.T, s *embedded.Store, clk clock.Clock) *Queue {
@@ -95,7 +96,7 @@ func TestBackoff(t *testing.T) {
 // domain, without counting an attempt; after MaxOwnFailureCount of them it is final.
 func TestQueueRetryOwnFailureInPlace(t *testing.T) {
 	s := embeddedtest.Open(t, t.TempDir())
-	clk := clock.NewFake(queueStart)
+	clk := clocktest.NewFake(queueStart)
 	q := openRetryQueue(t, s, clk)
 	submit(t, q, downloader.Task{URL: "http://a.test/1"}, downloader.Task{URL: "http://a.test/2"})
 	for i := 1; i <= 3; i++ {
@@ -130,7 +131,7 @@ func TestQueueRetryOwnFailureInPlace(t *testing.T) {
 // (a 500 is not the origin pushing back: pushback_test.go has the 429 and 503).
 func TestQueueRetryBackoff(t *testing.T) {
 	s := embeddedtest.Open(t, t.TempDir())
-	clk := clock.NewFake(queueStart)
+	clk := clocktest.NewFake(queueStart)
 	q := openRetryQueue(t, s, clk)
 	res := submit(t, q, downloader.Task{URL: "http://a.test/1"}, downloader.Task{URL: "http://a.test/2"})
 	id := res[0].TaskID
@@ -186,7 +187,7 @@ func TestQueueRetryAfter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := clock.NewFake(queueStart)
+	clk := clocktest.NewFake(queueStart)
 	q := openRetryQueue(t, s, clk)
 	res := submit(t, q, downloader.Task{URL: "http://a.test/1"}, downloader.Task{URL: "http://c.test/1"})
 	if got := lease(t, q, 4); len(got) != 2 {
@@ -243,7 +244,7 @@ func TestQueueRetryAfter(t *testing.T) {
 // fetched_at) or while it waits out a backoff changes nothing.
 func TestQueueReportDuplicate(t *testing.T) {
 	s := embeddedtest.Open(t, t.TempDir())
-	clk := clock.NewFake(queueStart)
+	clk := clocktest.NewFake(queueStart)
 	q := openRetryQueue(t, s, clk)
 	res := submit(t, q, downloader.Task{URL: "http://a.test/1"}, downloader.Task{URL: "http://b.test/1"})
 	lease(t, q, 2)

@@ -32,10 +32,10 @@ const NoFailReason = "none"
 // Sources are the live values read at every scrape. Any of them may be nil: its metrics
 // are then left out.
 type Sources struct {
-	Clock    clock.Clock                  // default clock.Real{}
-	Gate     *limiter.Gate                // in flight, cap, queue depth
-	Domains  *observe.DomainTable         // domains in the table, active domains
-	Renderer func() observe.RendererStats // the renderer pool
+	Clock    clock.Clock                     // default clock.Real{}
+	Gate     *limiter.Gate                   // in flight, cap, queue depth
+	Domains  *observe.DomainTable            // domains in the table, active domains
+	Renderer func() downloader.RendererStats // the renderer pool
 	// MaxConcurrentCount is the cluster-wide max_concurrent_count (cluster mode: the
 	// shared runtime's); nil: the gate's capacity, which is the setting on one machine.
 	MaxConcurrentCount func() int

@@ -14,7 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"downloader"
-	"downloader/clock"
+	"downloader/clock/clocktest"
 	"downloader/limiter"
 	"downloader/observe"
 )
@@ -130,7 +130,7 @@ func TestCounters(t *testing.T) {
 }
 
 func TestLiveValues(t *testing.T) {
-	clk := clock.NewFake(t0)
+	clk := clocktest.NewFake(t0)
 	lim := limiter.New(clk)
 	now := t0.Add(2 * time.Hour)
 	clk.Set(now)
@@ -139,14 +139,16 @@ func TestLiveValues(t *testing.T) {
 		a.Done()
 	}
 	gate := limiter.NewGate(8, 4)
-	if !gate.TryAcquire() || !gate.TryAcquire() {
-		t.Fatal("gate")
+	for range 2 {
+		if !gate.TryAcquire() {
+			t.Fatal("gate")
+		}
 	}
 	restarts := 3
 	reg := prometheus.NewRegistry()
 	_, err := New(reg, Sources{Clock: clk, Gate: gate, Domains: observe.NewDomainTable(lim, time.Second),
-		Renderer: func() observe.RendererStats {
-			return observe.RendererStats{SlotCount: 2, EffectiveSlotCount: 1, IsAdaptive: true, BusyCount: 1, QueuedCount: 5, RestartCount: restarts, IsBrowserUp: true,
+		Renderer: func() downloader.RendererStats {
+			return downloader.RendererStats{SlotCount: 2, EffectiveSlotCount: 1, IsAdaptive: true, BusyCount: 1, QueuedCount: 5, RestartCount: restarts, IsBrowserUp: true,
 				RendererKind: "obscura", IsGuardRefused: true}
 		}})
 	if err != nil {
@@ -253,7 +255,7 @@ func TestFenceValues(t *testing.T) {
 // TestHandlerAndLint scrapes /metrics on a fresh registry and runs promlint over it.
 func TestHandlerAndLint(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m, err := New(reg, Sources{Gate: limiter.NewGate(4, 4), Renderer: func() observe.RendererStats { return observe.RendererStats{} },
+	m, err := New(reg, Sources{Gate: limiter.NewGate(4, 4), Renderer: func() downloader.RendererStats { return downloader.RendererStats{} },
 		Fence: func() downloader.FenceState { return downloader.FenceState{} }})
 	if err != nil {
 		t.Fatal(err)

@@ -27,7 +27,7 @@ const (
 	MaxPageLimit     = 500
 )
 
-// Sort keys of DomainTable.Page: the JSON names of limiter.DomainState's fields.
+// Sort keys of DomainTable.Page: the JSON names of downloader.DomainState's fields.
 const (
 	SortDomain         = "domain"
 	SortMinInterval    = "min_interval_ms"
@@ -69,8 +69,8 @@ func sources() []downloader.IntervalSource {
 	return []downloader.IntervalSource{downloader.IntervalSourceDefault, downloader.IntervalSourceLease, downloader.IntervalSourceRequest}
 }
 
-func states() []limiter.State {
-	return []limiter.State{limiter.StateNormal, limiter.StateOverLimitA, limiter.StateOverLimitB, limiter.StateOverLimitC}
+func states() []downloader.RateState {
+	return []downloader.RateState{downloader.RateStateNormal, downloader.RateStateOverLimitA, downloader.RateStateOverLimitB, downloader.RateStateOverLimitC}
 }
 
 func codeOf[T comparable](set []T, v T) uint8 {
@@ -90,7 +90,7 @@ func at[T any](set []T, code uint8) T {
 	return zero
 }
 
-func rowOf(st *limiter.DomainState) row {
+func rowOf(st *downloader.DomainState) row {
 	r := row{
 		domain: st.Domain, lastNs: noRequestNs, requests: uint32(min(st.Request24hCount, 1<<32-1)),
 		intervalMs: int32(st.MinIntervalMs), inFlight: int32(st.InFlightCount),
@@ -107,8 +107,8 @@ func rowOf(st *limiter.DomainState) row {
 	return r
 }
 
-func (r *row) domainState(lossAt time.Time) limiter.DomainState {
-	st := limiter.DomainState{
+func (r *row) domainState(lossAt time.Time) downloader.DomainState {
+	st := downloader.DomainState{
 		Domain: r.domain, MinIntervalMs: int64(r.intervalMs), IntervalSource: at(sources(), r.source),
 		InFlightCount: int(r.inFlight), Request24hCount: uint64(r.requests), State: at(states(), r.state),
 	}
@@ -200,7 +200,7 @@ func (t *DomainTable) build(now time.Time) *snapshot {
 	s := &snapshot{at: now, orders: map[orderKey]*order{}, rows: make([]row, 0, n+n/16+16)}
 	activeFrom := now.Add(-ActiveSpan)
 	sum := &s.summary
-	t.lim.Range(now, func(st limiter.DomainState) bool {
+	t.lim.Range(now, func(st downloader.DomainState) bool {
 		s.rows = append(s.rows, rowOf(&st))
 		if !st.RebuildLossAt.IsZero() {
 			s.lossAt = st.RebuildLossAt
@@ -234,7 +234,7 @@ type DomainQuery struct {
 
 // DomainPage is one page of the table.
 type DomainPage struct {
-	Domains []limiter.DomainState `json:"domains"`
+	Domains []downloader.DomainState `json:"domains"`
 	// NextCursor continues after the page's last row with the same sort and search;
 	// null on the last page.
 	NextCursor *string `json:"next_cursor"`
@@ -273,7 +273,7 @@ func (t *DomainTable) Page(now time.Time, q DomainQuery) (DomainPage, error) {
 		// The first row strictly after the cursor in this order.
 		start = sort32(len(perm), func(i int) bool { return compareRows(&s.rows[perm[i]], &c, key) > 0 })
 	}
-	page := DomainPage{Domains: make([]limiter.DomainState, 0, min(q.Limit, len(perm))),
+	page := DomainPage{Domains: make([]downloader.DomainState, 0, min(q.Limit, len(perm))),
 		DomainCount: len(s.rows), MatchCount: len(s.rows), SnapshotAt: s.at.UTC()}
 	var last *row
 	more := false

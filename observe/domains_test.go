@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/clock"
+	"downloader/clock/clocktest"
 	"downloader/limiter"
 )
 
@@ -43,7 +43,7 @@ func fill(t testing.TB, lim *limiter.Limiter, n int) time.Time {
 }
 
 func TestDomainTablePaging(t *testing.T) {
-	clk := clock.NewFake(t0)
+	clk := clocktest.NewFake(t0)
 	lim := limiter.New(clk)
 	const n = 237
 	now := fill(t, lim, n)
@@ -53,7 +53,7 @@ func TestDomainTablePaging(t *testing.T) {
 	for _, key := range SortKeys() {
 		for _, desc := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s desc=%v", key, desc), func(t *testing.T) {
-				var all []limiter.DomainState
+				var all []downloader.DomainState
 				q := DomainQuery{Sort: key, Descending: desc, Limit: 50}
 				pages := 0
 				for {
@@ -90,7 +90,7 @@ func TestDomainTablePaging(t *testing.T) {
 }
 
 // inOrder reports whether a may come before b.
-func inOrder(a, b limiter.DomainState, key string, desc bool) bool {
+func inOrder(a, b downloader.DomainState, key string, desc bool) bool {
 	var c int
 	switch key {
 	case SortDomain:
@@ -128,7 +128,7 @@ func compare[T int | int64 | uint64](a, b T) int {
 }
 
 func TestDomainTableRowsMatchTheLimiter(t *testing.T) {
-	clk := clock.NewFake(t0)
+	clk := clocktest.NewFake(t0)
 	lim := limiter.New(clk)
 	now := fill(t, lim, 40)
 	tab := NewDomainTable(lim, time.Minute)
@@ -151,13 +151,13 @@ func TestDomainTableRowsMatchTheLimiter(t *testing.T) {
 			t.Errorf("row %+v, limiter %+v", got, want)
 		}
 	}
-	if p.Domains[0].State != limiter.StateOverLimitC || p.Domains[1].State != limiter.StateNormal {
+	if p.Domains[0].State != downloader.RateStateOverLimitC || p.Domains[1].State != downloader.RateStateNormal {
 		t.Errorf("states %s %s", p.Domains[0].State, p.Domains[1].State)
 	}
 }
 
 func TestDomainTableSearchAndErrors(t *testing.T) {
-	clk := clock.NewFake(t0)
+	clk := clocktest.NewFake(t0)
 	lim := limiter.New(clk)
 	now := fill(t, lim, 300)
 	tab := NewDomainTable(lim, time.Minute)
@@ -216,7 +216,7 @@ func TestDomainTableSearchAndErrors(t *testing.T) {
 // TestDomainTableCursorSurvivesChanges pages on while the table changes under it: rows
 // stay in order and none already shown comes back.
 func TestDomainTableCursorSurvivesChanges(t *testing.T) {
-	clk := clock.NewFake(t0)
+	clk := clocktest.NewFake(t0)
 	lim := limiter.New(clk)
 	now := fill(t, lim, 100)
 	tab := NewDomainTable(lim, time.Nanosecond) // a new copy every call
@@ -244,7 +244,7 @@ func TestDomainTableCursorSurvivesChanges(t *testing.T) {
 }
 
 func TestDomainTableSummary(t *testing.T) {
-	clk := clock.NewFake(t0)
+	clk := clocktest.NewFake(t0)
 	lim := limiter.New(clk)
 	start := t0.Add(2 * time.Hour)
 	admit := func(at time.Time, d string, iv time.Duration, inFlight bool) {
@@ -273,7 +273,7 @@ func TestDomainTableSummary(t *testing.T) {
 }
 
 func TestDomainTableTTL(t *testing.T) {
-	clk := clock.NewFake(t0)
+	clk := clocktest.NewFake(t0)
 	lim := limiter.New(clk)
 	now := fill(t, lim, 10)
 	tab := NewDomainTable(lim, 2*time.Second)
@@ -292,7 +292,7 @@ func TestDomainTableTTL(t *testing.T) {
 // BenchmarkDomainTable measures the console's per-domain table at 10^5 domains: a fresh
 // copy and sort (the first page after the TTL) and a further page of the same copy.
 func BenchmarkDomainTable(b *testing.B) {
-	clk := clock.NewFake(t0)
+	clk := clocktest.NewFake(t0)
 	lim := limiter.New(clk)
 	now := fill(b, lim, 100_000)
 	b.Run("copy+sort+page", func(b *testing.B) {
@@ -325,7 +325,7 @@ func BenchmarkDomainTable(b *testing.B) {
 // request shows no last_request_at and the loss moment as rebuild_loss_at, as the limiter
 // does, and sorts before every domain with a request (never is older than any time).
 func TestDomainTableNoRequestKnown(t *testing.T) {
-	clk := clock.NewFake(t0)
+	clk := clocktest.NewFake(t0)
 	lim := limiter.New(clk) // lost at t0
 	now := t0.Add(time.Minute)
 	a, wait := lim.Allow(now, "seen.test", time.Second, downloader.IntervalSourceLease, downloader.EntryLease)

@@ -1,15 +1,15 @@
 package observe
 
 import (
+	"downloader/clock/clocktest"
 	"testing"
 	"time"
 
 	"downloader"
-	"downloader/clock"
 )
 
 func TestHours(t *testing.T) {
-	clk := clock.NewFake(t0.Add(30 * time.Minute)) // 07:30
+	clk := clocktest.NewFake(t0.Add(30 * time.Minute)) // 07:30
 	o := New(Config{Clock: clk})
 	hours := o.Hours(clk.Now())
 	if len(hours) != HourBuckets || !hours[HourBuckets-1].StartAt.Equal(t0) || !hours[0].StartAt.Equal(t0.Add(-23*time.Hour)) {

@@ -2,6 +2,7 @@ package observe
 
 import (
 	"bytes"
+	"downloader/clock/clocktest"
 	"encoding/json"
 	"log/slog"
 	"strings"
@@ -12,7 +13,6 @@ import (
 	"go.uber.org/goleak"
 
 	"downloader"
-	"downloader/clock"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -176,7 +176,7 @@ func TestCounts(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clk := clock.NewFake(t0)
+			clk := clocktest.NewFake(t0)
 			o := New(Config{Clock: clk})
 			for _, s := range tt.steps {
 				clk.Set(t0.Add(s.after))
@@ -189,7 +189,7 @@ func TestCounts(t *testing.T) {
 }
 
 func TestRecent(t *testing.T) {
-	clk := clock.NewFake(t0)
+	clk := clocktest.NewFake(t0)
 	o := New(Config{Clock: clk})
 	if r := o.Recent(clk.Now()); r.FinishedCount != 0 || r.MeanServiceMs != nil || r.AchievedRatePerSecond != 0 {
 		t.Fatalf("empty: %+v", r)
@@ -235,7 +235,7 @@ func TestRecent(t *testing.T) {
 }
 
 func TestProbeSamples(t *testing.T) {
-	clk := clock.NewFake(t0)
+	clk := clocktest.NewFake(t0)
 	o := New(Config{Clock: clk, SampleCount: 3})
 	if got := o.ProbeSamples(10); len(got) != 0 {
 		t.Fatalf("empty ring: %v", got)
@@ -272,7 +272,7 @@ func TestProbeSamples(t *testing.T) {
 // field names and nulls where the API has them.
 func TestLogLines(t *testing.T) {
 	var buf bytes.Buffer
-	o := New(Config{Clock: clock.NewFake(t0), Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
+	o := New(Config{Clock: clocktest.NewFake(t0), Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
 	o.Observe(finished(entryC, 1500*time.Millisecond, ""))
 	o.Observe(refused(entryC, downloader.FailSelfRateLimited))
 	o.Observe(refused(entryB, downloader.FailLocalQueueFull))
@@ -335,7 +335,7 @@ func (r *recordingSink) Observe(ev *downloader.Event) {
 
 func TestSinksAndConcurrency(t *testing.T) {
 	sink := &recordingSink{}
-	clk := clock.NewFake(t0)
+	clk := clocktest.NewFake(t0)
 	o := New(Config{Clock: clk, Sinks: []downloader.Observer{sink}, SampleCount: 16})
 	const workers, each = 8, 200
 	var wg sync.WaitGroup

@@ -1,29 +1,5 @@
 package observe
 
-// RendererStats is the renderer pool's state as the console and the metrics show it. It
-// mirrors render.Stats so that neither needs to import the renderer; cmd/downloader
-// copies one into the other.
-type RendererStats struct {
-	SlotCount int `json:"slot_count"` // renders at once (--render-concurrency)
-	// EffectiveSlotCount is how many of them renders may take now (--render-scaling).
-	EffectiveSlotCount int    `json:"effective_slot_count"`
-	IsAdaptive         bool   `json:"is_adaptive"`
-	BusyCount          int    `json:"busy_count"`
-	QueuedCount        int    `json:"queued_count"`
-	WarmTabCount       int    `json:"warm_tab_count"`
-	RestartCount       int    `json:"restart_count"`
-	RenderedCount      int64  `json:"rendered_count"`
-	IsBrowserUp        bool   `json:"is_browser_up"`
-	IsRemote           bool   `json:"is_remote"`
-	LastError          string `json:"last_error"`
-	// RendererKind is the CDP server's kind (chromium, obscura), given or detected at
-	// connect time; empty before the first connection.
-	RendererKind string `json:"renderer_kind"`
-	// IsGuardRefused is true while the endpoint is refused because the connect-time
-	// canary's requests did not reach our guard (renders answer renderer_unavailable).
-	IsGuardRefused bool `json:"is_guard_refused"`
-}
-
 // Binding names the ceiling that bounds the fetch rate now.
 type Binding string
 

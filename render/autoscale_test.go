@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/clock"
+	"downloader/clock/clocktest"
 	"downloader/limiter"
 )
 
@@ -126,7 +126,7 @@ func TestScalerDecide(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+			clk := clocktest.NewFake(time.Unix(1_700_000_000, 0))
 			s := newScaler(tt.max, cmp.Or(tt.doubleMax, tt.max), clk.Now())
 			for i, st := range tt.steps {
 				from := clk.Now()
@@ -153,7 +153,7 @@ func TestScalerDecide(t *testing.T) {
 // TestAutoscalerStep: the actor feeds the renders that ended and the host's CPU to the
 // decision and applies its count to the pool's gate, the slots AcquireSlot takes.
 func TestAutoscalerStep(t *testing.T) {
-	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	clk := clocktest.NewFake(time.Unix(1_700_000_000, 0))
 	p := &Pool{cfg: Config{Concurrency: 4}, clk: clk, log: slog.New(slog.DiscardHandler), gate: limiter.NewGate(4, 8)}
 	cpu := []uint64{0, 100}
 	a := newAutoscaler(p)

@@ -21,6 +21,7 @@ import (
 
 	"downloader"
 	"downloader/clock"
+	"downloader/clock/clocktest"
 	"downloader/limiter"
 	"downloader/netguard"
 	"downloader/origintest"
@@ -331,7 +332,7 @@ func TestRenderFramesAdmitNow(t *testing.T) {
 // the admission back and ends a wait.
 func TestHopConnWaitsForTheWire(t *testing.T) {
 	const interval = time.Second
-	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	clk := clocktest.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	l := limiter.New(clk)
 	clk.Advance(interval) // past the start-up's conservative wait
 

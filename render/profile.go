@@ -118,7 +118,7 @@ func profileFor(kind RendererKind) profile {
 			resolveRedirects:        true,
 		}
 	}
-	return profile{kind: RendererChromium}
+	return profile{kind: RendererChromium, interception: interceptFetch, proxy: proxyPerContext, userAgent: userAgentEmulation}
 }
 
 // browserVersion is the part of a CDP server's /json/version the kind is told from.

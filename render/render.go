@@ -245,37 +245,6 @@ type Config struct {
 	extraFlags []string
 }
 
-// Stats is a snapshot of the pool for health pages and metrics.
-type Stats struct {
-	SlotCount int `json:"slot_count"` // Config.Concurrency: the operator's cap
-	// EffectiveSlotCount is how many of them renders may take now: SlotCount with
-	// ScalingFixed, the controller's count with ScalingAdaptive.
-	EffectiveSlotCount int    `json:"effective_slot_count"`
-	IsAdaptive         bool   `json:"is_adaptive"`
-	BusyCount          int    `json:"busy_count"`
-	QueuedCount        int    `json:"queued_count"`
-	WarmTabCount       int    `json:"warm_tab_count"`
-	RestartCount       int    `json:"restart_count"`
-	IsBrowserUp        bool   `json:"is_browser_up"`
-	IsRemote           bool   `json:"is_remote"`
-	LastError          string `json:"last_error,omitempty"`
-	RenderedCount      int64  `json:"rendered_count"`
-	// ContextCount is the long-lived browser contexts alive (IsolationWipe);
-	// RecycledContextCount how many were disposed of so far.
-	ContextCount         int   `json:"context_count"`
-	RecycledContextCount int64 `json:"recycled_context_count"`
-	// HeapRecycledContextCount is how many of those went for their heap
-	// (MaxContextHeapBytes).
-	HeapRecycledContextCount int64 `json:"heap_recycled_context_count"`
-	// RendererKind is the kind of the server connected to last (chromium, obscura).
-	RendererKind string `json:"renderer_kind"`
-	// IsGuardRefused: the endpoint is refused while the connect-time canary's requests do
-	// not reach our guard; renders answer renderer_unavailable.
-	IsGuardRefused bool `json:"is_guard_refused"`
-	// GuardProxyAddr is where the guard proxy of a remote endpoint listens.
-	GuardProxyAddr string `json:"guard_proxy_addr,omitempty"`
-}
-
 // Pool renders pages. Create it with New and stop it with Close. Safe for concurrent use.
 type Pool struct {
 	cfg  Config
@@ -488,10 +457,10 @@ func (p *Pool) refuseAll(ln net.Listener) {
 }
 
 // Stats returns a snapshot of the pool.
-func (p *Pool) Stats() Stats {
+func (p *Pool) Stats() downloader.RendererStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := Stats{
+	s := downloader.RendererStats{
 		SlotCount:                p.cfg.Concurrency,
 		EffectiveSlotCount:       p.gate.Capacity(),
 		IsAdaptive:               p.scale != nil,

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"testing"
 
@@ -125,9 +124,4 @@ func serveFile(name, contentType string) http.HandlerFunc {
 		w.Header().Set("Content-Type", contentType)
 		w.Write(testdata(name))
 	}
-}
-
-// hasPathPrefix keeps the requests whose path starts with prefix.
-func hasPathPrefix(prefix string) func(host, path string) bool {
-	return func(_, path string) bool { return strings.HasPrefix(path, prefix) }
 }

@@ -304,7 +304,7 @@ func (p *Pool) quietAgents(ctx context.Context, s cdp.Session, prof profile) err
 		return fmt.Errorf("DOM.disable: %w", err)
 	}
 	if _, err := cdp.Call(ctx, s, cdplog.Disable, cdp.Empty{}); err != nil {
-		return fmt.Errorf("Log.disable: %w", err)
+		return fmt.Errorf("cdp Log.disable: %w", err)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package robots
 
 import (
 	"context"
+	"downloader/clock/clocktest"
 	"downloader/internal/testkit"
 	"errors"
 	"net"
@@ -172,7 +173,7 @@ func TestProductToken(t *testing.T) {
 // skipped and never requested, Crawl-delay raises the task's interval and reaches the
 // queue, robots.txt is fetched once per site, and 2xx-empty or 4xx files allow all.
 func TestRules(t *testing.T) {
-	clk := clock.NewFake(time.Date(2026, 5, 6, 7, 0, 0, 0, time.UTC))
+	clk := clocktest.NewFake(time.Date(2026, 5, 6, 7, 0, 0, 0, time.UTC))
 	r := newRig(t, clk)
 	ctx := t.Context()
 	cases := []struct {
@@ -241,7 +242,7 @@ func TestRules(t *testing.T) {
 func TestUnreachable(t *testing.T) {
 	for _, host := range []string{"down.test", "busy.test"} {
 		t.Run(host, func(t *testing.T) {
-			clk := clock.NewFake(time.Date(2026, 5, 6, 7, 0, 0, 0, time.UTC))
+			clk := clocktest.NewFake(time.Date(2026, 5, 6, 7, 0, 0, 0, time.UTC))
 			r := newRig(t, clk)
 			ctx := t.Context()
 			u := "http://" + host + "/page"
@@ -277,7 +278,7 @@ func TestUnreachable(t *testing.T) {
 // TestRobotsRequestIsAdmitted: robots.txt is a request to the origin like any other: it
 // takes the domain's slot in the limiter, so the request after it waits one interval.
 func TestRobotsRequestIsAdmitted(t *testing.T) {
-	clk := clock.NewFake(time.Date(2026, 5, 6, 7, 0, 0, 0, time.UTC))
+	clk := clocktest.NewFake(time.Date(2026, 5, 6, 7, 0, 0, 0, time.UTC))
 	r := newRig(t, clk)
 	clk.Advance(time.Hour) // past the limiter's start-up window (SPEC §2: loss and rebuild)
 	const interval = 300 * time.Millisecond

@@ -4,7 +4,6 @@ import (
 	"net/http"
 
 	"downloader"
-	"downloader/limiter"
 )
 
 // Store backends, as the answer of GET /v1/cluster names them.
@@ -74,7 +73,7 @@ func (s *Server) handleCluster() http.Handler {
 // domainAnswer is GET /v1/domains/{domain}: this instance's limiter entry (its fields at
 // the top, as on one machine) and, in cluster mode, the domain's cluster-wide record.
 type domainAnswer struct {
-	*limiter.DomainState
+	*downloader.DomainState
 	Cluster *downloader.ClusterDomain `json:"cluster,omitempty"`
 }
 

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/clock"
+	"downloader/clock/clocktest"
 	"downloader/egress"
 	"downloader/engine"
 	"downloader/internal/testkit"
@@ -44,7 +44,7 @@ func TestClusterOnTheEmbeddedStore(t *testing.T) {
 }
 
 func TestClusterMode(t *testing.T) {
-	clk := clock.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
+	clk := clocktest.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
 	lim := limiter.New(clk)
 	clk.Advance(time.Hour)
 	hb := clk.Now().Add(-300 * time.Millisecond).UTC()

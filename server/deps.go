@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/engine"
-	"downloader/limiter"
 )
 
 // The server depends on these small interfaces, declared here where they are used, and
@@ -20,10 +18,10 @@ type Prober interface {
 	Probe(ctx context.Context, req downloader.Request, u *url.URL) downloader.Summary
 }
 
-// Renderer runs entry B (engine.Engine): the result, an *engine.OverLimitError when the
+// Renderer runs entry B (engine.Engine): the result, a *downloader.OverLimitError when the
 // request is over the limit (a 429), or an error to answer.
 type Renderer interface {
-	Render(ctx context.Context, req downloader.Request, u *url.URL) (*engine.Answer, error)
+	Render(ctx context.Context, req downloader.Request, u *url.URL) (*downloader.Answer, error)
 }
 
 // SettingsService reads and changes the runtime settings (engine.Engine). SetSettings
@@ -38,7 +36,7 @@ type SettingsService interface {
 // DomainView is this instance's limiter (limiter.Limiter): one domain's entry of
 // downloader:domain_runtime, ok false when the limiter does not know the domain.
 type DomainView interface {
-	Domain(now time.Time, domain string) (st limiter.DomainState, ok bool)
+	Domain(now time.Time, domain string) (st downloader.DomainState, ok bool)
 }
 
 // ClusterView is the cluster-wide view of the shared runtime (store/tikv's Runtime) in

@@ -7,9 +7,6 @@ import (
 	"downloader/internal/httpjson"
 )
 
-// maxBodyBytes bounds every request body.
-const maxBodyBytes = httpjson.MaxBodyBytes
-
 // errorBody and writeJSON are the service's one error body and JSON answer (httpjson).
 type errorBody = httpjson.ErrorBody
 

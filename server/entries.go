@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/engine"
 )
 
 // maxTimeout bounds timeout_ms on entry B.
@@ -165,7 +164,7 @@ func (s *Server) handleRender() http.Handler {
 			req.SkipResourceTypes = types
 		}
 		res, err := s.cfg.Render.Render(r.Context(), req, u)
-		var ol *engine.OverLimitError
+		var ol *downloader.OverLimitError
 		if errors.As(err, &ol) {
 			n := ol.RetryAfterSeconds()
 			w.Header().Set("Retry-After", strconv.FormatInt(n, 10))

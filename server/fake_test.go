@@ -10,10 +10,8 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/clock"
-	"downloader/engine"
+	"downloader/clock/clocktest"
 	"downloader/internal/testkit"
-	"downloader/limiter"
 )
 
 // Fakes of the server's dependencies (deps.go): structs of function fields, so a test
@@ -29,18 +27,18 @@ func (f *fakeProber) Probe(ctx context.Context, req downloader.Request, u *url.U
 }
 
 type fakeRenderer struct {
-	RenderFn func(ctx context.Context, req downloader.Request, u *url.URL) (*engine.Answer, error)
+	RenderFn func(ctx context.Context, req downloader.Request, u *url.URL) (*downloader.Answer, error)
 }
 
-func (f *fakeRenderer) Render(ctx context.Context, req downloader.Request, u *url.URL) (*engine.Answer, error) {
+func (f *fakeRenderer) Render(ctx context.Context, req downloader.Request, u *url.URL) (*downloader.Answer, error) {
 	return f.RenderFn(ctx, req, u)
 }
 
 type fakeDomains struct {
-	DomainFn func(now time.Time, domain string) (limiter.DomainState, bool)
+	DomainFn func(now time.Time, domain string) (downloader.DomainState, bool)
 }
 
-func (f *fakeDomains) Domain(now time.Time, domain string) (limiter.DomainState, bool) {
+func (f *fakeDomains) Domain(now time.Time, domain string) (downloader.DomainState, bool) {
 	return f.DomainFn(now, domain)
 }
 
@@ -64,7 +62,7 @@ var (
 // TestHandlersOnFakes checks what the handlers hand their dependencies and how they
 // answer what comes back, with no engine behind them.
 func TestHandlersOnFakes(t *testing.T) {
-	clk := clock.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
+	clk := clocktest.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
 	var probed downloader.Request
 	settings := &testkit.SettingsService{
 		SettingsFn:           func() downloader.Settings { return downloader.Settings{MaxConcurrentCount: 9} },
@@ -75,10 +73,10 @@ func TestHandlersOnFakes(t *testing.T) {
 			probed = req
 			return downloader.Summary{Domain: req.Domain}
 		}},
-		Render: &fakeRenderer{RenderFn: func(context.Context, downloader.Request, *url.URL) (*engine.Answer, error) {
-			return nil, &engine.OverLimitError{Reason: downloader.FailSelfRateLimited, RetryAfter: 2500 * time.Millisecond}
+		Render: &fakeRenderer{RenderFn: func(context.Context, downloader.Request, *url.URL) (*downloader.Answer, error) {
+			return nil, &downloader.OverLimitError{Reason: downloader.FailSelfRateLimited, RetryAfter: 2500 * time.Millisecond}
 		}},
-		Domains: &fakeDomains{DomainFn: func(time.Time, string) (limiter.DomainState, bool) { return limiter.DomainState{}, false }},
+		Domains: &fakeDomains{DomainFn: func(time.Time, string) (downloader.DomainState, bool) { return downloader.DomainState{}, false }},
 		Cluster: &testkit.ClusterView{
 			InstanceIDFn: func() string { return "dl-1" },
 			InstancesFn: func(context.Context) ([]downloader.ClusterInstance, error) {

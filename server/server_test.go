@@ -14,6 +14,7 @@ import (
 
 	"downloader"
 	"downloader/clock"
+	"downloader/clock/clocktest"
 	"downloader/engine"
 	"downloader/internal/testkit"
 	"downloader/limiter"
@@ -39,7 +40,7 @@ func (f *fakeFetcher) FetchWith(ctx context.Context, u *url.URL, adm *limiter.Ad
 var _ engine.Fetcher = (*fakeFetcher)(nil)
 
 type harness struct {
-	clk  *clock.Fake
+	clk  *clocktest.Fake
 	eng  *engine.Engine
 	lim  *limiter.Limiter
 	gate *limiter.Gate
@@ -49,7 +50,7 @@ type harness struct {
 
 func newHarness(t testing.TB, f engine.Fetcher) *harness {
 	t.Helper()
-	clk := clock.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
+	clk := clocktest.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
 	lim := limiter.New(clk)
 	clk.Advance(time.Hour) // past the conservative rebuild window
 	gate := limiter.NewGate(4, 2)

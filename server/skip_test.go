@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/clock"
+	"downloader/clock/clocktest"
 	"downloader/engine"
 	"downloader/internal/testkit"
 	"downloader/limiter"
@@ -39,7 +39,7 @@ var _ engine.Renderer = (*optsRenderer)(nil)
 // TestRenderSkipResourceTypes: skip_resource_types reaches the renderer as asked: absent
 // is nil (the renderer's default), [] is an empty list (load everything), duplicates go.
 func TestRenderSkipResourceTypes(t *testing.T) {
-	clk := clock.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
+	clk := clocktest.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
 	lim := limiter.New(clk)
 	clk.Advance(time.Hour)
 	r := &optsRenderer{}

@@ -29,7 +29,7 @@ type observability struct {
 	registry *prometheus.Registry
 	observer *observe.Observer
 	domains  *observe.DomainTable
-	renderer func() observe.RendererStats
+	renderer func() downloader.RendererStats
 	// queue is entry A's local queue once it is open (nil with a scheduler): the console's
 	// queue panel and the downloader_local_queue_* metrics read it.
 	queue atomic.Pointer[localqueue.Queue]
@@ -53,7 +53,7 @@ func newObservability(clk clock.Clock, logger *slog.Logger, lim *limiter.Limiter
 	o := &observability{clk: clk, log: logger, registry: prometheus.NewRegistry(),
 		domains: observe.NewDomainTable(lim, observe.DefaultSnapshotTTL)}
 	if pool != nil {
-		o.renderer = func() observe.RendererStats { return rendererStats(pool.Stats()) }
+		o.renderer = pool.Stats
 	}
 	if err := o.registry.Register(collectors.NewGoCollector()); err != nil {
 		return nil, fmt.Errorf("register go metrics: %w", err)
@@ -84,12 +84,4 @@ func (o *observability) routes(views console.Config) (func(*http.ServeMux), erro
 		con.Register(mux)
 		mux.Handle("GET /metrics", metrics.Handler(o.registry))
 	}, nil
-}
-
-// rendererStats copies the pool's snapshot into the shape the console and metrics show.
-func rendererStats(s render.Stats) observe.RendererStats {
-	return observe.RendererStats{SlotCount: s.SlotCount, EffectiveSlotCount: s.EffectiveSlotCount, IsAdaptive: s.IsAdaptive, BusyCount: s.BusyCount, QueuedCount: s.QueuedCount,
-		WarmTabCount: s.WarmTabCount, RestartCount: s.RestartCount, RenderedCount: s.RenderedCount,
-		IsBrowserUp: s.IsBrowserUp, IsRemote: s.IsRemote, LastError: s.LastError,
-		RendererKind: s.RendererKind, IsGuardRefused: s.IsGuardRefused}
 }

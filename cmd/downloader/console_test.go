@@ -18,6 +18,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"downloader/internal/testkit"
 	"downloader/origintest"
 )
 
@@ -281,7 +282,7 @@ func TestConsoleInChromium(t *testing.T) {
 				done <- resp.StatusCode
 			}()
 		}
-		waitFor(t, 10*time.Second, "one request in flight and one queued", func() bool {
+		testkit.WaitFor(t, 10*time.Second, "one request in flight and one queued", func() bool {
 			_, st := s.get(t, "/v1/console/stats")
 			return st["global_in_flight_count"] == 1.0 && st["queued_count"] == 1.0
 		})
@@ -509,20 +510,6 @@ func scrape(t *testing.T, s *testService) string {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
-}
-
-// waitFor polls cond every 20 ms (a condition of another process: nothing to wait on).
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: not %s", limit, what)
-		}
-		<-tick.C
-	}
 }
 
 // browser is one headless Chromium for the test, with the render package's local flags.

@@ -17,12 +17,6 @@ import (
 	"downloader/origintest"
 )
 
-// discoverSite is a site on three hosts of site.test, and other.test outside it. page
-// gives the HTML of each path; robots.txt and the sitemaps are served apart.
-type discoverSite struct {
-	pages map[string]string // host+path → body
-}
-
 func gz(t *testing.T, s string) []byte {
 	t.Helper()
 	var b bytes.Buffer

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"downloader/internal/testkit"
 	"downloader/origintest"
 )
 
@@ -98,7 +99,7 @@ func TestOriginWaitHoldsEveryEntry(t *testing.T) {
 		}
 	}
 
-	waitFor(t, 30*time.Second, "every task at the origin", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "every task at the origin", func() bool {
 		seen := 0
 		for _, a := range origin.Arrivals() {
 			if a.Path == "/a" {

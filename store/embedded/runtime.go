@@ -12,7 +12,6 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"downloader"
-	"downloader/limiter"
 	"downloader/store/keys"
 )
 
@@ -71,7 +70,7 @@ type RuntimeStart struct {
 	// LastHeartbeatAt is the previous process's last heartbeat (RuntimeCrashed).
 	LastHeartbeatAt time.Time
 	// Snapshot is what the clean stop saved (RuntimeCleanStop).
-	Snapshot limiter.Snapshot
+	Snapshot downloader.RuntimeSnapshot
 }
 
 type heartbeatRecord struct {
@@ -146,8 +145,8 @@ func (s *Store) readRuntime() (RuntimeStart, error) {
 	return RuntimeStart{Kind: RuntimeUnknown}, nil
 }
 
-func (s *Store) readSnapshot(stop cleanStopRecord) (limiter.Snapshot, error) {
-	snap := limiter.Snapshot{SavedAt: stop.SavedAt, LossAt: stop.LossAt, Entries: make([]limiter.SavedEntry, 0, stop.EntryCount)}
+func (s *Store) readSnapshot(stop cleanStopRecord) (downloader.RuntimeSnapshot, error) {
+	snap := downloader.RuntimeSnapshot{SavedAt: stop.SavedAt, LossAt: stop.LossAt, Entries: make([]downloader.SavedDomain, 0, stop.EntryCount)}
 	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte(domainRuntimePrefix), UpperBound: keys.PrefixEnd(domainRuntimePrefix)})
 	if err != nil {
 		return snap, fmt.Errorf("embedded store: read domain_runtime: %w", err)
@@ -210,7 +209,7 @@ func setHeartbeat(b *pebble.Batch, now time.Time) error {
 // record in a synchronous commit, which makes the batches before it durable too (one
 // write-ahead log). Call it at a clean stop, after the last request and the last
 // Heartbeat.
-func (s *Store) SaveRuntime(ctx context.Context, snap limiter.Snapshot) error {
+func (s *Store) SaveRuntime(ctx context.Context, snap downloader.RuntimeSnapshot) error {
 	release, err := s.acquire(ctx, "save runtime")
 	if err != nil {
 		return err
@@ -253,7 +252,7 @@ const (
 	runtimeEntryFixed  = runtimeEntryFixed1 + 8
 )
 
-func encodeRuntimeEntry(e limiter.SavedEntry) []byte {
+func encodeRuntimeEntry(e downloader.SavedDomain) []byte {
 	v := make([]byte, runtimeEntryFixed, runtimeEntryFixed+len(e.IntervalSource))
 	v[0] = runtimeEntryVersion
 	binary.BigEndian.PutUint64(v[1:], uint64(e.LastRequestAt.UnixNano()))
@@ -272,7 +271,7 @@ func encodeRuntimeEntry(e limiter.SavedEntry) []byte {
 	return append(v, e.IntervalSource...)
 }
 
-func decodeRuntimeEntry(domain string, v []byte) (limiter.SavedEntry, error) {
+func decodeRuntimeEntry(domain string, v []byte) (downloader.SavedDomain, error) {
 	fixed := runtimeEntryFixed
 	if len(v) > 0 && v[0] == runtimeEntryVersion1 {
 		fixed = runtimeEntryFixed1
@@ -280,9 +279,9 @@ func decodeRuntimeEntry(domain string, v []byte) (limiter.SavedEntry, error) {
 		fixed = -1
 	}
 	if fixed < 0 || len(v) < fixed {
-		return limiter.SavedEntry{}, fmt.Errorf("embedded store: domain_runtime %q: not a saved entry", domain)
+		return downloader.SavedDomain{}, fmt.Errorf("embedded store: domain_runtime %q: not a saved entry", domain)
 	}
-	e := limiter.SavedEntry{
+	e := downloader.SavedDomain{
 		Domain:         domain,
 		LastRequestAt:  time.Unix(0, int64(binary.BigEndian.Uint64(v[1:]))).UTC(),
 		MinIntervalMs:  int64(binary.BigEndian.Uint32(v[17:])),

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/limiter"
 )
 
 // reopen closes s and opens its directory again, as a restart does.
@@ -51,10 +50,10 @@ func TestRuntimeStarts(t *testing.T) {
 		t.Fatalf("start after a crash: %+v %v, want crashed with the last heartbeat", start, err)
 	}
 
-	snap := limiter.Snapshot{
+	snap := downloader.RuntimeSnapshot{
 		SavedAt: t1.Add(2 * time.Minute),
 		LossAt:  t1.Add(time.Minute),
-		Entries: []limiter.SavedEntry{
+		Entries: []downloader.SavedDomain{
 			{Domain: "a.example", LastRequestAt: t1.Add(100 * time.Second), WireAt: t1.Add(101 * time.Second), MinIntervalMs: 1500,
 				IntervalSource: downloader.IntervalSourceLease},
 			{Domain: "held.example", LastRequestAt: t1.Add(time.Minute)},
@@ -70,7 +69,7 @@ func TestRuntimeStarts(t *testing.T) {
 	if err != nil || start.Kind != RuntimeCleanStop {
 		t.Fatalf("start after a clean stop: %+v %v", start, err)
 	}
-	got := map[string]limiter.SavedEntry{}
+	got := map[string]downloader.SavedDomain{}
 	for _, e := range start.Snapshot.Entries {
 		got[e.Domain] = e
 	}
@@ -121,7 +120,7 @@ func TestRuntimeSaveInterrupted(t *testing.T) {
 	if _, err := s.StartRuntime(ctx, t1); err != nil {
 		t.Fatal(err)
 	}
-	e := limiter.SavedEntry{Domain: "a.example", LastRequestAt: t1, IntervalSource: downloader.IntervalSourceLease}
+	e := downloader.SavedDomain{Domain: "a.example", LastRequestAt: t1, IntervalSource: downloader.IntervalSourceLease}
 	if err := s.db.Set([]byte(domainRuntimePrefix+"a.example"), encodeRuntimeEntry(e), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +137,7 @@ func TestRuntimeSaveInterrupted(t *testing.T) {
 
 // TestRuntimeEntryCodec checks the entry encoding both ways, including the unknowns.
 func TestRuntimeEntryCodec(t *testing.T) {
-	tests := []limiter.SavedEntry{
+	tests := []downloader.SavedDomain{
 		{Domain: "a.example", LastRequestAt: time.Unix(0, 1_700_000_000_123_456_789).UTC(), WireAt: time.Unix(0, 1_700_000_000_000_000_001).UTC(),
 			MinIntervalMs: 3_600_000, IntervalSource: downloader.IntervalSourceRequest, InFlightCount: 1},
 		{Domain: "b.example", LastRequestAt: time.Unix(0, 5).UTC()},
@@ -186,9 +185,9 @@ func BenchmarkHeartbeat(b *testing.B) {
 func BenchmarkSaveAndStartRuntime(b *testing.B) {
 	const n = 100_000
 	t1 := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
-	snap := limiter.Snapshot{SavedAt: t1, Entries: make([]limiter.SavedEntry, n)}
+	snap := downloader.RuntimeSnapshot{SavedAt: t1, Entries: make([]downloader.SavedDomain, n)}
 	for i := range snap.Entries {
-		snap.Entries[i] = limiter.SavedEntry{Domain: fmt.Sprintf("d%06d.example.com", i), LastRequestAt: t1, WireAt: t1,
+		snap.Entries[i] = downloader.SavedDomain{Domain: fmt.Sprintf("d%06d.example.com", i), LastRequestAt: t1, WireAt: t1,
 			MinIntervalMs: 1000, IntervalSource: downloader.IntervalSourceLease}
 	}
 	for b.Loop() {

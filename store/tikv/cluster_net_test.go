@@ -19,6 +19,7 @@ import (
 	"downloader"
 	"downloader/clock"
 	"downloader/engine"
+	"downloader/internal/testkit"
 	"downloader/limiter"
 	"downloader/netguard"
 	"downloader/store/tikv/tikvtest"
@@ -80,7 +81,7 @@ func newNetCluster(t *testing.T, clocks ...clock.Clock) *netCluster {
 
 // waitShares waits until every node has its share of the cap (they registered).
 func (nc *netCluster) waitShares() {
-	waitFor(nc.t, "three instances sharing the cap", func() bool {
+	testkit.WaitFor(nc.t, clusterWait, "three instances sharing the cap", func() bool {
 		for _, n := range nc.nodes {
 			if n.gate.Capacity() != 8 {
 				return false
@@ -169,7 +170,7 @@ func (nc *netCluster) waitSent(what string, n int64, who ...int) {
 	for i, ni := range who {
 		base[i] = nc.sent[ni].Load()
 	}
-	waitFor(nc.t, what, func() bool {
+	testkit.WaitFor(nc.t, clusterWait, what, func() bool {
 		for i, ni := range who {
 			if nc.sent[ni].Load() < base[i]+n {
 				return false
@@ -287,10 +288,10 @@ func TestClusterPartition(t *testing.T) {
 	if claimEnd.IsZero() {
 		t.Fatal("node 2 has no instance record")
 	}
-	waitFor(t, "the cap split over nodes 0 and 1", func() bool {
+	testkit.WaitFor(t, clusterWait, "the cap split over nodes 0 and 1", func() bool {
 		return nc.nodes[0].gate.Capacity() == 12 && nc.nodes[1].gate.Capacity() == 12
 	})
-	if early := claimEnd.Sub(time.Now()); early > 0 {
+	if early := time.Until(claimEnd); early > 0 {
 		t.Errorf("node 2's share was taken %v before its claim ended (%v after the cut): before its requests must have ended", early, time.Since(cut))
 	}
 	nc.waitSent("traffic on nodes 0 and 1 while node 2 is cut off", 10, 0, 1)
@@ -298,7 +299,7 @@ func TestClusterPartition(t *testing.T) {
 		t.Errorf("node 2 sent %d requests while cut off", n)
 	}
 	nc.nodes[2].client.SetDown(false)
-	waitFor(t, "node 2 rejoined", func() bool {
+	testkit.WaitFor(t, clusterWait, "node 2 rejoined", func() bool {
 		return nc.nodes[2].gate.Capacity() == 8 && nc.nodes[0].gate.Capacity() == 8
 	})
 	nc.waitSent("traffic on node 2 again", 5, 2)
@@ -310,7 +311,7 @@ func TestClusterPartition(t *testing.T) {
 	// What the cluster may have in flight: each admitting node its capacity (or more while
 	// its requests drain), a fenced node what it still has at the origin.
 	over := 0
-	waitFor(t, "node 2 dropped, its claim ended, its share taken", func() bool {
+	testkit.WaitFor(t, clusterWait, "node 2 dropped, its claim ended, its share taken", func() bool {
 		sum := 0
 		for _, n := range nc.nodes {
 			if _, err := n.rt.fence(n.rt.clk.Now()); err == nil {
@@ -346,7 +347,7 @@ func isFencedFor(err, cause error) bool { return err != nil && errors.Is(err, ca
 func TestClusterSkew(t *testing.T) {
 	skewed := tikvtest.NewSkewedClock(clock.Real{}, 40*time.Millisecond)
 	nc := newNetCluster(t, nil, tikvtest.NewSkewedClock(clock.Real{}, 5*time.Millisecond), skewed)
-	waitFor(t, "node 2 fenced for its clock", func() bool {
+	testkit.WaitFor(t, clusterWait, "node 2 fenced for its clock", func() bool {
 		_, err := nc.nodes[2].rt.fence(skewed.Now())
 		return isFencedFor(err, errClockSkewed)
 	})
@@ -397,7 +398,7 @@ func TestClusterFaultRestartFixedInstanceID(t *testing.T) {
 	})
 	defer holding.Wait()
 	defer nc.origin.releaseAll()
-	waitFor(t, "the held request at the origin", func() bool { h, _, _ := nc.origin.state(); return h == 1 })
+	testkit.WaitFor(t, clusterWait, "the held request at the origin", func() bool { h, _, _ := nc.origin.state(); return h == 1 })
 	close(nc.stop[1])
 	old.client.SetDown(true) // it dies: no write-back, no heartbeat, no goodbye
 	old.stop()
@@ -409,12 +410,12 @@ func TestClusterFaultRestartFixedInstanceID(t *testing.T) {
 	expiry := rec.InFlightRequests[0].ExpiresAt.Add(clusterSkew)
 
 	restarted := startNode(t, nc.cluster, "node-1", nc.guard, 24)
-	waitFor(t, "the restarted node-1 registered", func() bool { return restarted.rt.inc.Load() != 0 && restarted.gate.Capacity() > 0 })
+	testkit.WaitFor(t, clusterWait, "the restarted node-1 registered", func() bool { return restarted.rt.inc.Load() != 0 && restarted.gate.Capacity() > 0 })
 	if restarted.rt.inc.Load() == old.rt.inc.Load() {
 		t.Fatal("the restarted process has its predecessor's incarnation")
 	}
 	var admittedAt time.Time
-	waitFor(t, "the held domain admitted by the restarted process", func() bool {
+	testkit.WaitFor(t, clusterWait, "the held domain admitted by the restarted process", func() bool {
 		code, m, err := restarted.post("/v1/probe", fmt.Sprintf(`{"url":"http://%s/page","min_interval_ms":100,"should_render":false}`, held))
 		if err != nil || code != http.StatusOK {
 			t.Fatalf("probe: %d %v %v", code, m, err)

@@ -21,6 +21,7 @@ import (
 	"downloader/clock"
 	"downloader/engine"
 	"downloader/fetch"
+	"downloader/internal/testkit"
 	"downloader/limiter"
 	"downloader/netguard"
 	"downloader/origintest"
@@ -179,21 +180,6 @@ func (r noResolver) LookupNetIP(ctx context.Context, network, host string) ([]ne
 	return nil, errors.New("test resolver: no lookups")
 }
 
-// waitFor polls cond (it reads state other goroutines change; there is nothing to wait
-// on) until it holds, failing the test after clusterWait.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(clusterWait)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		<-tick.C
-	}
-}
-
 // clusterOrigin is the test origin: /page answers at once, /redir redirects to a landing
 // host reached only that way, /hold answers when the test releases it (or the client
 // gives up). It counts the requests it is serving at once.
@@ -298,7 +284,7 @@ func TestClusterThreeInstances(t *testing.T) {
 	nodes := []*node{startNode(t, c, "node-0", guard, 24), startNode(t, c, "node-1", guard, 24), startNode(t, c, "node-2", guard, 24)}
 	begin := time.Now()
 	phase := func(name string) { t.Logf("%6.2fs %s", time.Since(begin).Seconds(), name) }
-	waitFor(t, "three instances sharing the cap", func() bool {
+	testkit.WaitFor(t, clusterWait, "three instances sharing the cap", func() bool {
 		for _, n := range nodes {
 			if n.gate.Capacity() != 8 {
 				return false
@@ -408,7 +394,7 @@ func TestClusterThreeInstances(t *testing.T) {
 			})
 		}
 	}
-	waitFor(t, "traffic through every entry", func() bool {
+	testkit.WaitFor(t, clusterWait, "traffic through every entry", func() bool {
 		return sent[0].Load() >= 30 && sent[1].Load() >= 30 && sent[2].Load() >= 30
 	})
 
@@ -425,8 +411,8 @@ func TestClusterThreeInstances(t *testing.T) {
 			}
 		})
 	}
-	waitFor(t, "node 2's held requests at the origin", func() bool { h, _, _ := origin.state(); return h == len(held) })
-	waitFor(t, "node 2's held requests counted in flight", func() bool {
+	testkit.WaitFor(t, clusterWait, "node 2's held requests at the origin", func() bool { h, _, _ := origin.state(); return h == len(held) })
+	testkit.WaitFor(t, clusterWait, "node 2's held requests counted in flight", func() bool {
 		st, err := nodes[0].rt.Domain(t.Context(), held[0])
 		return err == nil && st.InFlightCount == 1
 	})
@@ -478,13 +464,13 @@ func TestClusterThreeInstances(t *testing.T) {
 		}
 	})
 	// Its heartbeat expires: its requests stop counting as in flight...
-	waitFor(t, "node 2's in-flight entries to stop counting", func() bool {
+	testkit.WaitFor(t, clusterWait, "node 2's in-flight entries to stop counting", func() bool {
 		st, err := nodes[0].rt.Domain(t.Context(), held[0])
 		return err == nil && st.InFlightCount == 0
 	})
 	phase("node 2 no longer counted")
 	// ...and its share of the cap returns to the others.
-	waitFor(t, "the cap split over the two live instances", func() bool {
+	testkit.WaitFor(t, clusterWait, "the cap split over the two live instances", func() bool {
 		return nodes[0].gate.Capacity() == 12 && nodes[1].gate.Capacity() == 12
 	})
 	// The held domains stay closed to the others until node 2's requests expire (slot +
@@ -492,7 +478,7 @@ func TestClusterThreeInstances(t *testing.T) {
 	// it back.
 	for _, d := range held {
 		var admittedAt time.Time
-		waitFor(t, "a held domain to be admitted elsewhere", func() bool {
+		testkit.WaitFor(t, clusterWait, "a held domain to be admitted elsewhere", func() bool {
 			code, m, err := nodes[0].post("/v1/probe", fmt.Sprintf(`{"url":"http://%s/page","min_interval_ms":100,"should_render":false}`, d))
 			if err != nil || code != http.StatusOK {
 				t.Fatalf("probe of %s: %d %v %v", d, code, m, err)
@@ -514,7 +500,7 @@ func TestClusterThreeInstances(t *testing.T) {
 	phase("held domains admitted elsewhere")
 	// The others continued meanwhile.
 	before := sent[0].Load() + sent[1].Load() + sent[2].Load()
-	waitFor(t, "traffic on the two live instances", func() bool {
+	testkit.WaitFor(t, clusterWait, "traffic on the two live instances", func() bool {
 		return sent[0].Load()+sent[1].Load()+sent[2].Load() >= before+30
 	})
 	close(stopTraffic[0])
@@ -531,7 +517,7 @@ func TestClusterThreeInstances(t *testing.T) {
 	resp.Body.Close()
 	// Node 0 gives up its room at once; each takes its new share once the other's claim (its
 	// old share) came down at its next heartbeat.
-	waitFor(t, "nodes 0 and 1 to apply the new cap", func() bool {
+	testkit.WaitFor(t, clusterWait, "nodes 0 and 1 to apply the new cap", func() bool {
 		return nodes[1].gate.Capacity() == 1 && nodes[1].eng.Settings().MaxConcurrentCount == 2 && nodes[0].gate.Capacity() == 1
 	})
 	// Six requests per node on domains of their own, each held at the origin: one per node
@@ -549,7 +535,7 @@ func TestClusterThreeInstances(t *testing.T) {
 			})
 		}
 	}
-	waitFor(t, "one request per node at the origin, five at each gate", func() bool {
+	testkit.WaitFor(t, clusterWait, "one request per node at the origin, five at each gate", func() bool {
 		_, conc, _ := origin.state()
 		return conc == base+2 && nodes[0].gate.Waiting() == 5 && nodes[1].gate.Waiting() == 5
 	})

@@ -14,6 +14,7 @@ import (
 	"downloader"
 	"downloader/clock"
 	"downloader/engine"
+	"downloader/internal/testkit"
 	"downloader/limiter"
 	"downloader/store/tikv/tikvtest"
 )
@@ -344,7 +345,7 @@ func TestLatencySlowSweepKeepsHeartbeats(t *testing.T) {
 		return rec.HeartbeatAt
 	}
 	// Run's heartbeat timer, then the sweep's: advance until the sweep is stuck.
-	waitFor(t, "Run's timers", func() bool { return rg.clk.TimerCount() >= 1 })
+	testkit.WaitFor(t, clusterWait, "Run's timers", func() bool { return rg.clk.TimerCount() >= 1 })
 	rg.clk.Advance(time.Second)
 	select {
 	case <-reached:
@@ -353,7 +354,7 @@ func TestLatencySlowSweepKeepsHeartbeats(t *testing.T) {
 	}
 	for i := range 3 {
 		want := rg.clk.Now()
-		waitFor(t, "a heartbeat while the sweep is stuck", func() bool {
+		testkit.WaitFor(t, clusterWait, "a heartbeat while the sweep is stuck", func() bool {
 			if !beatAt().Before(want) {
 				return true
 			}
@@ -363,7 +364,7 @@ func TestLatencySlowSweepKeepsHeartbeats(t *testing.T) {
 			return false
 		})
 		if i < 2 {
-			waitFor(t, "the next heartbeat timer", func() bool { return rg.clk.TimerCount() >= 1 })
+			testkit.WaitFor(t, clusterWait, "the next heartbeat timer", func() bool { return rg.clk.TimerCount() >= 1 })
 			rg.clk.Advance(time.Second)
 		}
 	}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/clock"
+	"downloader/clock/clocktest"
 	"downloader/engine"
 	"downloader/limiter"
 	"downloader/store/keys"
@@ -19,11 +19,11 @@ import (
 type rig struct {
 	t       *testing.T
 	cluster *tikvtest.Cluster
-	clk     *clock.Fake
+	clk     *clocktest.Fake
 }
 
 func newRig(t *testing.T) *rig {
-	return &rig{t: t, cluster: tikvtest.NewCluster(t), clk: clock.NewFake(time.Date(2026, 5, 1, 8, 0, 0, 0, time.UTC))}
+	return &rig{t: t, cluster: tikvtest.NewCluster(t), clk: clocktest.NewFake(time.Date(2026, 5, 1, 8, 0, 0, 0, time.UTC))}
 }
 
 // instance is one runtime with its gate and client.

@@ -1,6 +1,9 @@
-package clock
+// Package clocktest holds the fake clock of the tests: test support only, never imported
+// by the service, so the binary does not carry it.
+package clocktest
 
 import (
+	"downloader/clock"
 	"sort"
 	"sync"
 	"time"
@@ -28,7 +31,7 @@ func (f *Fake) Now() time.Time {
 	return f.now
 }
 
-func (f *Fake) NewTimer(d time.Duration) Timer {
+func (f *Fake) NewTimer(d time.Duration) clock.Timer {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	t := &fakeTimer{f: f, at: f.now.Add(d), c: make(chan time.Time, 1)}
