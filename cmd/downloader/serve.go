@@ -168,7 +168,7 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 			return nil, err
 		}
 	}
-	a, err := newEntryA(ctx, c, logger, clk, st, eng, lim, gate, fetcher, guard)
+	a, err := newEntryA(ctx, c, logger, clk, st, eng, gate, guard)
 	if err != nil {
 		pool.Close()
 		closeStores()
