@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"regexp"
@@ -78,20 +77,15 @@ func TestClusterRobots(t *testing.T) {
 		t.Errorf("fetch_results of closed.test: %d %v; want none", code, m)
 	}
 	// Counted as entry A's requests: two robots.txt and one page, all reached.
-	resp, err := http.Get(a.base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	body := scrape(t, a)
 	n := 0.0
-	for _, line := range regexp.MustCompile(`(?m)^downloader_requests_total\{[^}]*entry="a"[^}]*\} (\S+)$`).FindAllStringSubmatch(string(body), -1) {
+	for _, line := range regexp.MustCompile(`(?m)^downloader_requests_total\{[^}]*entry="a"[^}]*\} (\S+)$`).FindAllStringSubmatch(body, -1) {
 		var v float64
 		fmt.Sscan(line[1], &v)
 		n += v
 	}
 	if n != 3 {
 		t.Errorf("downloader_requests_total of entry a: %v; want 3 (two robots.txt, one page):\n%s", n,
-			strings.Join(regexp.MustCompile(`(?m)^downloader_requests_total.*$`).FindAllString(string(body), -1), "\n"))
+			strings.Join(regexp.MustCompile(`(?m)^downloader_requests_total.*$`).FindAllString(body, -1), "\n"))
 	}
 }
