@@ -10,10 +10,7 @@ import (
 	"time"
 
 	"downloader"
-	"downloader/clock"
 	"downloader/egressproxy"
-	"downloader/engine"
-	"downloader/limiter"
 	"downloader/netguard"
 	"downloader/origintest"
 	"downloader/render"
@@ -50,9 +47,9 @@ fetch("/api").then(r => r.json()).then(j => { document.getElementById("t").textC
 
 func newPool(t *testing.T, guard *netguard.Guard) *render.Pool {
 	t.Helper()
-	lim := limiter.New(clock.Real{})
+	// Pausing documents as the service does (its page makes no hop: none to admit).
 	p, err := render.New(render.Config{Concurrency: 1, WarmTabs: -1, Guard: guard, Logger: slog.New(slog.DiscardHandler),
-		Hops: &engine.Hops{Limiter: lim, DefaultMinInterval: 0, DefaultTimeout: renderTimeout}})
+		ShouldAdmitHops: true})
 	if err != nil {
 		t.Fatal(err)
 	}

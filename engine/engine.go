@@ -264,30 +264,23 @@ func (e *Engine) observe(ev *downloader.Event) {
 }
 
 // Hops admits the redirect hops of one request (limiter.HopAdmitter, which fetch and
-// render take with each call). The engine builds one per request (hopsFor), so that what
-// a hop's admission needs of its request travels with the call: the entry, and in
-// cluster mode the shared tickets, which end with the request. Other callers (the
-// robots.txt fetch) fill the exported fields. Its zero value is not usable.
+// render take with each call, the only way a hop admitter reaches them). Only the engine
+// builds one, per request (hopsFor), so that what a hop's admission needs of its request
+// travels with the call: the entry, and in cluster mode the shared tickets, which end
+// with the request.
 type Hops struct {
-	Limiter            *limiter.Limiter
-	DefaultMinInterval time.Duration
-	// Shared, when set (cluster mode), admits each hop cluster-wide too, after the local
-	// limiter; DefaultTimeout bounds a hop whose context has no deadline.
-	Shared         downloader.SharedRuntime
-	DefaultTimeout time.Duration
-	// Entry is the entry of the request the hops belong to: the over-limit event and
+	e *Engine
+	// entry is the entry of the request the hops belong to: the over-limit event and
 	// the shared admission count for it.
-	Entry downloader.Entry
-
-	// tickets collects the shared tickets of the request's hops (hopsFor sets it in
-	// cluster mode); nil: a hop's ticket is left to expire, which is safe.
+	entry downloader.Entry
+	// tickets collects the shared tickets of the request's hops (in cluster mode); nil:
+	// one machine.
 	tickets *hopTickets
 }
 
 // hopsFor returns the hop admitter of one request of e.
 func (e *Engine) hopsFor(req downloader.Request) *Hops {
-	h := &Hops{Limiter: e.cfg.Limiter, DefaultMinInterval: e.cfg.DefaultMinInterval, Shared: e.cfg.Shared,
-		DefaultTimeout: e.cfg.DefaultTimeout, Entry: req.Entry}
+	h := &Hops{e: e, entry: req.Entry}
 	if e.cfg.Shared != nil {
 		h.tickets = &hopTickets{}
 	}
@@ -298,12 +291,13 @@ func (e *Engine) hopsFor(req downloader.Request) *Hops {
 // for that domain, or the default interval when the domain is new. The over-limit event,
 // if any, counts for the entry of the request the hop belongs to.
 func (h *Hops) AdmitHop(ctx context.Context, domain string) (limiter.Admission, error) {
-	interval, source, ok := h.Limiter.IntervalOf(domain)
+	lim := h.e.cfg.Limiter
+	interval, source, ok := lim.IntervalOf(domain)
 	if !ok {
-		interval, source = h.DefaultMinInterval, downloader.IntervalSourceDefault
+		interval, source = h.e.cfg.DefaultMinInterval, downloader.IntervalSourceDefault
 	}
-	a, err := h.Limiter.Wait(ctx, domain, interval, source, h.Entry)
-	if err != nil || h.Shared == nil {
+	a, err := lim.Wait(ctx, domain, interval, source, h.entry)
+	if err != nil || h.e.cfg.Shared == nil {
 		return a, err
 	}
 	if err := h.admitHopShared(ctx, &a, domain, interval, source); err != nil {

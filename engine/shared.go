@@ -186,7 +186,7 @@ func (e *Engine) endHops(ctx context.Context, h *hopTickets) {
 // (EUNAVAILABLE: fetch's cause is the shared state unavailable) and the request's hop
 // tickets remember it (failReason maps a render's refusal the same way).
 func (h *Hops) admitHopShared(ctx context.Context, a *limiter.Admission, domain string, interval time.Duration, source downloader.IntervalSource) error {
-	clk := h.Limiter.Clock()
+	clk := h.e.cfg.Limiter.Clock()
 	pause := sharedRetryMin
 	var lastErr error // the latest attempt's failure to reach the shared state
 	unavailable := func() error {
@@ -200,12 +200,12 @@ func (h *Hops) admitHopShared(ctx context.Context, a *limiter.Admission, domain 
 	for {
 		now := clk.Now()
 		deadline, _ := ctx.Deadline()
-		timeout := h.DefaultTimeout
+		timeout := h.e.cfg.DefaultTimeout
 		if !deadline.IsZero() {
 			timeout = deadline.Sub(now)
 		}
-		tk, wait, err := h.Shared.Admit(ctx, downloader.SharedAdmit{Domain: domain, MinInterval: interval, IntervalSource: source,
-			Entry: h.Entry, Now: now, Reserve: true, Deadline: deadline, Timeout: timeout})
+		tk, wait, err := h.e.cfg.Shared.Admit(ctx, downloader.SharedAdmit{Domain: domain, MinInterval: interval, IntervalSource: source,
+			Entry: h.entry, Now: now, Reserve: true, Deadline: deadline, Timeout: timeout})
 		lastErr = err
 		if err != nil {
 			wait, pause = pause, min(2*pause, sharedRetryMax)

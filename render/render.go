@@ -32,7 +32,7 @@
 //     redirects) exactly as to plain fetches, and it holds the first request bytes to the
 //     page's own host until the limiter's Wire lets them out (after DNS, connect and TLS:
 //     wire.go). Loopback is proxied too ("<-loopback>").
-//   - With a HopAdmitter (Config.Hops), the browser pauses every document request before
+//   - With hops admitted (Config.ShouldAdmitHops), the browser pauses every document request before
 //     sending it (CDP Fetch domain). The render's first main document goes on under the
 //     caller's admission; every later main-frame document (a redirect hop, a meta refresh,
 //     location=) first gets an admission of its own, bounded by the render's deadline, and
@@ -142,13 +142,17 @@ type Config struct {
 	// Required.
 	Guard *netguard.Guard
 
-	// Hops admits the main document's requests after the first (redirect hops, and
-	// navigations the page makes by itself), each with its own limiter admission taken
-	// before the request is sent (SPEC §2), for the renders given no admitter of their own
-	// (Render, RenderWith; RenderInSlot's caller passes one per render). Set, it makes the
-	// browser pause every document request for the admission (CDP Fetch domain). Nil:
-	// nothing after the first request is admitted and nothing is paused, whatever a render
-	// is given (tests, benchmarks).
+	// ShouldAdmitHops makes the browser pause every document request (CDP Fetch domain) so
+	// that the main document's requests after the first (redirect hops, and navigations
+	// the page makes by itself) each get their own limiter admission before they are sent
+	// (SPEC §2), from the hop admitter the caller passes with each render (RenderInSlot:
+	// the engine's, built per request). A render given none then refuses them (fail
+	// closed). False, with Hops nil: nothing after the first request is admitted and
+	// nothing is paused, whatever a render is given (tests, benchmarks).
+	ShouldAdmitHops bool
+	// Hops is the hop admitter of the renders that take none per call (Render,
+	// RenderWith: tests and benchmarks); set, it turns the pausing on as ShouldAdmitHops
+	// does. The service leaves it nil.
 	Hops HopAdmitter
 	// frames is what happens to iframe documents on other hosts; only tests and
 	// benchmarks change it (docs/benchmarks-render.md has the measurement behind the
@@ -529,7 +533,7 @@ var (
 // adm.Wire and waits as WaitWire would, on the pool's clock, then adm.Wrote; it no longer touches adm once it has returned, so the caller may
 // Cancel or Done it at once. A nil adm renders without a limiter (tests, benchmarks).
 //
-// Every main-frame document after the first is admitted through Config.Hops with a
+// Every main-frame document after the first is admitted through the render's hop admitter with a
 // deadline at which the page would be read anyway; its admission is Wire'd when its first bytes
 // go toward its host, and given back (Cancel, or Done once on the wire) when Render
 // returns. A hop not admitted by then fails the render with self_rate_limited.
@@ -580,10 +584,10 @@ func (p *Pool) AcquireSlot(ctx context.Context) (release func(), failed *downloa
 }
 
 // RenderInSlot is RenderWith under a slot the caller took with AcquireSlot (and gives
-// back after this returns). hops admits the render's later main documents instead of
-// Config.Hops (the engine builds one per request: its entry, and in cluster mode the
-// shared tickets that end with it); nil: Config.Hops. With Config.Hops nil no document
-// is paused, so none is admitted either way.
+// back after this returns). hops admits the render's later main documents (the engine
+// builds one per request: its entry, and in cluster mode the shared tickets that end with
+// it); nil: Config.Hops, or none admitted. Without Config.ShouldAdmitHops or Config.Hops
+// no document is paused, so none is admitted either way.
 func (p *Pool) RenderInSlot(ctx context.Context, u *url.URL, adm *limiter.Admission, hops HopAdmitter, opts downloader.RenderOptions) *downloader.Outcome {
 	return p.renderTimed(ctx, u, adm, hops, opts, true)
 }
@@ -616,12 +620,25 @@ func (p *Pool) renderTimed(ctx context.Context, u *url.URL, adm *limiter.Admissi
 	if opts.SkipResourceTypes != nil {
 		skip = newSkipSet(opts.SkipResourceTypes)
 	}
-	if hops == nil || p.cfg.Hops == nil {
+	switch {
+	case !p.cfg.ShouldAdmitHops && p.cfg.Hops == nil:
+		hops = nil // nothing is paused
+	case hops == nil && p.cfg.Hops != nil:
 		hops = p.cfg.Hops
+	case hops == nil:
+		hops = noHopAdmitter{}
 	}
 	out := p.render(rctx, u, adm, hops, skip, opts.Headers, start, start.Add(timeout), held)
 	out.HealthSignal.ElapsedMs = p.clk.Now().Sub(start).Milliseconds()
 	return out
+}
+
+// noHopAdmitter admits no hop: a render paused for hop admissions and given no admitter
+// sends nothing after its first main document (SPEC §2), and answers self_rate_limited.
+type noHopAdmitter struct{}
+
+func (noHopAdmitter) AdmitHop(ctx context.Context, domain string) (limiter.Admission, error) {
+	return limiter.Admission{}, fmt.Errorf("render: no hop admitter for %s: %w", domain, context.DeadlineExceeded)
 }
 
 // render runs one render; held: the caller holds a slot (AcquireSlot), else one is taken

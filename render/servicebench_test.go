@@ -49,8 +49,8 @@ func startService(b *testing.B, guard *netguard.Guard, c int) func(u *url.URL) e
 	b.Cleanup(fetcher.Close)
 	pool, err := render.New(render.Config{
 		Clock: clk, Logger: log, Concurrency: c, QueueLength: c, UserAgent: render.TestUserAgent, Guard: guard,
-		DefaultTimeout: serviceRenderTimeout,
-		Hops:           &engine.Hops{Limiter: lim, DefaultTimeout: serviceRenderTimeout},
+		DefaultTimeout:  serviceRenderTimeout,
+		ShouldAdmitHops: true,
 	})
 	if err != nil {
 		b.Fatal(err)

@@ -85,7 +85,7 @@ func (p *Pool) newUse(parent context.Context, prof profile, listen bool) (*tabUs
 		return nil, err
 	}
 	u := &tabUse{proxy: px, tr: newTracker()}
-	if p.cfg.Hops != nil && prof.interception == interceptFetch {
+	if (p.cfg.ShouldAdmitHops || p.cfg.Hops != nil) && prof.interception == interceptFetch {
 		u.pause = newPauser(p.cfg.frames, p.log, &u.wg)
 	}
 	u.ctx, u.cancel = context.WithCancel(parent)

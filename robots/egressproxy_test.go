@@ -5,12 +5,10 @@ import (
 	"net"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"downloader"
 	"downloader/clock"
 	"downloader/egressproxy"
-	"downloader/engine"
 	"downloader/fetch"
 	"downloader/internal/proxytest"
 	"downloader/internal/testkit"
@@ -51,9 +49,8 @@ func TestRobotsThroughEgressProxy(t *testing.T) {
 			lim := limiter.New(clock.Real{})
 			f := fetch.New(fetch.Config{Guard: guard})
 			t.Cleanup(f.Close)
-			runner, err := New(Config{Next: rg.next, Limiter: lim, Gate: limiter.NewGate(4, 4), Fetcher: f, Clock: clock.Real{},
-				Hops:      &engine.Hops{Limiter: lim, DefaultMinInterval: time.Second},
-				UserAgent: "downloader/1.0 (+https://example.invalid/crawler)", Timeout: 5 * time.Second})
+			runner, err := New(Config{Next: rg.next, Fetcher: newEngine(clock.Real{}, lim, f, nil), Clock: clock.Real{},
+				UserAgent: "downloader/1.0 (+https://example.invalid/crawler)"})
 			if err != nil {
 				t.Fatal(err)
 			}

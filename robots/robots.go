@@ -5,8 +5,9 @@
 //
 // Runner wraps entry A's runner (the engine). Before a task runs it looks up the rules of
 // the task's site (scheme, host and port), fetching /robots.txt once per site through the
-// insurance limiter and the global cap like any request to that origin (admitted, then
-// wire-gated by the fetcher), and then:
+// engine's one admission pipeline like any request to that origin (Fetcher, the engine's
+// FetchUnstored: the domain's slot, the global cap, the shared admission in cluster mode,
+// the egress verdict, the observers; nothing stored), and then:
 //
 //	robots.txt answered               the task
 //	2xx                               runs if the rules for our product token allow its
@@ -38,8 +39,6 @@ import (
 
 	"downloader"
 	"downloader/clock"
-	"downloader/engine"
-	"downloader/limiter"
 )
 
 // Defaults.
@@ -61,22 +60,25 @@ type TaskRunner interface {
 	Stop()
 }
 
-// Config wires a Runner. Next, Limiter, Gate and Fetcher are required.
+// Fetcher runs a robots.txt request (*engine.Engine): one plain GET of u for the leased
+// task t, through the same admission pipeline as t itself, under entry A's policy with
+// interval as the domain's min interval, storing nothing. It returns the outcome, or nil
+// and when to come again when nothing was sent for the service's own reasons (a stop, a
+// slot past what t's lease allows).
+type Fetcher interface {
+	FetchUnstored(ctx context.Context, t *downloader.Task, u *url.URL, interval time.Duration) (out *downloader.Outcome, retryAfter time.Duration)
+}
+
+// Config wires a Runner. Next and Fetcher are required.
 type Config struct {
-	Next    TaskRunner
-	Limiter *limiter.Limiter
-	Gate    *limiter.Gate
-	Fetcher engine.Fetcher
-	// Hops admits the redirect hops of a robots.txt request (an engine.Hops); nil: a
-	// redirect is the answer.
-	Hops   limiter.HopAdmitter
-	Clock  clock.Clock
-	Logger *slog.Logger
+	Next TaskRunner
+	// Fetcher makes the robots.txt requests; the request's timeout is the engine's.
+	Fetcher Fetcher
+	Clock   clock.Clock
+	Logger  *slog.Logger
 	// UserAgent is the service's User-Agent; its product token (the leading name, as
 	// "downloader" in "downloader/1.0 (+https://...)") picks the robots.txt group.
 	UserAgent string
-	// Timeout bounds one robots.txt request; default 30 s.
-	Timeout time.Duration
 	// MaxAttemptCount is how many unreachable answers (5xx, 429, no answer) give up a
 	// site's tasks as robots_unavailable; default 3.
 	MaxAttemptCount int
@@ -127,17 +129,14 @@ type site struct {
 
 // New returns a runner over cfg.Next.
 func New(cfg Config) (*Runner, error) {
-	if cfg.Next == nil || cfg.Limiter == nil || cfg.Gate == nil || cfg.Fetcher == nil {
-		return nil, errors.New("robots: Next, Limiter, Gate and Fetcher are required")
+	if cfg.Next == nil || cfg.Fetcher == nil {
+		return nil, errors.New("robots: Next and Fetcher are required")
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = 30 * time.Second
 	}
 	if cfg.MaxAttemptCount <= 0 {
 		cfg.MaxAttemptCount = DefaultMaxAttemptCount
@@ -244,7 +243,7 @@ func (r *Runner) check(ctx context.Context, t *downloader.Task, u *url.URL, doma
 		iv := max(interval, s.crawlDelay)
 		r.mu.Unlock()
 
-		out := r.fetch(ctx, t, u, domain, iv)
+		out, retryAfter := r.fetch(ctx, t, u, iv)
 
 		r.mu.Lock()
 		r.learn(s, out, r.cfg.Clock.Now(), domain, key)
@@ -252,7 +251,8 @@ func (r *Runner) check(ctx context.Context, t *downloader.Task, u *url.URL, doma
 		s.fetching = nil
 		r.mu.Unlock()
 		if out == nil || !out.FailReason.HasReachedOrigin() {
-			return verdict{wait: ownRetry} // our own problem: try again soon, count nothing
+			// Our own problem: try again when the engine says, or soon; count nothing.
+			return verdict{wait: max(retryAfter, ownRetry)}
 		}
 	}
 }
@@ -325,45 +325,20 @@ func (r *Runner) learn(s *site, out *downloader.Outcome, now time.Time, domain, 
 	}
 }
 
-// fetch requests u's /robots.txt under the domain's limiter with the task's interval and
-// a global slot, within the task's lease (the task itself must still run after it). It
-// returns nil when the request could not be made for our own reasons.
-func (r *Runner) fetch(ctx context.Context, t *downloader.Task, u *url.URL, domain string, interval time.Duration) *downloader.Outcome {
+// fetch requests u's /robots.txt for t through the engine's pipeline, with the domain's
+// interval, cut short when the runner stops. It returns nil (and when to come again)
+// when the request was not made for our own reasons.
+func (r *Runner) fetch(ctx context.Context, t *downloader.Task, u *url.URL, interval time.Duration) (*downloader.Outcome, time.Duration) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop := context.AfterFunc(r.stopping, cancel)
 	defer stop()
-	if !t.LeaseExpiresAt.IsZero() {
-		var c2 context.CancelFunc
-		ctx, c2 = context.WithDeadline(ctx, t.LeaseExpiresAt.Add(-2*r.cfg.Timeout))
-		defer c2()
-	}
-	adm, err := r.cfg.Limiter.Wait(ctx, domain, interval, downloader.IntervalSourceLease, downloader.EntryLease)
-	if err != nil {
-		return nil
-	}
-	defer adm.Cancel()
-	if err := r.cfg.Gate.Acquire(ctx, limiter.QueueAlways); err != nil {
-		return nil
-	}
-	defer r.cfg.Gate.Release()
-	rctx, rcancel := context.WithTimeout(ctx, r.cfg.Timeout)
-	defer rcancel()
 	ru := &url.URL{Scheme: u.Scheme, Host: u.Host, Path: "/robots.txt"}
-	out := r.cfg.Fetcher.FetchWith(rctx, ru, &adm, r.cfg.Hops, downloader.FetchOptions{})
-	if r.isStopping() && out.HTTPStatus == 0 {
-		return nil
+	out, retryAfter := r.cfg.Fetcher.FetchUnstored(ctx, t, ru, interval)
+	if out != nil && r.stopping.Err() != nil && out.HTTPStatus == 0 {
+		return nil, 0
 	}
-	return out
-}
-
-func (r *Runner) isStopping() bool {
-	select {
-	case <-r.stopping.Done():
-		return true
-	default:
-		return false
-	}
+	return out, retryAfter
 }
 
 // pruneLocked drops expired entries once the cache is full. Requires r.mu held.

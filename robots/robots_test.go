@@ -74,6 +74,32 @@ type rig struct {
 	next   *recorder
 	runner *Runner
 	delays sync.Map // domain → Crawl-delay told to the queue
+	events *events
+}
+
+// newEngine is the engine the robots.txt requests go through (the runner's Fetcher); the
+// runner it wraps is the recorder, so that only robots.txt reaches the origin.
+func newEngine(clk clock.Clock, lim *limiter.Limiter, f *fetch.Fetcher, obs downloader.Observer) *engine.Engine {
+	return engine.New(engine.Config{Clock: clk, Limiter: lim, Gate: limiter.NewGate(4, 4), Fetcher: f,
+		Observer: obs, DefaultMinInterval: time.Second, DefaultTimeout: 5 * time.Second})
+}
+
+// events records what the engine tells its observers.
+type events struct {
+	mu  sync.Mutex
+	all []downloader.Event
+}
+
+func (e *events) Observe(ev *downloader.Event) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.all = append(e.all, *ev)
+}
+
+func (e *events) list() []downloader.Event {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]downloader.Event(nil), e.all...)
 }
 
 // robotsFiles is what each test host answers at /robots.txt: a status and a body.
@@ -116,13 +142,12 @@ func newRig(t *testing.T, clk clock.Clock) *rig {
 	}
 	guard := netguard.New(netguard.Config{ConnectTo: []netguard.Rule{rule}, Dialer: loopbackDialer{}, Resolver: testkit.NoResolver{}})
 	lim := limiter.New(clk)
-	gate := limiter.NewGate(4, 4)
 	f := fetch.New(fetch.Config{Clock: clk, Guard: guard})
 	t.Cleanup(f.Close)
-	rg := &rig{origin: origin, clk: clk, lim: lim, next: &recorder{}}
-	rg.runner, err = New(Config{Next: rg.next, Limiter: lim, Gate: gate, Fetcher: f, Clock: clk,
-		Hops:      &engine.Hops{Limiter: lim, DefaultMinInterval: time.Second},
-		UserAgent: "downloader/1.0 (+https://example.invalid/crawler)", Timeout: 5 * time.Second,
+	rg := &rig{origin: origin, clk: clk, lim: lim, next: &recorder{}, events: &events{}}
+	eng := newEngine(clk, lim, f, rg.events)
+	rg.runner, err = New(Config{Next: rg.next, Fetcher: eng, Clock: clk,
+		UserAgent:  "downloader/1.0 (+https://example.invalid/crawler)",
 		CrawlDelay: func(d string, cd time.Duration) { rg.delays.Store(d, cd) }})
 	if err != nil {
 		t.Fatal(err)
@@ -275,8 +300,9 @@ func TestUnreachable(t *testing.T) {
 	}
 }
 
-// TestRobotsRequestIsAdmitted: robots.txt is a request to the origin like any other: it
-// takes the domain's slot in the limiter, so the request after it waits one interval.
+// TestRobotsRequestIsAdmitted: robots.txt is a request to the origin like any other, run
+// by the engine: it takes the domain's slot in the limiter, so the request after it waits
+// one interval, and the engine's observers see it as entry A's request for the task.
 func TestRobotsRequestIsAdmitted(t *testing.T) {
 	clk := clocktest.NewFake(time.Date(2026, 5, 6, 7, 0, 0, 0, time.UTC))
 	r := newRig(t, clk)
@@ -298,5 +324,13 @@ func TestRobotsRequestIsAdmitted(t *testing.T) {
 	}
 	if len(r.pageRequests()) != 0 {
 		t.Fatalf("arrivals %v", r.origin.Arrivals())
+	}
+	evs := r.events.list()
+	if len(evs) != 1 {
+		t.Fatalf("observed %+v, want the robots.txt request", evs)
+	}
+	if ev := evs[0]; ev.URL != "http://gone.test/robots.txt" || ev.Entry != downloader.EntryLease || ev.TaskID != "a" ||
+		ev.Summary.HTTPStatus == nil || *ev.Summary.HTTPStatus != 404 || !ev.Summary.HasReachedOrigin {
+		t.Errorf("observed %+v, want entry A's robots.txt request for task a, answered 404", ev)
 	}
 }

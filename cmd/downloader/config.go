@@ -191,6 +191,10 @@ const (
 // egressCanary returns the canary of --egress-canary: a TCP connect to HOST:PORT, made
 // without the SSRF guard (the operator's choice, like the scheduler), through the egress
 // proxy when there is one (it checks the path our requests take); nil without one.
+// It is the one connection the service makes outside the engine's pipeline, on purpose:
+// a probe of our own network, not a request to a crawled site (no HTTP request is sent,
+// the host is the operator's, not a domain the limiter guards, SPEC §2), and it must not
+// wait behind the global cap or a domain's interval that it is there to judge.
 func (c *config) egressCanary() func(ctx context.Context) error {
 	if c.EgressCanary == "" {
 		return nil

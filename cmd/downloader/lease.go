@@ -89,7 +89,7 @@ type taskStores struct {
 // write of st (its page, fetch_result and report, or with the local queue the queue's
 // change of state instead of the report); with the TiKV store its page and fetch_result
 // are written to TiKV first (ts).
-func newEntryA(ctx context.Context, c *config, logger *slog.Logger, clk clock.Clock, st *embedded.Store, ts taskStores, eng *engine.Engine, lim *limiter.Limiter, gate *limiter.Gate, fetcher engine.Fetcher, guard *netguard.Guard) (*entryA, error) {
+func newEntryA(ctx context.Context, c *config, logger *slog.Logger, clk clock.Clock, st *embedded.Store, ts taskStores, eng *engine.Engine, gate *limiter.Gate, guard *netguard.Guard) (*entryA, error) {
 	a := &entryA{log: logger, defaultIv: time.Duration(c.DefaultMinIntervalMs) * time.Millisecond, headerPolicy: c.headerPolicy()}
 	cfg := lease.Config{
 		Runner: eng, Outbox: outbox.New(st), Clock: clk, Logger: logger, WorkerID: c.Lease.WorkerID,
@@ -124,14 +124,11 @@ func newEntryA(ctx context.Context, c *config, logger *slog.Logger, clk clock.Cl
 			}
 		}
 		cfg.PollMax = localPollMax
-		if c.Lease.ShouldObeyRobotsTxt && c.Cluster.Store == storeTiKV {
-			// The robots.txt request would be admitted by this instance's limiter only, not
-			// cluster-wide (SPEC §2): in cluster mode robots.txt is the scheduler's.
-			logger.Warn("robots.txt is not read with --store tikv: the local queue's tasks are not checked against it; use a scheduler, or the embedded store for a standalone crawl")
-		} else if c.Lease.ShouldObeyRobotsTxt {
-			rr, err := robots.New(robots.Config{Next: eng, Limiter: lim, Gate: gate, Fetcher: fetcher, Clock: clk,
-				Hops:   &engine.Hops{Limiter: lim, DefaultMinInterval: eng.DefaultMinInterval(), DefaultTimeout: c.requestTimeout()},
-				Logger: logger, UserAgent: c.UserAgent, Timeout: c.requestTimeout(), MaxAttemptCount: c.Lease.MaxAttemptCount,
+		if c.Lease.ShouldObeyRobotsTxt {
+			// robots.txt is a request of the engine's like the task's own (FetchUnstored):
+			// admitted cluster-wide too with --store tikv (SPEC §2).
+			rr, err := robots.New(robots.Config{Next: eng, Fetcher: eng, Clock: clk,
+				Logger: logger, UserAgent: c.UserAgent, MaxAttemptCount: c.Lease.MaxAttemptCount,
 				CrawlDelay: q.SetCrawlDelay, Sitemaps: c.discovery.robotsSitemaps()})
 			if err != nil {
 				return nil, err

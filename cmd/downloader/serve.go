@@ -113,8 +113,9 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 	}
 	guard := netguard.New(netguard.Config{ConnectTo: c.ConnectTo, AllowPrivateNetworks: c.AllowPrivateNetworks, Dialer: c.egressDialer()})
 	defaultInterval := time.Duration(c.DefaultMinIntervalMs) * time.Millisecond
-	// Every request's redirect hops are admitted by the hop admitter the engine passes
-	// with it (engine.Hops); the renderer's Hops turns on its document pausing.
+	// Every request's redirect hops are admitted by the hop admitter the engine builds for
+	// it and passes with the call (engine.Hops); the renderer's ShouldAdmitHops turns on the
+	// document pausing those admissions need.
 	fetcher := fetch.New(fetch.Config{Clock: clk, Guard: guard, Logger: logger, UserAgent: c.UserAgent, DisableHTTP2: !c.ShouldUseHTTP2})
 	isStopping := c.isStopping
 	if isStopping == nil {
@@ -128,7 +129,7 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 		SpareTabCount: c.RenderSpareTabCount,
 		Kind:          rendererKind(c.RendererKind), GuardProxyListen: c.RenderGuardProxyListen, GuardProxyCADir: c.guardProxyCADir(),
 		MaxSubrequestCount: c.RenderMaxSubrequestCount, MaxHostSubrequestCount: c.RenderMaxHostSubrequestCount,
-		Guard: guard, DefaultTimeout: c.requestTimeout(), Hops: &engine.Hops{Limiter: lim, DefaultMinInterval: defaultInterval, Shared: shared, DefaultTimeout: c.requestTimeout()},
+		Guard: guard, DefaultTimeout: c.requestTimeout(), ShouldAdmitHops: true,
 	})
 	if err != nil {
 		closeStores()
@@ -168,7 +169,7 @@ func startService(ctx context.Context, c *config, logger *slog.Logger) (*service
 			return nil, err
 		}
 	}
-	a, err := newEntryA(ctx, c, logger, clk, st, taskStores{pages: pages, results: results}, eng, lim, gate, fetcher, guard)
+	a, err := newEntryA(ctx, c, logger, clk, st, taskStores{pages: pages, results: results}, eng, gate, guard)
 	if err != nil {
 		pool.Close()
 		closeStores()
