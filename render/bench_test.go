@@ -28,6 +28,7 @@ import (
 	"downloader/clock"
 	"downloader/limiter"
 	"downloader/netguard"
+	"downloader/render/chromium"
 )
 
 // BenchmarkRender renders the JS test page (XHR-filled after load) at concurrency 1, 4
@@ -214,7 +215,7 @@ func mustRule(s string) netguard.Rule {
 }
 
 func benchBare(b *testing.B, f *fixture, c int, mode string) {
-	opts := append(localFlags(DefaultBinaryPath, testUserAgent),
+	opts := append(chromium.Flags(DefaultBinaryPath, testUserAgent),
 		chromedp.Flag("host-resolver-rules", "MAP *.test 127.0.0.1:"+f.port))
 	root := startBareBrowser(b, opts)
 	cfgPool := &Pool{cfg: Config{NetworkQuiet: DefaultNetworkQuiet, NetworkIdleMax: DefaultNetworkIdleMax}, clk: clock.Real{}, log: slog.New(slog.DiscardHandler)}
@@ -300,7 +301,7 @@ func benchBare(b *testing.B, f *fixture, c int, mode string) {
 //	go test -run '^$' -bench BenchmarkRenderStages -benchtime 12x ./render/
 func BenchmarkRenderStages(b *testing.B) {
 	f := getFixture(b)
-	opts := append(localFlags(DefaultBinaryPath, testUserAgent),
+	opts := append(chromium.Flags(DefaultBinaryPath, testUserAgent),
 		chromedp.Flag("host-resolver-rules", "MAP *.test 127.0.0.1:"+f.port))
 	for _, kv := range strings.Split(os.Getenv("RENDER_BENCH_FLAGS"), ",") {
 		name, value, hasValue := strings.Cut(strings.TrimSpace(kv), "=")

@@ -21,6 +21,7 @@ import (
 
 	"downloader/clock"
 	"downloader/limiter"
+	"downloader/render/chromium"
 )
 
 // BenchmarkRenderCrawl measures renders on crawl-like traffic (`bash scripts/bench.sh
@@ -169,7 +170,7 @@ func benchCrawl(b *testing.B, o *crawlOrigin, variant, pg string, c int, run int
 // (shared-context). Both wait for the same network idle and read the same things as the
 // pool.
 func bareCrawler(b *testing.B, o *crawlOrigin, variant string, c int) func(u string) error {
-	opts := append(localFlags(DefaultBinaryPath, testUserAgent),
+	opts := append(chromium.Flags(DefaultBinaryPath, testUserAgent),
 		chromedp.Flag("host-resolver-rules", "MAP *.test 127.0.0.1:"+o.port))
 	root := startBareBrowser(b, opts)
 	cfgPool := &Pool{cfg: Config{NetworkQuiet: DefaultNetworkQuiet, NetworkIdleMax: DefaultNetworkIdleMax}, clk: clock.Real{}, log: slog.New(slog.DiscardHandler)}

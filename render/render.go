@@ -77,6 +77,7 @@ import (
 	"downloader/clock"
 	"downloader/limiter"
 	"downloader/netguard"
+	"downloader/render/renderproxy"
 )
 
 // Defaults of Config.
@@ -311,7 +312,7 @@ type Pool struct {
 	rendered     int64
 	// guard is the long-lived guard proxy of a remote endpoint: the canary's, and every
 	// render's on a server whose own proxy it must be (Obscura). Nil for a local browser.
-	guard *guardProxy
+	guard *renderproxy.Guard
 
 	kind    RendererKind // of the last connection
 	refused bool         // the last connection's canary went around our guard
@@ -452,9 +453,9 @@ func New(cfg Config) (*Pool, error) {
 				return nil, fmt.Errorf("render: guard proxy: %w", err)
 			}
 		}
-		p.guard = newGuardProxy(ln, p.log)
+		p.guard = renderproxy.NewGuard(ln, p.log)
 		if err := p.startGuardTLS(); err != nil {
-			p.guard.close()
+			p.guard.Close()
 			p.cancel()
 			return nil, err
 		}
@@ -498,7 +499,7 @@ func (p *Pool) Stats() Stats {
 		IsGuardRefused:           p.refused,
 	}
 	if p.guard != nil {
-		s.GuardProxyAddr = p.guard.addr()
+		s.GuardProxyAddr = p.guard.Addr()
 	}
 	if p.lastErr != nil {
 		s.LastError = p.lastErr.Error()
@@ -529,7 +530,7 @@ func (p *Pool) Close() error {
 	}
 	p.wg.Wait()
 	if p.guard != nil {
-		p.guard.close() // after the renders: their proxies are gone
+		p.guard.Close() // after the renders: their proxies are gone
 	}
 	return nil
 }

@@ -1,4 +1,11 @@
-package render
+// Package renderproxy is the guard of every connection a render's browser opens: the
+// per-render HTTP forward proxy every request and tunnel of a tab passes (Proxy), the one
+// long-lived guard proxy for a CDP server with no proxy per browser context, Obscura's
+// `serve --proxy` (Guard), with its canary and its TLS termination under a CA of our own
+// (Authority). It forwards, tunnels and terminates; every decision of the render's own
+// (admission, caps, skipped types, the SSRF guard and the wire moment on each dial) it
+// asks the render it serves through Render (package render's renderState). SPEC §3.
+package renderproxy
 
 import (
 	"context"
@@ -15,29 +22,64 @@ import (
 	"net/http/httputil"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"downloader"
-	"downloader/clock"
-	"downloader/limiter"
-	"downloader/netguard"
 )
 
-// proxyErrorHeader marks an answer that our proxy made up itself (the origin could not be
-// reached or was refused): "<token> <fail_reason>". The token is new for every tab, so an
-// origin cannot forge the mark.
-const proxyErrorHeader = "X-Downloader-Proxy-Error"
+// ErrorHeader marks an answer that our proxy made up itself (the origin could not be
+// reached or was refused): "<token> <fail_reason>" (Mark). The token is new for every
+// tab, so an origin cannot forge the mark.
+const ErrorHeader = "X-Downloader-Proxy-Error"
 
-// errNotArmed refuses requests of a tab that is not rendering (there should be none).
-var errNotArmed = errors.New("render proxy: no render in progress")
+// ErrNotArmed refuses requests of a tab that is not rendering (there should be none).
+var ErrNotArmed = errors.New("render proxy: no render in progress")
 
-// proxy is one tab's HTTP forward proxy: plain HTTP is forwarded, CONNECT (HTTPS, WSS) is
-// tunnelled; every connection to an origin is dialled through the Guard. It serves one
-// render, which it learns with arm. Safe for concurrent use.
-type proxy struct {
-	dialGuard func(ctx context.Context, network, address string) (net.Conn, error)
+// Render is the one render a Proxy serves, as the proxy asks it: package render's
+// renderState behind an adapter. The proxy decides nothing of a render's own: it asks.
+type Render interface {
+	// Domain is the page's canonical host (SPEC §2).
+	Domain() string
+	// SawRequest notes that the proxy saw a request of the render.
+	SawRequest()
+	// AdmitTunnel decides on a CONNECT to domain under the render's caps (SPEC §3).
+	AdmitTunnel(domain string) bool
+	// AdmitDocument decides on r when the proxy admits the render's main document hops
+	// and r is a document: isDocument false leaves r to the other rules.
+	AdmitDocument(r *http.Request) (isDocument, ok bool)
+	// SkipsRequest reports whether r is of a type the render skips (never sent).
+	SkipsRequest(r *http.Request) bool
+	// CountsRequest reports whether r goes under the render's sub-request caps here.
+	CountsRequest(r *http.Request) bool
+	// AdmitSubrequest counts one sub-request to domain; false: over a cap, refuse it.
+	AdmitSubrequest(domain string) bool
+	// RecordFailure keeps the cause of a request to hostport the proxy could not make.
+	RecordFailure(hostport string, c downloader.Cause)
+	// Dial connects to an origin for the render, through the SSRF guard and held at the
+	// wire moment (SPEC §2); isTunnel: for a CONNECT (TLS records followed). stop is
+	// closed when the proxy closes.
+	Dial(ctx context.Context, stop <-chan struct{}, network, address string, isTunnel bool) (net.Conn, error)
+}
+
+// Config is what a Proxy is made with.
+type Config struct {
+	// ListenHost is the host of the proxy's own listener (with New's listen).
+	ListenHost string
+	Log        *slog.Logger
+	// OriginTLS is our TLS client's configuration toward origins (terminated requests);
+	// nil: the system's roots.
+	OriginTLS *tls.Config
+	// Cause is the cause of a request the proxy could not forward, from its error
+	// (ErrOriginTLS among them), for the mark.
+	Cause func(error) downloader.Cause
+}
+
+// Proxy is one tab's HTTP forward proxy: plain HTTP is forwarded, CONNECT (HTTPS, WSS) is
+// tunnelled; every connection to an origin is dialled by its render (Render.Dial, through
+// the Guard). It serves one render, which it learns with Arm. Safe for concurrent use.
+type Proxy struct {
 	log       *slog.Logger
+	cause     func(error) downloader.Cause
 	token     string
 	ln        net.Listener
 	srv       *http.Server
@@ -48,33 +90,34 @@ type proxy struct {
 	originTLS *tls.Config // our TLS client's to origins (terminated requests); nil: the system's roots
 
 	mu      sync.Mutex
-	st      *renderState
+	st      Render
 	closed  bool
 	tunnels map[net.Conn]struct{}
 	wg      sync.WaitGroup // handlers, tunnels and the server
 }
 
-// newProxy makes a render's proxy; with listen, on a listener of its own (else it serves
-// only the connections handed to it: a relay's, the guard proxy's requests).
-func (p *Pool) newProxy(listen bool) (*proxy, error) {
+// New makes a render's proxy, which lives until Close or ctx's end; with listen, on a
+// listener of its own (else it serves only the connections handed to it: a relay's
+// (Serve), the guard proxy's requests).
+func New(ctx context.Context, cfg Config, listen bool) (*Proxy, error) {
 	var ln net.Listener
 	if listen {
 		var err error
-		if ln, err = net.Listen("tcp", net.JoinHostPort(p.cfg.ProxyHost, "0")); err != nil {
+		if ln, err = net.Listen("tcp", net.JoinHostPort(cfg.ListenHost, "0")); err != nil {
 			return nil, fmt.Errorf("render proxy: listen: %w", err)
 		}
 	}
 	var tok [12]byte
 	rand.Read(tok[:])
-	x := &proxy{
-		dialGuard: p.cfg.Guard.DialContext,
-		log:       p.log,
+	x := &Proxy{
+		log:       cfg.Log,
+		cause:     cfg.Cause,
 		token:     hex.EncodeToString(tok[:]),
 		ln:        ln,
 		tunnels:   make(map[net.Conn]struct{}),
-		originTLS: p.cfg.chainTLS,
+		originTLS: cfg.OriginTLS,
 	}
-	x.ctx, x.cancel = context.WithCancel(p.ctx)
+	x.ctx, x.cancel = context.WithCancel(ctx)
 	x.transport = &http.Transport{
 		DialContext: func(ctx context.Context, network, address string) (net.Conn, error) {
 			return x.dial(ctx, network, address, false)
@@ -115,29 +158,38 @@ func (p *Pool) newProxy(listen bool) (*proxy, error) {
 	return x, nil
 }
 
-// addr is the proxy's own listening address; "" for one without a listener.
-func (x *proxy) addr() string {
+// Addr is the proxy's own listening address; "" for one without a listener.
+func (x *Proxy) Addr() string {
 	if x.ln == nil {
 		return ""
 	}
 	return x.ln.Addr().String()
 }
 
-// arm makes the proxy serve the render st.
-func (x *proxy) arm(st *renderState) {
+// Token is the proxy's secret of this tab: the first word of its marks (ErrorHeader) and
+// the value of ChainHeader.
+func (x *Proxy) Token() string { return x.token }
+
+// Serve serves the connections l hands over until the proxy closes (Close closes l).
+func (x *Proxy) Serve(l net.Listener) {
+	x.wg.Go(func() { x.srv.Serve(l) })
+}
+
+// Arm makes the proxy serve the render st.
+func (x *Proxy) Arm(st Render) {
 	x.mu.Lock()
 	x.st = st
 	x.mu.Unlock()
 }
 
-func (x *proxy) state() *renderState {
+func (x *Proxy) state() Render {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	return x.st
 }
 
-// close stops the server, ends every request and tunnel, and waits for them.
-func (x *proxy) close() {
+// Close stops the server, ends every request and tunnel, and waits for them.
+func (x *Proxy) Close() {
 	x.mu.Lock()
 	if x.closed {
 		x.mu.Unlock()
@@ -155,7 +207,7 @@ func (x *proxy) close() {
 }
 
 // track registers c to be closed by close; false if the proxy is already closed.
-func (x *proxy) track(c net.Conn) bool {
+func (x *Proxy) track(c net.Conn) bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.closed {
@@ -165,7 +217,7 @@ func (x *proxy) track(c net.Conn) bool {
 	return true
 }
 
-func (x *proxy) untrack(c net.Conn) {
+func (x *Proxy) untrack(c net.Conn) {
 	x.mu.Lock()
 	delete(x.tunnels, c)
 	x.mu.Unlock()
@@ -173,7 +225,7 @@ func (x *proxy) untrack(c net.Conn) {
 }
 
 // enter counts a handler in, unless the proxy is closing.
-func (x *proxy) enter() bool {
+func (x *Proxy) enter() bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.closed {
@@ -183,7 +235,7 @@ func (x *proxy) enter() bool {
 	return true
 }
 
-func (x *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (x *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !x.enter() {
 		http.Error(w, "closing", http.StatusServiceUnavailable)
 		return
@@ -191,17 +243,17 @@ func (x *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer x.wg.Done()
 	st := x.state()
 	if st == nil {
-		x.fail(w, r, errNotArmed)
+		x.fail(w, r, ErrNotArmed)
 		return
 	}
-	st.sawRequest()
+	st.SawRequest()
 	if r.Method == http.MethodConnect {
 		// Every tunnel is at least one request, under the render's caps (SPEC §3;
 		// tunnelcaps.go). A refusal is an error status to the CONNECT, which the browser
 		// reports as net::ERR_TUNNEL_CONNECTION_FAILED; nothing is dialled.
-		if d, err := downloader.CanonicalHost(r.Host); err == nil && !st.admitTunnel(d) {
+		if d, err := downloader.CanonicalHost(r.Host); err == nil && !st.AdmitTunnel(d) {
 			x.log.Debug("render tunnel over the render's cap, refused", "domain", d)
-			w.Header().Set(proxyErrorHeader, x.token+" "+string(downloader.FailSelfRateLimited))
+			w.Header().Set(ErrorHeader, x.token+" "+string(downloader.FailSelfRateLimited))
 			w.WriteHeader(http.StatusTooManyRequests)
 			return
 		}
@@ -218,10 +270,10 @@ func (x *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		x.rp.ServeHTTP(w, r) // resolveChain's, admitted by it: a main document
 		return
 	}
-	if h := st.proxyHops(); h != nil && isDocumentRequest(r) {
-		if !h.admit(r) {
+	if isDocument, ok := st.AdmitDocument(r); isDocument {
+		if !ok {
 			// Our own limiter's refusal, as the tracker reads it from the mark.
-			w.Header().Set(proxyErrorHeader, x.token+" "+string(downloader.FailSelfRateLimited))
+			w.Header().Set(ErrorHeader, x.token+" "+string(downloader.FailSelfRateLimited))
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			w.WriteHeader(http.StatusTooManyRequests)
 			return
@@ -229,9 +281,9 @@ func (x *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		x.rp.ServeHTTP(w, r) // a main document: not one of the page's sub-requests
 		return
 	}
-	if st.skipsRequest(r) {
+	if st.SkipsRequest(r) {
 		// A type the render skips (no pauser to fail it in the browser): never sent.
-		w.Header().Set(proxyErrorHeader, x.token+" "+string(downloader.FailDestinationForbidden))
+		w.Header().Set(ErrorHeader, x.token+" "+string(downloader.FailDestinationForbidden))
 		w.WriteHeader(http.StatusForbidden)
 		return
 	}
@@ -240,15 +292,15 @@ func (x *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Fetch filter takes no Prefetch type): a load of a page nobody asked for, sent
 		// nowhere, as the pauser fails the ones it sees (hops.go, isSpeculative).
 		x.log.Debug("render prefetch refused", "host", r.URL.Host)
-		w.Header().Set(proxyErrorHeader, x.token+" "+string(downloader.FailSelfRateLimited))
+		w.Header().Set(ErrorHeader, x.token+" "+string(downloader.FailSelfRateLimited))
 		w.WriteHeader(http.StatusForbidden)
 		return
 	}
-	if st.proxyCounts(r) {
-		if d, err := downloader.CanonicalHost(r.URL.Host); err == nil && !st.admitSubrequest(d) {
+	if st.CountsRequest(r) {
+		if d, err := downloader.CanonicalHost(r.URL.Host); err == nil && !st.AdmitSubrequest(d) {
 			x.log.Debug("render sub-request over the render's cap, refused", "domain", d)
 			// Our own limit, as the tracker reads it from the mark.
-			w.Header().Set(proxyErrorHeader, x.token+" "+string(downloader.FailSelfRateLimited))
+			w.Header().Set(ErrorHeader, x.token+" "+string(downloader.FailSelfRateLimited))
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			w.WriteHeader(http.StatusTooManyRequests)
 			return
@@ -268,76 +320,28 @@ func isSpeculativeRequest(r *http.Request) bool {
 	return false
 }
 
-// isMainDocument tells, without a pauser, a navigation of the page's own host (the main
-// document, a same-host hop) from a sub-request, by the browser's fetch metadata.
-func isMainDocument(r *http.Request, domain string) bool {
-	if r.Header.Get("Sec-Fetch-Dest") != "document" {
-		return false
-	}
-	d, err := downloader.CanonicalHost(r.URL.Host)
-	return err == nil && d == domain
-}
-
-// dial connects to an origin through the Guard (tunnel: for a CONNECT). The connection
-// holds the first request bytes to the page's own host, and those of each admitted hop,
-// until the limiter lets them out (originConn).
-func (x *proxy) dial(ctx context.Context, network, address string, tunnel bool) (net.Conn, error) {
+// dial connects to an origin for the armed render (isTunnel: for a CONNECT).
+func (x *Proxy) dial(ctx context.Context, network, address string, isTunnel bool) (net.Conn, error) {
 	st := x.state()
 	if st == nil {
-		return nil, errNotArmed
+		return nil, ErrNotArmed
 	}
-	if host, _, err := net.SplitHostPort(address); err == nil {
-		if d, err := downloader.CanonicalHost(host); err == nil {
-			ctx = netguard.WithConnectHook(ctx, &attemptHook{st: st, domain: d, stop: x.ctx.Done()})
-		}
-	}
-	conn, err := x.dialGuard(ctx, network, address)
-	if err != nil {
-		var fe *netguard.ForbiddenError
-		if errors.As(err, &fe) {
-			st.countBlocked()
-			x.log.Info("render sub-request refused", "address", address, "reason", fe.Reason)
-		}
-		return nil, err
-	}
-	host, _, err := net.SplitHostPort(address)
-	if err != nil {
-		return conn, nil
-	}
-	d, err := downloader.CanonicalHost(host)
-	if err != nil {
-		return conn, nil
-	}
-	oc := &originConn{Conn: conn, st: st, domain: d, stop: x.ctx.Done()}
-	if tunnel {
-		oc.records = &recordScanner{}
-	}
-	return oc, nil
-}
-
-// proxyFailureCause is the cause of a request our proxy could not forward: a TLS handshake
-// of ours with the origin that failed (a terminated request's) is tls_failed, the rest is
-// what the dial's error tells (errorCause).
-func proxyFailureCause(err error) downloader.Cause {
-	if errors.Is(err, errOriginTLS) {
-		return downloader.CauseTLSFailed
-	}
-	return errorCause(err)
+	return st.Dial(ctx, x.ctx.Done(), network, address, isTunnel)
 }
 
 // fail answers a request the proxy could not forward, with our mark and the cause
 // (proxyMark).
-func (x *proxy) fail(w http.ResponseWriter, r *http.Request, err error) {
-	c := proxyFailureCause(err)
+func (x *Proxy) fail(w http.ResponseWriter, r *http.Request, err error) {
+	c := x.cause(err)
 	if st := x.state(); st != nil && r.TLS != nil && r.URL.Scheme == "https" {
 		// A terminated request: kept by host:port as a failed tunnel's is.
-		st.recordTunnelFailure(hostPort(r.URL.String()), c)
+		st.RecordFailure(HostPort(r.URL.String()), c)
 	}
 	status := http.StatusBadGateway
 	if c == downloader.CauseDestinationForbidden {
 		status = http.StatusForbidden
 	}
-	w.Header().Set(proxyErrorHeader, proxyMark(x.token, c))
+	w.Header().Set(ErrorHeader, Mark(x.token, c))
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(status)
 }
@@ -345,10 +349,10 @@ func (x *proxy) fail(w http.ResponseWriter, r *http.Request, err error) {
 // connect tunnels a CONNECT request. A refused or failed dial is answered with an error
 // status, which the browser reports as net::ERR_TUNNEL_CONNECTION_FAILED; the reason is
 // kept for the render by host:port.
-func (x *proxy) connect(w http.ResponseWriter, r *http.Request, st *renderState) {
+func (x *Proxy) connect(w http.ResponseWriter, r *http.Request, st Render) {
 	up, err := x.dial(r.Context(), "tcp", r.Host, true)
 	if err != nil {
-		st.recordTunnelFailure(r.Host, proxyFailureCause(err))
+		st.RecordFailure(r.Host, x.cause(err))
 		x.fail(w, r, err)
 		return
 	}
@@ -394,220 +398,4 @@ func (x *proxy) connect(w http.ResponseWriter, r *http.Request, st *renderState)
 	io.Copy(down, up)
 	x.untrack(up)
 	x.untrack(down)
-}
-
-// renderState is what a render shares with its proxy and its pauser. Safe for concurrent
-// use.
-type renderState struct {
-	clk    clock.Clock
-	domain string        // the page's normalised host
-	over   chan struct{} // closed by release
-
-	mu             sync.Mutex
-	adm            *limiter.Admission // nil: no limiter (or released)
-	released       bool               // Render returned: adm is the caller's again
-	first          *limiter.WireGate  // adm's passage to the wire: the first request to domain (wire.go)
-	seen           bool               // the proxy saw at least one request
-	blocked        int
-	tunnelFailures map[string]downloader.Cause
-	hops           []*hopAdmission // the render's own admissions of main document hops
-	refused        bool            // a hop was not admitted in time
-	unwiredHops    atomic.Int32    // hops admitted and not yet on the wire
-
-	caps               subrequestCaps
-	pausedCount        bool           // the tab's pauser counts the https sub-requests, the proxy the plain-http ones it was not told of
-	decided            map[string]int // plain-http URLs the pauser let through, not yet seen by the proxy
-	atProxy            *proxyHops     // the proxy admits the main document hops (interceptProxy)
-	tunnelCredits      map[string]int // https requests the pauser let go on, per host, whose tunnel is counted already (tunnelcaps.go)
-	tunnelSubCount     int            // tunnels counted as sub-requests of their own, with a pauser
-	tunnelRefusedCount int            // of them, refused at a cap
-	subCount           int            // sub-requests let through
-	subByHost          map[string]int // of them, per host other than the page's
-	capped             int            // sub-requests refused at a cap
-	chainRedirects     int            // redirects resolveChain followed (interceptProxy)
-	proxySkip          skipSet        // the types refused at the proxy (interceptProxy)
-	proxySkipped       int            // of them, requests refused
-	popups             int            // windows the page tried to open
-	skippedFrames      int            // cross-host iframe documents not admitted now
-}
-
-// subrequestCaps bound the sub-requests of one render (SPEC §3): they go out under the
-// render's one admission, so without a bound a page could turn a render into a flood of
-// its own host or of any other. Zero means no bound.
-type subrequestCaps struct {
-	total   int // per render
-	perHost int // per render and host other than the page's own
-}
-
-func newRenderState(clk clock.Clock, domain string, adm *limiter.Admission) *renderState {
-	return &renderState{clk: clk, domain: domain, adm: adm, first: limiter.NewWireGate(context.Background(), adm), over: make(chan struct{})}
-}
-
-// admitSubrequest counts one sub-request to domain (the page's own requests after its
-// first main document: scripts, styles, XHR, fetch, beacons, same-host frames) and
-// reports whether the caps let it go. A refused one is counted capped and never sent.
-// The main documents and admitted hops are not sub-requests; "other host" is any host
-// but the page's and its admitted hops'.
-func (st *renderState) admitSubrequest(domain string) bool {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.admitSubrequestLocked(domain)
-}
-
-// admitSubrequestLocked is admitSubrequest with st.mu held.
-func (st *renderState) admitSubrequestLocked(domain string) bool {
-	if st.caps.total > 0 && st.subCount >= st.caps.total {
-		st.capped++
-		return false
-	}
-	if st.caps.perHost > 0 && !st.ownDomain(domain) {
-		if st.subByHost[domain] >= st.caps.perHost {
-			st.capped++
-			return false
-		}
-		if st.subByHost == nil {
-			st.subByHost = make(map[string]int)
-		}
-		st.subByHost[domain]++
-	}
-	st.subCount++
-	return true
-}
-
-// ownDomain reports whether domain is the page's or one of its admitted hops'. Requires
-// st.mu held.
-func (st *renderState) ownDomain(domain string) bool {
-	if domain == st.domain {
-		return true
-	}
-	for _, h := range st.hops {
-		if h.domain == domain {
-			return true
-		}
-	}
-	return false
-}
-
-func (st *renderState) countPopup() {
-	st.mu.Lock()
-	st.popups++
-	st.mu.Unlock()
-}
-
-func (st *renderState) countSkippedFrame() {
-	st.mu.Lock()
-	st.skippedFrames++
-	st.mu.Unlock()
-}
-
-// guardCounts are the health signal's counts of what the render's guards kept from
-// other sites.
-type guardCounts struct {
-	popups, skippedFrames, capped int
-}
-
-func (st *renderState) guardCounts() guardCounts {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return guardCounts{popups: st.popups, skippedFrames: st.skippedFrames, capped: st.capped}
-}
-
-// fill sets the health signal's guard counts.
-func (c guardCounts) fill(hs *downloader.HealthSignal) {
-	hs.PopupCount, hs.SkippedFrameCount, hs.CappedSubrequestCount = &c.popups, &c.skippedFrames, &c.capped
-}
-
-// countsAtPauser makes the tab's pauser count the sub-requests it sees (every https://
-// request of the page's frames, where the proxy sees only a tunnel) and tell the proxy
-// which plain http:// requests it let through (documents): the proxy counts the others.
-func (st *renderState) countsAtPauser() {
-	st.mu.Lock()
-	st.pausedCount = true
-	st.mu.Unlock()
-}
-
-// markDecided records that the pauser let the plain http:// request u go on (a document,
-// or a same-host iframe it counted itself): not one for the proxy to count.
-func (st *renderState) markDecided(u string) {
-	st.mu.Lock()
-	if st.decided == nil {
-		st.decided = make(map[string]int)
-	}
-	st.decided[u]++
-	st.mu.Unlock()
-}
-
-// proxyCounts reports whether the proxy counts the plain http:// request r under the
-// render's caps: with a pauser, every one it did not let through itself (the pauser does
-// not pause plain-http sub-requests); without one, every one but a navigation of the
-// page's own host. A document the pauser let through whose request never came leaves a
-// mark that one later request to the same URL uses up: at most one uncounted request per
-// document the pauser admitted or counted.
-func (st *renderState) proxyCounts(r *http.Request) bool {
-	st.mu.Lock()
-	paused := st.pausedCount
-	if paused {
-		u := r.URL.String()
-		if n := st.decided[u]; n > 0 {
-			if n == 1 {
-				delete(st.decided, u)
-			} else {
-				st.decided[u] = n - 1
-			}
-			st.mu.Unlock()
-			return false
-		}
-	}
-	st.mu.Unlock()
-	return paused || !isMainDocument(r, st.domain)
-}
-
-var errReleased = errors.New("render proxy: render over")
-
-// release hands the admission back to Render's caller: the proxy no longer touches it.
-// The render's own hop admissions are given back (Cancel, or Done once on the wire).
-func (st *renderState) release() {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.released {
-		return
-	}
-	st.released = true
-	close(st.over)
-	st.releaseHops()
-}
-
-func (st *renderState) sawRequest() {
-	st.mu.Lock()
-	st.seen = true
-	st.mu.Unlock()
-}
-
-func (st *renderState) countBlocked() {
-	st.mu.Lock()
-	st.blocked++
-	st.mu.Unlock()
-}
-
-func (st *renderState) recordTunnelFailure(hostport string, c downloader.Cause) {
-	st.mu.Lock()
-	if st.tunnelFailures == nil {
-		st.tunnelFailures = make(map[string]downloader.Cause)
-	}
-	st.tunnelFailures[hostport] = c
-	st.mu.Unlock()
-}
-
-func (st *renderState) snapshot() (seen bool, blocked int) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.seen, st.blocked
-}
-
-// tunnelFailure is the cause our proxy recorded for a request to hostport it could not
-// make, CauseReported (none) when it recorded none.
-func (st *renderState) tunnelFailure(hostport string) downloader.Cause {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.tunnelFailures[hostport]
 }
