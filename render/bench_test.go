@@ -136,15 +136,14 @@ type benchOpts struct {
 
 func benchPool(b *testing.B, f *fixture, c int, o benchOpts) {
 	cfg := Config{
-		Concurrency:  c,
-		QueueLength:  c,
-		UserAgent:    testUserAgent,
-		Guard:        f.guard,
-		Logger:       slog.New(slog.DiscardHandler),
-		WarmTabs:     envInt("RENDER_BENCH_WARM"),
-		frames:       o.frames,
-		refillAtLoad: o.refillAtLoad,
+		Concurrency: c,
+		QueueLength: c,
+		UserAgent:   testUserAgent,
+		Guard:       f.guard,
+		Logger:      slog.New(slog.DiscardHandler),
+		WarmTabs:    envInt("RENDER_BENCH_WARM"),
 	}
+	sm := seams{frames: o.frames, refillAtLoad: o.refillAtLoad}
 	var l *limiter.Limiter
 	if o.hops {
 		l = limiter.New(clock.Real{})
@@ -167,7 +166,7 @@ func benchPool(b *testing.B, f *fixture, c int, o benchOpts) {
 		}
 		pages = []*url.URL{f.url(page)}
 	}
-	p, err := New(cfg)
+	p, err := newPool(cfg, sm)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -218,7 +217,7 @@ func benchBare(b *testing.B, f *fixture, c int, mode string) {
 	opts := append(chromium.Flags(DefaultBinaryPath, testUserAgent),
 		chromedp.Flag("host-resolver-rules", "MAP *.test 127.0.0.1:"+f.port))
 	root := startBareBrowser(b, opts)
-	cfgPool := &Pool{cfg: Config{NetworkQuiet: DefaultNetworkQuiet, NetworkIdleMax: DefaultNetworkIdleMax}, clk: clock.Real{}, log: slog.New(slog.DiscardHandler)}
+	cfgPool := &Pool{cfg: poolConfig{Config: Config{NetworkQuiet: DefaultNetworkQuiet, NetworkIdleMax: DefaultNetworkIdleMax}}, clk: clock.Real{}, log: slog.New(slog.DiscardHandler)}
 	br := &browser{lost: chromedp.FromContext(root).Browser.LostConnection}
 	tabs := make(chan *tab, c)
 	for range c {
@@ -317,7 +316,7 @@ func BenchmarkRenderStages(b *testing.B) {
 	}
 	root := startBareBrowser(b, opts)
 	br := chromedp.FromContext(root).Browser
-	cfgPool := &Pool{cfg: Config{NetworkQuiet: DefaultNetworkQuiet, NetworkIdleMax: DefaultNetworkIdleMax}, clk: clock.Real{}, log: slog.New(slog.DiscardHandler)}
+	cfgPool := &Pool{cfg: poolConfig{Config: Config{NetworkQuiet: DefaultNetworkQuiet, NetworkIdleMax: DefaultNetworkIdleMax}}, clk: clock.Real{}, log: slog.New(slog.DiscardHandler)}
 	u := f.url("js.test/")
 	attach := func(opts ...chromedp.ContextOption) (*tab, context.CancelFunc, error) {
 		tr := newTracker()

@@ -41,7 +41,7 @@ var navigateWaitUntil = cdp.Command[navigateParams, page.NavigateResult]{Method:
 func checkGuard(ctx, browserCtx context.Context, g *renderproxy.Guard, prof profile) error {
 	var tok [12]byte
 	rand.Read(tok[:])
-	// A terminating guard proxy (obscura_tls.go) must also be trusted: the canary's
+	// A terminating guard proxy (renderproxy/authority.go) must also be trusted: the canary's
 	// sub-request is then https://, and reaches us only through our TLS.
 	isTLS := prof.proxy == proxyServerWide && g.CA() != nil
 	probe, cancelProbe := g.ExpectCanary(hex.EncodeToString(tok[:]), isTLS)

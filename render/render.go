@@ -61,7 +61,6 @@ package render
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -151,28 +150,6 @@ type Config struct {
 	// nothing after the first request is admitted and nothing is paused, whatever a render
 	// is given (tests, benchmarks).
 	Hops HopAdmitter
-	// frames is what happens to iframe documents on other hosts; only tests and
-	// benchmarks change it (docs/benchmarks-render.md has the measurement behind the
-	// default, frameAdmitNow).
-	frames frameMode
-	// refillAtLoad starts a render's replacement warm tab at the page's load event instead
-	// of when its network first goes quiet; only benchmarks set it
-	// (docs/benchmarks-render.md).
-	refillAtLoad bool
-	// debugf, when set, is told every CDP message the local browser's connection sends
-	// ("-> {...}") and receives; only benchmarks set it, to count the protocol calls of a
-	// render (docs/benchmarks-render.md).
-	debugf func(format string, args ...any)
-	// keepAgents leaves the CSS, DOM and Log agents chromedp enables on in the pool's tabs
-	// (quietAgents); only benchmarks set it.
-	keepAgents bool
-	// onWipe, when set, is told how long each wipe between two renders of a long-lived
-	// tab took; only benchmarks set it.
-	onWipe func(time.Duration)
-	// onTakeTab, when set, is told how long each render waited for its tab (from asking
-	// for one to having it: a spare's wipe or a new tab's making included); only
-	// benchmarks set it.
-	onTakeTab func(time.Duration)
 
 	DefaultTimeout time.Duration // a render's timeout when Render is given none
 
@@ -225,20 +202,10 @@ type Config struct {
 	// canary's requests reach it, the endpoint is refused (SPEC §3, canary.go).
 	GuardProxyListen string
 	// GuardProxyCADir, when set, makes the guard proxy terminate TLS under a CA of ours
-	// kept there (created once; obscura_tls.go), so that it sees each request inside an
+	// kept there (created once; renderproxy/authority.go), so that it sees each request inside an
 	// HTTPS CONNECT. The server must trust the CA: `SSL_CERT_FILE=GuardProxyCADir/ca.pem
 	// obscura serve …`. Empty: CONNECTs are tunnels.
 	GuardProxyCADir string
-	// guardProxyLn, when set, is the guard proxy's listener (tests, which must know the
-	// address before they start the server).
-	guardProxyLn net.Listener
-	// chainTLS, when set, is the TLS configuration of resolveChain's requests (tests,
-	// whose origins have a test CA); nil: the system's roots.
-	chainTLS *tls.Config
-	// extraFlags are added to the local browser's flags (tests: a certificate flag for
-	// their HTTPS origins, which the browser must take at the first handshake as it takes
-	// a real site's: each refused handshake would be a tunnel of its own).
-	extraFlags []string
 }
 
 // Stats is a snapshot of the pool for health pages and metrics.
@@ -274,7 +241,7 @@ type Stats struct {
 
 // Pool renders pages. Create it with New and stop it with Close. Safe for concurrent use.
 type Pool struct {
-	cfg  Config
+	cfg  poolConfig
 	clk  clock.Clock
 	log  *slog.Logger
 	gate *limiter.Gate
@@ -329,7 +296,10 @@ const (
 // New returns a pool and starts its browser in the background; it does not wait for it.
 // It fails only on an invalid configuration: a browser that cannot start makes renders
 // answer renderer_unavailable.
-func New(cfg Config) (*Pool, error) {
+func New(cfg Config) (*Pool, error) { return newPool(cfg, seams{}) }
+
+// newPool is New with the seams of a test or benchmark (seams.go).
+func newPool(cfg Config, sm seams) (*Pool, error) {
 	if cfg.Guard == nil {
 		return nil, downloader.Invalidf("guard", "render: a netguard Guard is required")
 	}
@@ -422,7 +392,7 @@ func New(cfg Config) (*Pool, error) {
 		return nil, downloader.Invalidf("render_guard_proxy_listen", "render: guard proxy address %q is not host:port", cfg.GuardProxyListen)
 	}
 	p := &Pool{
-		cfg:         cfg,
+		cfg:         poolConfig{Config: cfg, seams: sm},
 		clk:         cfg.Clock,
 		log:         cfg.Logger.With("component", "render"),
 		gate:        limiter.NewGate(cfg.Concurrency, cfg.QueueLength),
@@ -445,7 +415,7 @@ func New(cfg Config) (*Pool, error) {
 		p.deny = ln
 		p.wg.Go(func() { p.refuseAll(ln) })
 	} else {
-		ln := cfg.guardProxyLn
+		ln := sm.guardProxyLn
 		if ln == nil {
 			var err error
 			if ln, err = net.Listen("tcp", cfg.GuardProxyListen); err != nil {

@@ -249,7 +249,7 @@ func (x *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	st.SawRequest()
 	if r.Method == http.MethodConnect {
 		// Every tunnel is at least one request, under the render's caps (SPEC §3;
-		// tunnelcaps.go). A refusal is an error status to the CONNECT, which the browser
+		// render/tunnelcaps.go). A refusal is an error status to the CONNECT, which the browser
 		// reports as net::ERR_TUNNEL_CONNECTION_FAILED; nothing is dialled.
 		if d, err := downloader.CanonicalHost(r.Host); err == nil && !st.AdmitTunnel(d) {
 			x.log.Debug("render tunnel over the render's cap, refused", "domain", d)
@@ -290,7 +290,7 @@ func (x *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if isSpeculativeRequest(r) {
 		// A prefetch the pauser did not see (a plain-http subresource prefetch: Chromium's
 		// Fetch filter takes no Prefetch type): a load of a page nobody asked for, sent
-		// nowhere, as the pauser fails the ones it sees (hops.go, isSpeculative).
+		// nowhere, as the pauser fails the ones it sees (render/hops.go, isSpeculative).
 		x.log.Debug("render prefetch refused", "host", r.URL.Host)
 		w.Header().Set(ErrorHeader, x.token+" "+string(downloader.FailSelfRateLimited))
 		w.WriteHeader(http.StatusForbidden)
