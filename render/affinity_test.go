@@ -46,7 +46,7 @@ func TestRenderSiteAffinity(t *testing.T) {
 			}
 			o := newSiteOrigin(t, handlers)
 			waited := make(chan string, 4)
-			p := o.pool(t, Config{Isolation: IsolationWipe, Concurrency: 2, affinityWait: tt.wait,
+			p := o.poolSeams(t, Config{Isolation: IsolationWipe, Concurrency: 2}, true, seams{affinityWait: tt.wait,
 				onAffinityWait: func(site string) { waited <- site }})
 			site := siteName(7)
 			const timeout = 10 * time.Minute // its tenth bounds the wait too: the case's wait rules

@@ -154,7 +154,7 @@ func TestScalerDecide(t *testing.T) {
 // decision and applies its count to the pool's gate, the slots AcquireSlot takes.
 func TestAutoscalerStep(t *testing.T) {
 	clk := clocktest.NewFake(time.Unix(1_700_000_000, 0))
-	p := &Pool{cfg: Config{Concurrency: 4}, clk: clk, log: slog.New(slog.DiscardHandler), gate: limiter.NewGate(4, 8)}
+	p := &Pool{cfg: poolConfig{Config: Config{Concurrency: 4}}, clk: clk, log: slog.New(slog.DiscardHandler), gate: limiter.NewGate(4, 8)}
 	cpu := []uint64{0, 100}
 	a := newAutoscaler(p)
 	a.hostCPU = func() (uint64, uint64, bool) { cpu[0] += 50; cpu[1] += 100; return cpu[0], cpu[1], true }

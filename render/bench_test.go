@@ -28,6 +28,7 @@ import (
 	"downloader/clock"
 	"downloader/limiter"
 	"downloader/netguard"
+	"downloader/render/chromium"
 )
 
 // BenchmarkRender renders the JS test page (XHR-filled after load) at concurrency 1, 4
@@ -135,15 +136,14 @@ type benchOpts struct {
 
 func benchPool(b *testing.B, f *fixture, c int, o benchOpts) {
 	cfg := Config{
-		Concurrency:  c,
-		QueueLength:  c,
-		UserAgent:    testUserAgent,
-		Guard:        f.guard,
-		Logger:       slog.New(slog.DiscardHandler),
-		WarmTabs:     envInt("RENDER_BENCH_WARM"),
-		frames:       o.frames,
-		refillAtLoad: o.refillAtLoad,
+		Concurrency: c,
+		QueueLength: c,
+		UserAgent:   testUserAgent,
+		Guard:       f.guard,
+		Logger:      slog.New(slog.DiscardHandler),
+		WarmTabs:    envInt("RENDER_BENCH_WARM"),
 	}
+	sm := seams{frames: o.frames, refillAtLoad: o.refillAtLoad}
 	var l *limiter.Limiter
 	if o.hops {
 		l = limiter.New(clock.Real{})
@@ -166,7 +166,7 @@ func benchPool(b *testing.B, f *fixture, c int, o benchOpts) {
 		}
 		pages = []*url.URL{f.url(page)}
 	}
-	p, err := New(cfg)
+	p, err := newPool(cfg, sm)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -214,10 +214,10 @@ func mustRule(s string) netguard.Rule {
 }
 
 func benchBare(b *testing.B, f *fixture, c int, mode string) {
-	opts := append(localFlags(DefaultBinaryPath, testUserAgent),
+	opts := append(chromium.Flags(DefaultBinaryPath, testUserAgent),
 		chromedp.Flag("host-resolver-rules", "MAP *.test 127.0.0.1:"+f.port))
 	root := startBareBrowser(b, opts)
-	cfgPool := &Pool{cfg: Config{NetworkQuiet: DefaultNetworkQuiet, NetworkIdleMax: DefaultNetworkIdleMax}, clk: clock.Real{}, log: slog.New(slog.DiscardHandler)}
+	cfgPool := &Pool{cfg: poolConfig{Config: Config{NetworkQuiet: DefaultNetworkQuiet, NetworkIdleMax: DefaultNetworkIdleMax}}, clk: clock.Real{}, log: slog.New(slog.DiscardHandler)}
 	br := &browser{lost: chromedp.FromContext(root).Browser.LostConnection}
 	tabs := make(chan *tab, c)
 	for range c {
@@ -300,7 +300,7 @@ func benchBare(b *testing.B, f *fixture, c int, mode string) {
 //	go test -run '^$' -bench BenchmarkRenderStages -benchtime 12x ./render/
 func BenchmarkRenderStages(b *testing.B) {
 	f := getFixture(b)
-	opts := append(localFlags(DefaultBinaryPath, testUserAgent),
+	opts := append(chromium.Flags(DefaultBinaryPath, testUserAgent),
 		chromedp.Flag("host-resolver-rules", "MAP *.test 127.0.0.1:"+f.port))
 	for _, kv := range strings.Split(os.Getenv("RENDER_BENCH_FLAGS"), ",") {
 		name, value, hasValue := strings.Cut(strings.TrimSpace(kv), "=")
@@ -316,7 +316,7 @@ func BenchmarkRenderStages(b *testing.B) {
 	}
 	root := startBareBrowser(b, opts)
 	br := chromedp.FromContext(root).Browser
-	cfgPool := &Pool{cfg: Config{NetworkQuiet: DefaultNetworkQuiet, NetworkIdleMax: DefaultNetworkIdleMax}, clk: clock.Real{}, log: slog.New(slog.DiscardHandler)}
+	cfgPool := &Pool{cfg: poolConfig{Config: Config{NetworkQuiet: DefaultNetworkQuiet, NetworkIdleMax: DefaultNetworkIdleMax}}, clk: clock.Real{}, log: slog.New(slog.DiscardHandler)}
 	u := f.url("js.test/")
 	attach := func(opts ...chromedp.ContextOption) (*tab, context.CancelFunc, error) {
 		tr := newTracker()

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"downloader/render/chromium"
 )
 
 // stableUptime is how long a browser must have lived for its loss to count as a crash
@@ -201,24 +203,16 @@ func (p *Pool) launch(gen int) (*browser, error) {
 			a.Wait()
 		}
 	} else {
-		if _, err := os.Stat(p.cfg.BinaryPath); err != nil {
-			return nil, fmt.Errorf("browser binary: %w", err)
-		}
-		// Each launch has its own profile directory, locked while the browser lives, so
-		// that one left by a killed run (kill -9) is swept by the next launch
-		// (profiledir.go).
-		prof, err := newProfileDir("", p.clk.Now())
+		a, err := chromium.NewAllocator(p.ctx, p.cfg.BinaryPath, p.clk.Now(), p.execOptions()...)
 		if err != nil {
-			return nil, fmt.Errorf("browser profile: %w", err)
+			return nil, err
 		}
-		if prof.swept > 0 {
-			p.log.Info("render: removed the browser profiles of dead runs", "profile_count", prof.swept)
+		if a.Swept > 0 {
+			p.log.Info("render: removed the browser profiles of dead runs", "profile_count", a.Swept)
 		}
-		var cancel context.CancelFunc
-		allocCtx, cancel = chromedp.NewExecAllocator(p.ctx, append(p.execOptions(), chromedp.UserDataDir(prof.path))...)
+		allocCtx = a.Ctx
 		allocCancel = func() {
-			cancel() // returns once the browser has exited
-			if err := prof.release(); err != nil {
+			if err := a.Close(); err != nil {
 				p.log.Warn("render: browser profile", "error", err)
 			}
 		}
@@ -300,74 +294,15 @@ func (p *Pool) launch(gen int) (*browser, error) {
 // browser's default context at a proxy that refuses everything: only our per-render
 // contexts, each with its own guarded proxy, may reach the network.
 func (p *Pool) execOptions() []chromedp.ExecAllocatorOption {
-	opts := append(localFlags(p.cfg.BinaryPath, p.cfg.UserAgent),
+	opts := append(chromium.Flags(p.cfg.BinaryPath, p.cfg.UserAgent),
 		chromedp.Flag("proxy-server", "http://"+p.deny.Addr().String()),
 		chromedp.Flag("proxy-bypass-list", "<-loopback>"),
-		killTreeOnCancel(),
+		chromium.KillTreeOnCancel(),
 	)
 	for _, f := range p.cfg.extraFlags {
 		opts = append(opts, chromedp.Flag(f, true))
 	}
 	return opts
-}
-
-// localFlags are the local browser's flags, without the proxy.
-func localFlags(binaryPath, userAgent string) []chromedp.ExecAllocatorOption {
-	return []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(binaryPath),
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.Headless,
-		chromedp.NoSandbox, // we run as root
-		chromedp.DisableGPU,
-		chromedp.UserAgent(userAgent),
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-default-apps", true),
-		chromedp.Flag("disable-extensions", true),
-		chromedp.Flag("disable-breakpad", true),
-		chromedp.Flag("disable-client-side-phishing-detection", true),
-		chromedp.Flag("disable-domain-reliability", true),
-		chromedp.Flag("safebrowsing-disable-auto-update", true),
-		chromedp.Flag("metrics-recording-only", true),
-		chromedp.Flag("no-pings", true),
-		chromedp.Flag("dns-prefetch-disable", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.Flag("disable-background-timer-throttling", true),
-		chromedp.Flag("disable-backgrounding-occluded-windows", true),
-		chromedp.Flag("disable-renderer-backgrounding", true),
-		chromedp.Flag("disable-hang-monitor", true),
-		// A crawler has no use for a window the page opens (window.open, target=_blank
-		// links and forms), and its document would load another site behind that site's
-		// limiter (SPEC §3): refuse them all. window.open returns null.
-		chromedp.Flag("block-new-web-contents", true),
-		chromedp.Flag("disable-prompt-on-repost", true),
-		chromedp.Flag("disable-ipc-flooding-protection", true),
-		chromedp.Flag("password-store", "basic"),
-		chromedp.Flag("use-mock-keychain", true),
-		chromedp.Flag("mute-audio", true),
-		chromedp.Flag("hide-scrollbars", true),
-		// One process per render's context is isolation enough; keeping cross-site frames
-		// in the page's process saves a process per iframe and lets us see their requests.
-		// Speculative loads (prerender, no-state prefetch; DNS prefetch above) would reach
-		// other sites behind their limiter (SPEC §3); a link prefetch is failed by the
-		// pauser. The back-forward cache would freeze every page a tab leaves, for a back
-		// a crawler never makes, and the wipe would then evict it: off, a page is torn down
-		// once.
-		chromedp.Flag("disable-features", "Translate,OptimizationHints,MediaRouter,InterestFeedContentSuggestions,CalculateNativeWinOcclusion,AutofillServerCommunication,CertificateTransparencyComponentUpdater,IsolateOrigins,site-per-process,Prerender2,NoStatePrefetch,BackForwardCache"),
-		chromedp.Flag("disable-site-isolation-trials", true),
-		// A shared worker's requests are in no tab's Fetch domain: its HTTPS ones could
-		// ride an admitted tunnel uncounted (SPEC §3: every connection a render opens
-		// counts). A text crawl does without it, as Chrome on Android long did; pages
-		// feature-test for it. Dedicated workers stay: the tab's pauser sees theirs.
-		chromedp.Flag("disable-blink-features", "SharedWorker"),
-		// WebRTC could reach addresses without the proxy.
-		chromedp.Flag("force-webrtc-ip-handling-policy", "disable_non_proxied_udp"),
-		chromedp.Flag("webrtc-ip-handling-policy", "disable_non_proxied_udp"),
-		chromedp.WindowSize(1280, 1024),
-	}
 }
 
 // isBrowserGone reports whether err says the browser connection or the tab is gone.

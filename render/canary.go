@@ -3,6 +3,7 @@ package render
 import (
 	"context"
 	"crypto/rand"
+	"downloader/render/renderproxy"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -28,7 +29,7 @@ type navigateParams struct {
 var navigateWaitUntil = cdp.Command[navigateParams, page.NavigateResult]{Method: page.CommandNavigate}
 
 // checkGuard renders the canary on the browser of browserCtx (a chromedp context) before any render may use it: a page on a name only
-// our guard proxy g answers (canarySuffix), whose script is a second request to it. The
+// our guard proxy g answers (renderproxy.CanarySuffix), whose script is a second request to it. The
 // endpoint is accepted only when g saw both: with prof's proxy mode, every request of a
 // render goes through our guard. Otherwise the endpoint must not render, and the error
 // says what to change. No origin is ever contacted: a server that sends the canary
@@ -37,18 +38,18 @@ var navigateWaitUntil = cdp.Command[navigateParams, page.NavigateResult]{Method:
 // The profile's proxy mode decides where the canary's context is told to send it: to g
 // through the context's proxyServer (Chromium), or nowhere (a server-wide proxy, which
 // must be g: Obscura's `serve --proxy`).
-func checkGuard(ctx, browserCtx context.Context, g *guardProxy, prof profile) error {
+func checkGuard(ctx, browserCtx context.Context, g *renderproxy.Guard, prof profile) error {
 	var tok [12]byte
 	rand.Read(tok[:])
-	// A terminating guard proxy (obscura_tls.go) must also be trusted: the canary's
+	// A terminating guard proxy (renderproxy/authority.go) must also be trusted: the canary's
 	// sub-request is then https://, and reaches us only through our TLS.
-	isTLS := prof.proxy == proxyServerWide && g.ca != nil
-	probe, cancelProbe := g.expectCanary(hex.EncodeToString(tok[:]), isTLS)
+	isTLS := prof.proxy == proxyServerWide && g.CA() != nil
+	probe, cancelProbe := g.ExpectCanary(hex.EncodeToString(tok[:]), isTLS)
 	defer cancelProbe()
 
 	tctx, cancel := chromedp.NewContext(browserCtx, chromedp.WithNewBrowserContext(func(params *target.CreateBrowserContextParams) {
 		if prof.proxy == proxyPerContext {
-			params.ProxyServer = "http://" + g.addr()
+			params.ProxyServer = "http://" + g.Addr()
 			params.ProxyBypassList = "<-loopback>"
 		}
 	}))
@@ -56,7 +57,7 @@ func checkGuard(ctx, browserCtx context.Context, g *guardProxy, prof profile) er
 
 	done := make(chan error, 1)
 	go func() {
-		_, err := chromedp.Call(tctx, navigateWaitUntil, navigateParams{URL: probe.url(), WaitUntil: prof.waitUntil})
+		_, err := chromedp.Call(tctx, navigateWaitUntil, navigateParams{URL: probe.URL(), WaitUntil: prof.waitUntil})
 		done <- err
 	}()
 	var navErr error
@@ -70,16 +71,16 @@ func checkGuard(ctx, browserCtx context.Context, g *guardProxy, prof profile) er
 	// The page's script is fetched after the document; Chromium answers Page.navigate at
 	// commit, before it.
 	select {
-	case <-probe.document:
+	case <-probe.Document():
 	default:
 		return canaryRefusal(prof, "its page never reached our proxy", navErr)
 	}
 	select {
-	case <-probe.subSeen:
+	case <-probe.SubSeen():
 		return nil
 	case <-ctx.Done():
 		if isTLS {
-			return canaryRefusal(prof, "its https:// sub-request never reached our proxy through our TLS: the server does not trust our CA; start it with SSL_CERT_FILE="+g.ca.certPath(), navErr)
+			return canaryRefusal(prof, "its https:// sub-request never reached our proxy through our TLS: the server does not trust our CA; start it with SSL_CERT_FILE="+g.CA().CertPath(), navErr)
 		}
 		return canaryRefusal(prof, "its sub-request never reached our proxy", navErr)
 	}
@@ -135,7 +136,7 @@ func (p *Pool) admitBrowser(b *browser) error {
 	isRefused := errors.Is(err, errBypassesGuard)
 	if wasRefused := p.setAdmission(kind, isRefused); isRefused && !wasRefused {
 		p.log.Error("renderer refused: its requests go around our guard; renders answer renderer_unavailable until it is reconfigured",
-			"renderer_kind", string(kind), "guard_proxy_addr", p.guard.addr(), "error", err)
+			"renderer_kind", string(kind), "guard_proxy_addr", p.guard.Addr(), "error", err)
 	} else if err == nil && wasRefused {
 		p.log.Info("renderer accepted: the canary now goes through our guard", "renderer_kind", string(kind))
 	}

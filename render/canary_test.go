@@ -2,6 +2,7 @@ package render
 
 import (
 	"context"
+	"downloader/render/renderproxy"
 	"errors"
 	"log/slog"
 	"net"
@@ -51,8 +52,8 @@ func TestCanaryRefusesBypass(t *testing.T) {
 	n := newOpenNetwork(t)
 	relay := newObscuraRelay(t, startProxiedBrowser(t, n.proxyURL()))
 	bctx := browserCtxOn(t, relay.url())
-	g := newGuardProxy(listenLoopback(t), slog.New(slog.DiscardHandler))
-	defer g.close()
+	g := renderproxy.NewGuard(listenLoopback(t), slog.New(slog.DiscardHandler))
+	defer g.Close()
 	for _, kind := range []RendererKind{RendererChromium, RendererObscura} {
 		err := checkGuard(canaryCtx(t), bctx, g, profileFor(kind))
 		if !errors.Is(err, errBypassesGuard) {
@@ -77,9 +78,9 @@ func TestCanaryRefusesBypass(t *testing.T) {
 func TestCanaryAcceptsGuardedServer(t *testing.T) {
 	n := newOpenNetwork(t)
 	ln := listenLoopback(t)
-	g := newGuardProxy(ln, slog.New(slog.DiscardHandler))
-	defer g.close()
-	relay := newObscuraRelay(t, startProxiedBrowser(t, "http://"+g.addr()))
+	g := renderproxy.NewGuard(ln, slog.New(slog.DiscardHandler))
+	defer g.Close()
+	relay := newObscuraRelay(t, startProxiedBrowser(t, "http://"+g.Addr()))
 	bctx := browserCtxOn(t, relay.url())
 	if err := checkGuard(canaryCtx(t), bctx, g, profileFor(RendererObscura)); err != nil {
 		t.Errorf("canary on a guarded server: %v", err)
@@ -100,8 +101,8 @@ func TestCanaryAcceptsGuardedServer(t *testing.T) {
 // name.)
 func TestCanaryChromium(t *testing.T) {
 	bctx := browserCtxOn(t, startRemoteBrowser(t))
-	g := newGuardProxy(listenLoopback(t), slog.New(slog.DiscardHandler))
-	defer g.close()
+	g := renderproxy.NewGuard(listenLoopback(t), slog.New(slog.DiscardHandler))
+	defer g.Close()
 	if err := checkGuard(canaryCtx(t), bctx, g, profileFor(RendererChromium)); err != nil {
 		t.Errorf("canary on Chromium: %v", err)
 	}

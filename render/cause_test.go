@@ -14,6 +14,7 @@ import (
 
 	"downloader"
 	"downloader/netguard"
+	"downloader/render/renderproxy"
 )
 
 // isFailureCause reports whether c is a failure's cause that means a reason of SPEC §4's
@@ -47,8 +48,8 @@ func TestRenderClassifiersGiveACause(t *testing.T) {
 		&net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)},
 		syscall.ECONNRESET, syscall.EPIPE, io.EOF, io.ErrUnexpectedEOF, syscall.ENETUNREACH, syscall.EHOSTUNREACH,
 		os.ErrDeadlineExceeded, context.DeadlineExceeded, syscall.ETIMEDOUT,
-		errNotArmed, errReleased, context.Canceled,
-		errors.Join(errOriginTLS, errors.New("x509: unknown authority")),
+		renderproxy.ErrNotArmed, errReleased, context.Canceled,
+		errors.Join(renderproxy.ErrOriginTLS, errors.New("x509: unknown authority")),
 		fmt.Errorf("dial: %w", errors.New("boom")), errors.New(""),
 	}
 	for _, err := range errs {
@@ -59,7 +60,7 @@ func TestRenderClassifiersGiveACause(t *testing.T) {
 			t.Errorf("proxyFailureCause(%v) = %s", err, c)
 		}
 	}
-	if c := proxyFailureCause(errors.Join(errOriginTLS, io.EOF)); c != downloader.CauseTLSFailed {
+	if c := proxyFailureCause(errors.Join(renderproxy.ErrOriginTLS, io.EOF)); c != downloader.CauseTLSFailed {
 		t.Errorf("our TLS handshake with the origin failed: %s, want tls_failed", c)
 	}
 
@@ -122,31 +123,31 @@ func stoppedContexts() []context.Context {
 // origin's answer (no cause), and a mark that names no failure is a broken answer.
 func TestProxyMarkCarriesTheCause(t *testing.T) {
 	for _, c := range downloader.Causes() {
-		got := proxyMarkCause(proxyMark("tok", c), "tok")
+		got := renderproxy.MarkCause(renderproxy.Mark("tok", c), "tok")
 		switch {
 		case c.IsFailure() && got != c:
 			t.Errorf("%s marked, %s read back", c, got)
 		case !c.IsFailure() && got != downloader.CauseConnectionReset:
 			t.Errorf("a mark naming %s (no failure) read as %s, want connection_reset", c, got)
 		}
-		if got := proxyCauseOf(map[string]any{"X-Downloader-Proxy-Error": proxyMark("tok", c)}, "tok"); !isFailureCause(got) {
+		if got := proxyCauseOf(map[string]any{"X-Downloader-Proxy-Error": renderproxy.Mark("tok", c)}, "tok"); !isFailureCause(got) {
 			t.Errorf("%s marked in the browser's headers, read as %s", c, got)
 		}
-		if got := proxyMarkCause(proxyMark("tok", c), "other"); got != downloader.CauseReported {
+		if got := renderproxy.MarkCause(renderproxy.Mark("tok", c), "other"); got != downloader.CauseReported {
 			t.Errorf("%s marked with another token: %s, want none (the origin's answer)", c, got)
 		}
 	}
 	for _, v := range []string{"tok bogus", "tok ", "tok self_rate_limited", "tok cause(200)"} {
-		if got := proxyMarkCause(v, "tok"); got != downloader.CauseConnectionReset {
+		if got := renderproxy.MarkCause(v, "tok"); got != downloader.CauseConnectionReset {
 			t.Errorf("mark %q read as %s, want connection_reset", v, got)
 		}
 	}
 	for _, v := range []string{"", "tok", "destination_forbidden"} {
-		if got := proxyMarkCause(v, "tok"); got != downloader.CauseReported {
+		if got := renderproxy.MarkCause(v, "tok"); got != downloader.CauseReported {
 			t.Errorf("header %q read as %s, want none", v, got)
 		}
 	}
-	if got := proxyMarkCause("tok connect_refused", ""); got != downloader.CauseReported {
+	if got := renderproxy.MarkCause("tok connect_refused", ""); got != downloader.CauseReported {
 		t.Errorf("no token of ours: %s, want none", got)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"downloader"
 	"downloader/netguard"
+	"downloader/render/renderproxy"
 )
 
 // errorCause is the cause an error of the proxy's connection to an origin tells (a Go
@@ -39,7 +40,7 @@ func errorCause(err error) downloader.Cause {
 		return downloader.CauseConnectRefused
 	case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, context.DeadlineExceeded), errors.Is(err, syscall.ETIMEDOUT):
 		return downloader.CauseConnectTimeout
-	case errors.Is(err, errNotArmed), errors.Is(err, errReleased), errors.Is(err, context.Canceled):
+	case errors.Is(err, renderproxy.ErrNotArmed), errors.Is(err, errReleased), errors.Is(err, context.Canceled):
 		return downloader.CauseRendererCrashed // ours: the render was over
 	}
 	var ne net.Error
@@ -103,27 +104,5 @@ func netErrorCause(text string) downloader.Cause {
 // proxyCauseOf returns the cause of an answer that our proxy marked with token, or
 // CauseReported (none) for an answer of the origin.
 func proxyCauseOf(h network.Headers, token string) downloader.Cause {
-	return proxyMarkCause(header(h, proxyErrorHeader), token)
-}
-
-// proxyMark is the value of proxyErrorHeader on our proxy's own answer: the proxy's token
-// and the cause's stable name (downloader.Cause.String), so that the render reads back the
-// cause itself rather than a reason.
-func proxyMark(token string, c downloader.Cause) string { return token + " " + c.String() }
-
-// proxyMarkCause is the cause a proxyErrorHeader value v tells: CauseReported (none) unless
-// it carries token; a mark with a name that is not a failure's cause is a broken answer on
-// the path (connection reset).
-func proxyMarkCause(v, token string) downloader.Cause {
-	if v == "" || token == "" {
-		return downloader.CauseReported
-	}
-	tok, name, ok := strings.Cut(v, " ")
-	if !ok || tok != token {
-		return downloader.CauseReported
-	}
-	if c, ok := downloader.ParseCause(name); ok && c.IsFailure() {
-		return c
-	}
-	return downloader.CauseConnectionReset
+	return renderproxy.MarkCause(header(h, renderproxy.ErrorHeader), token)
 }

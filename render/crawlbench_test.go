@@ -23,6 +23,7 @@ import (
 	"downloader/clock"
 	"downloader/limiter"
 	"downloader/netguard"
+	"downloader/render/chromium"
 )
 
 // benchRenderCrawl is BenchmarkRenderCrawl (servicebench_test.go): renders on crawl-like
@@ -128,15 +129,16 @@ func benchCrawl(b *testing.B, o *crawlOrigin, variant, pg string, c int, run int
 		if variant == "pool-spare" {
 			spares = 1
 		}
-		p, err := New(Config{
+		p, err := newPool(Config{
 			Concurrency: c, QueueLength: c, UserAgent: testUserAgent, Guard: o.guard,
 			Logger: slog.New(slog.DiscardHandler), Isolation: iso,
 			Hops:          limiterHops{l: limiter.New(clock.Real{})},
-			debugf:        calls.debugf,
-			keepAgents:    variant == "pool-agents",
-			onWipe:        func(d time.Duration) { wipes.Add(1); wipeNanos.Add(int64(d)) },
-			onTakeTab:     func(d time.Duration) { takes.Add(1); takeNanos.Add(int64(d)) },
 			SpareTabCount: spares,
+		}, seams{
+			debugf:     calls.debugf,
+			keepAgents: variant == "pool-agents",
+			onWipe:     func(d time.Duration) { wipes.Add(1); wipeNanos.Add(int64(d)) },
+			onTakeTab:  func(d time.Duration) { takes.Add(1); takeNanos.Add(int64(d)) },
 		})
 		if err != nil {
 			b.Fatal(err)
@@ -185,10 +187,10 @@ func benchCrawl(b *testing.B, o *crawlOrigin, variant, pg string, c int, run int
 // (shared-context). Both wait for the same network idle and read the same things as the
 // pool.
 func bareCrawler(b *testing.B, o *crawlOrigin, variant string, c int) func(u string) error {
-	opts := append(localFlags(DefaultBinaryPath, testUserAgent),
+	opts := append(chromium.Flags(DefaultBinaryPath, testUserAgent),
 		chromedp.Flag("host-resolver-rules", "MAP *.test 127.0.0.1:"+o.port))
 	root := startBareBrowser(b, opts)
-	cfgPool := &Pool{cfg: Config{NetworkQuiet: DefaultNetworkQuiet, NetworkIdleMax: DefaultNetworkIdleMax}, clk: clock.Real{}, log: slog.New(slog.DiscardHandler)}
+	cfgPool := &Pool{cfg: poolConfig{Config: Config{NetworkQuiet: DefaultNetworkQuiet, NetworkIdleMax: DefaultNetworkIdleMax}}, clk: clock.Real{}, log: slog.New(slog.DiscardHandler)}
 	br := &browser{lost: chromedp.FromContext(root).Browser.LostConnection}
 	newTab := func() (*tab, context.CancelFunc, error) {
 		tr := newTracker()

@@ -154,13 +154,14 @@ func newEveryConnEnv(t *testing.T, perHost int) *everyConnEnv {
 		ConnectTo: []netguard.Rule{mustRule("tother.test:443:127.0.0.1:" + port), rule},
 		Resolver:  fakeResolver{}, Dialer: loopbackOnly{f},
 	})
-	p, err := New(Config{
+	p, err := newPool(Config{
 		Concurrency: 1, WarmTabs: -1, UserAgent: testUserAgent, Guard: guard,
 		// A page is read once its script calls done (its /hold request in flight until
 		// then), however long a loaded machine takes.
 		NetworkIdleMax: 25 * time.Second,
 		Hops:           limiterHops{l: limiter.New(clock.Real{})}, Logger: testLogger(t),
 		MaxHostSubrequestCount: perHost,
+	}, seams{
 		// The test server's certificate names no .test host: taken at the first
 		// handshake, as a real site's is.
 		extraFlags: []string{"ignore-certificate-errors"},

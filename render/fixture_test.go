@@ -41,9 +41,6 @@ const testUserAgent = "downloader-render-test/1.0"
 var tmpRoot string
 
 func TestMain(m *testing.M) {
-	if parent := os.Getenv(profileChildEnv); parent != "" {
-		os.Exit(profileDirChild(parent)) // a child of TestProfileDir*
-	}
 	var err error
 	tmpRoot, err = os.MkdirTemp("", "render-test-")
 	if err != nil {

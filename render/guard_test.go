@@ -296,8 +296,8 @@ func TestRenderSubrequestCapsHTTPS(t *testing.T) {
 		Resolver:  fakeResolver{}, Dialer: loopbackOnly{f},
 	})
 	l := limiter.New(clock.Real{})
-	p, err := New(Config{Concurrency: 1, WarmTabs: -1, UserAgent: testUserAgent, Guard: guard, Hops: limiterHops{l: l},
-		Logger: testLogger(t), MaxHostSubrequestCount: perHost, extraFlags: []string{"ignore-certificate-errors"}})
+	p, err := newPool(Config{Concurrency: 1, WarmTabs: -1, UserAgent: testUserAgent, Guard: guard, Hops: limiterHops{l: l},
+		Logger: testLogger(t), MaxHostSubrequestCount: perHost}, seams{extraFlags: []string{"ignore-certificate-errors"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -131,15 +131,14 @@ func newHopEnvWith(t *testing.T, defaultInterval time.Duration, frames frameMode
 	guard := netguard.New(netguard.Config{ConnectTo: []netguard.Rule{rule}, Resolver: fakeResolver{}, Dialer: loopbackOnly{f}})
 	l := limiter.New(clock.Real{})
 	rec := &hopRecorder{hops: limiterHops{l: l, defaultInterval: defaultInterval}}
-	p, err := New(Config{
+	p, err := newPool(Config{
 		Concurrency: 1,
 		WarmTabs:    1,
 		UserAgent:   testUserAgent,
 		Guard:       guard,
 		Hops:        rec,
 		Logger:      testLogger(t),
-		frames:      frames,
-	})
+	}, seams{frames: frames})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -675,23 +674,22 @@ Promise.all(all).then(() => { document.getElementById("n").textContent = "answer
 	var mu sync.Mutex
 	sent := make(map[string]int)
 	l := limiter.New(clock.Real{})
-	p, err := New(Config{
+	p, err := newPool(Config{
 		Concurrency: 1, WarmTabs: 1, UserAgent: testUserAgent, Logger: testLogger(t),
 		Guard:              netguard.New(netguard.Config{ConnectTo: []netguard.Rule{rule}, Resolver: fakeResolver{}, Dialer: loopbackOnly{f}}),
 		Hops:               limiterHops{l: l},
 		MaxSubrequestCount: total,
-		debugf: func(format string, args ...any) {
-			if msg, ok := args[0].([]byte); ok && strings.HasPrefix(format, "->") {
-				for _, m := range []string{"Fetch.continueRequest", "Fetch.failRequest"} {
-					if strings.Contains(string(msg), `"method":"`+m+`"`) {
-						mu.Lock()
-						sent[m]++
-						mu.Unlock()
-					}
+	}, seams{debugf: func(format string, args ...any) {
+		if msg, ok := args[0].([]byte); ok && strings.HasPrefix(format, "->") {
+			for _, m := range []string{"Fetch.continueRequest", "Fetch.failRequest"} {
+				if strings.Contains(string(msg), `"method":"`+m+`"`) {
+					mu.Lock()
+					sent[m]++
+					mu.Unlock()
 				}
 			}
-		},
-	})
+		}
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package render
 
 import (
 	"context"
+	"downloader/render/renderproxy"
 	"fmt"
 	"net/http"
 	"net/http/cookiejar"
@@ -13,11 +14,6 @@ import (
 
 	"downloader"
 )
-
-// chainHeader marks our own requests of a main document's redirect chain (resolveChain)
-// to the render's proxy, with the proxy's token so a page cannot forge it: the proxy
-// does not admit them again (resolveChain did) and strips the header.
-const chainHeader = "X-Downloader-Chain"
 
 // maxChainHops is how many redirects a navigation follows, as Obscura's own navigation
 // does (REDIRECT_LIMIT); past it the render fails as a redirect loop.
@@ -38,8 +34,8 @@ const maxChainHops = 10
 // A nil outcome: navigate to the URL returned. Otherwise the render ends with it.
 func (j *renderJob) resolveChain(ctx context.Context, t *tab) (string, *downloader.Outcome) {
 	tr := &http.Transport{
-		Proxy:              http.ProxyURL(&url.URL{Scheme: "http", Host: t.proxy.addr()}),
-		ProxyConnectHeader: http.Header{chainHeader: {t.proxy.token}},
+		Proxy:              http.ProxyURL(&url.URL{Scheme: "http", Host: t.proxy.Addr()}),
+		ProxyConnectHeader: http.Header{renderproxy.ChainHeader: {t.proxy.Token()}},
 		TLSClientConfig:    j.p.cfg.chainTLS.Clone(),
 		DisableCompression: true,
 	}
@@ -64,7 +60,7 @@ func (j *renderJob) resolveChain(ctx context.Context, t *tab) (string, *download
 		if err != nil {
 			return "", downloader.FailedBy(j.chainFailure(ctx, t, cur, err))
 		}
-		if c := proxyMarkCause(resp.Header.Get(proxyErrorHeader), t.proxy.token); c != downloader.CauseReported {
+		if c := renderproxy.MarkCause(resp.Header.Get(renderproxy.ErrorHeader), t.proxy.Token()); c != downloader.CauseReported {
 			resp.Body.Close()
 			return "", downloader.FailedBy(c)
 		}
@@ -115,7 +111,7 @@ func (j *renderJob) chainRequest(ctx context.Context, client *http.Client, t *ta
 	req.Header.Set("Sec-Fetch-Dest", "document")
 	req.Header.Set("Sec-Fetch-Mode", "navigate")
 	if u.Scheme == "http" {
-		req.Header.Set(chainHeader, t.proxy.token)
+		req.Header.Set(renderproxy.ChainHeader, t.proxy.Token())
 	}
 	return client.Do(req)
 }
@@ -126,10 +122,10 @@ func (j *renderJob) chainFailure(ctx context.Context, t *tab, u *url.URL, err er
 	if ctx.Err() != nil {
 		return j.stopped(ctx, t, err)
 	}
-	if c := j.st.tunnelFailure(hostPort(u.String())); c != downloader.CauseReported {
+	if c := j.st.tunnelFailure(renderproxy.HostPort(u.String())); c != downloader.CauseReported {
 		return c
 	}
-	if isTLSError(err) {
+	if renderproxy.IsTLSError(err) {
 		return downloader.CauseTLSFailed
 	}
 	return errorCause(err)
@@ -164,11 +160,4 @@ func (st *renderState) chainRedirectCount() int {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return st.chainRedirects
-}
-
-// isChainRequest reports whether r is one of resolveChain's, and strips the mark.
-func (x *proxy) isChainRequest(r *http.Request) bool {
-	v := r.Header.Get(chainHeader)
-	r.Header.Del(chainHeader)
-	return v != "" && v == x.token
 }

@@ -130,20 +130,18 @@ func newExamplePoolFlags(t *testing.T, o *exampleOrigin, certFlags []string, edi
 	relay := newObscuraRelay(t, startDebugBrowser(t, "relay-browser-", append([]string{"--remote-allow-origins=*",
 		"--proxy-server=http://" + ln.Addr().String(), "--proxy-bypass-list=<-loopback>"}, certFlags...)...))
 	cfg := Config{
-		Endpoint:     relay.url(),
-		Concurrency:  1,
-		QueueLength:  2,
-		UserAgent:    testUserAgent,
-		Guard:        o.guard,
-		Hops:         o.hopAdmitter(),
-		Logger:       testLogger(t),
-		guardProxyLn: ln,
-		chainTLS:     &tls.Config{RootCAs: o.roots},
+		Endpoint:    relay.url(),
+		Concurrency: 1,
+		QueueLength: 2,
+		UserAgent:   testUserAgent,
+		Guard:       o.guard,
+		Hops:        o.hopAdmitter(),
+		Logger:      testLogger(t),
 	}
 	if edit != nil {
 		edit(&cfg)
 	}
-	p, err := New(cfg)
+	p, err := newPool(cfg, seams{guardProxyLn: ln, chainTLS: &tls.Config{RootCAs: o.roots}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,16 +34,15 @@ func newObscuraSetup(t *testing.T, isGuarded bool, concurrency int) *obscuraSetu
 	}
 	relay := newObscuraRelay(t, startProxiedBrowser(t, proxy))
 	hops := &hopRecorder{hops: limiterHops{l: limiter.New(clock.Real{})}}
-	p, err := New(Config{
-		Endpoint:     relay.url(),
-		Concurrency:  concurrency,
-		QueueLength:  2,
-		UserAgent:    testUserAgent,
-		Guard:        f.guard,
-		Hops:         hops,
-		Logger:       testLogger(t),
-		guardProxyLn: ln,
-	})
+	p, err := newPool(Config{
+		Endpoint:    relay.url(),
+		Concurrency: concurrency,
+		QueueLength: 2,
+		UserAgent:   testUserAgent,
+		Guard:       f.guard,
+		Hops:        hops,
+		Logger:      testLogger(t),
+	}, seams{guardProxyLn: ln})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -24,6 +23,7 @@ import (
 	"downloader/clock"
 	"downloader/fetch"
 	"downloader/htmltext"
+	"downloader/render/renderproxy"
 	"downloader/retryafter"
 )
 
@@ -250,8 +250,8 @@ func (j *renderJob) softDeadline() time.Time {
 }
 
 func (j *renderJob) renderTab(ctx context.Context, t *tab) *downloader.Outcome {
-	t.proxy.arm(j.st)
-	t.tr.arm(t.proxy.token)
+	t.proxy.Arm(j.p.proxied(j.st))
+	t.tr.arm(t.proxy.Token())
 
 	// runCtx carries the tab (chromedp finds its target in it) and ends with the render,
 	// or at once when the browser or the tab dies.
@@ -567,7 +567,7 @@ func (j *renderJob) navigationRefused(t *tab, msg string) *downloader.Outcome {
 	}
 	out := j.base(md, t)
 	if !out.Cause.IsFailure() {
-		out.Fail(classifyNavigationError(msg, j.st.tunnelFailure(hostPort(target))))
+		out.Fail(classifyNavigationError(msg, j.st.tunnelFailure(renderproxy.HostPort(target))))
 	}
 	j.p.log.Info("render: the renderer refused the navigation", "url", j.u.Redacted(), "error", msg, "fail_reason", string(out.FailReason))
 	return out
@@ -596,7 +596,7 @@ func (j *renderJob) navigationFailed(ctx context.Context, t *tab, nav page.Navig
 		if target == "" {
 			target = j.u.String()
 		}
-		if c := j.st.tunnelFailure(hostPort(target)); c.IsFailure() {
+		if c := j.st.tunnelFailure(renderproxy.HostPort(target)); c.IsFailure() {
 			out.Fail(c)
 			return out
 		}
@@ -609,20 +609,4 @@ func (j *renderJob) navigationFailed(ctx context.Context, t *tab, nav page.Navig
 		j.p.log.Warn("render: navigation aborted", "url", j.u.String(), "error_text", nav.ErrorText)
 	}
 	return out
-}
-
-// hostPort is the host:port a CONNECT for rawURL names.
-func hostPort(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return ""
-	}
-	port := u.Port()
-	if port == "" {
-		port = "443"
-		if u.Scheme == "http" {
-			port = "80"
-		}
-	}
-	return net.JoinHostPort(u.Hostname(), port)
 }

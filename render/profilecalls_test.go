@@ -16,7 +16,7 @@ import (
 // the same relay the user agent is lost: the profile is what makes the difference.
 func TestProfileCallsOnRelay(t *testing.T) {
 	s := newRelaySetup(t)
-	p := &Pool{cfg: Config{UserAgent: testUserAgent}}
+	p := &Pool{cfg: poolConfig{Config: Config{UserAgent: testUserAgent}}}
 	for _, tt := range []struct {
 		kind    RendererKind
 		isOurUA bool

@@ -1,6 +1,7 @@
 package render
 
 import (
+	"downloader/render/renderproxy"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -132,7 +133,7 @@ func (r *obscuraRelay) navigated() []string {
 	defer r.mu.Unlock()
 	var out []string
 	for _, u := range r.navURLs {
-		if !strings.Contains(u, canarySuffix) {
+		if !strings.Contains(u, renderproxy.CanarySuffix) {
 			out = append(out, u)
 		}
 	}

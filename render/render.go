@@ -61,7 +61,6 @@ package render
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -77,6 +76,7 @@ import (
 	"downloader/clock"
 	"downloader/limiter"
 	"downloader/netguard"
+	"downloader/render/renderproxy"
 )
 
 // Defaults of Config.
@@ -154,33 +154,6 @@ type Config struct {
 	// RenderWith: tests and benchmarks); set, it turns the pausing on as ShouldAdmitHops
 	// does. The service leaves it nil.
 	Hops HopAdmitter
-	// frames is what happens to iframe documents on other hosts; only tests and
-	// benchmarks change it (docs/benchmarks-render.md has the measurement behind the
-	// default, frameAdmitNow).
-	frames frameMode
-	// refillAtLoad starts a render's replacement warm tab at the page's load event instead
-	// of when its network first goes quiet; only benchmarks set it
-	// (docs/benchmarks-render.md).
-	refillAtLoad bool
-	// debugf, when set, is told every CDP message the local browser's connection sends
-	// ("-> {...}") and receives; only benchmarks set it, to count the protocol calls of a
-	// render (docs/benchmarks-render.md).
-	debugf func(format string, args ...any)
-	// keepAgents leaves the CSS, DOM and Log agents chromedp enables on in the pool's tabs
-	// (quietAgents); only benchmarks set it.
-	keepAgents bool
-	// onWipe, when set, is told how long each wipe between two renders of a long-lived
-	// tab took; only benchmarks set it.
-	onWipe func(time.Duration)
-	// onTakeTab, when set, is told how long each render waited for its tab (from asking
-	// for one to having it: a spare's wipe or a new tab's making included); only
-	// benchmarks set it.
-	onTakeTab func(time.Duration)
-	// affinityWait bounds a render's wait for its site's context (affinity.go); zero means
-	// maxAffinityWait. onAffinityWait, when set, is told when a render starts that wait.
-	// Only tests set them.
-	affinityWait   time.Duration
-	onAffinityWait func(site string)
 
 	DefaultTimeout time.Duration // a render's timeout when Render is given none
 
@@ -233,25 +206,15 @@ type Config struct {
 	// canary's requests reach it, the endpoint is refused (SPEC §3, canary.go).
 	GuardProxyListen string
 	// GuardProxyCADir, when set, makes the guard proxy terminate TLS under a CA of ours
-	// kept there (created once; obscura_tls.go), so that it sees each request inside an
+	// kept there (created once; renderproxy/authority.go), so that it sees each request inside an
 	// HTTPS CONNECT. The server must trust the CA: `SSL_CERT_FILE=GuardProxyCADir/ca.pem
 	// obscura serve …`. Empty: CONNECTs are tunnels.
 	GuardProxyCADir string
-	// guardProxyLn, when set, is the guard proxy's listener (tests, which must know the
-	// address before they start the server).
-	guardProxyLn net.Listener
-	// chainTLS, when set, is the TLS configuration of resolveChain's requests (tests,
-	// whose origins have a test CA); nil: the system's roots.
-	chainTLS *tls.Config
-	// extraFlags are added to the local browser's flags (tests: a certificate flag for
-	// their HTTPS origins, which the browser must take at the first handshake as it takes
-	// a real site's: each refused handshake would be a tunnel of its own).
-	extraFlags []string
 }
 
 // Pool renders pages. Create it with New and stop it with Close. Safe for concurrent use.
 type Pool struct {
-	cfg  Config
+	cfg  poolConfig
 	clk  clock.Clock
 	log  *slog.Logger
 	gate *limiter.Gate
@@ -294,7 +257,7 @@ type Pool struct {
 
 	// guard is the long-lived guard proxy of a remote endpoint: the canary's, and every
 	// render's on a server whose own proxy it must be (Obscura). Nil for a local browser.
-	guard *guardProxy
+	guard *renderproxy.Guard
 
 	kind    RendererKind // of the last connection
 	refused bool         // the last connection's canary went around our guard
@@ -311,7 +274,10 @@ const (
 // New returns a pool and starts its browser in the background; it does not wait for it.
 // It fails only on an invalid configuration: a browser that cannot start makes renders
 // answer renderer_unavailable.
-func New(cfg Config) (*Pool, error) {
+func New(cfg Config) (*Pool, error) { return newPool(cfg, seams{}) }
+
+// newPool is New with the seams of a test or benchmark (seams.go).
+func newPool(cfg Config, sm seams) (*Pool, error) {
 	if cfg.Guard == nil {
 		return nil, downloader.Invalidf("guard", "render: a netguard Guard is required")
 	}
@@ -404,7 +370,7 @@ func New(cfg Config) (*Pool, error) {
 		return nil, downloader.Invalidf("render_guard_proxy_listen", "render: guard proxy address %q is not host:port", cfg.GuardProxyListen)
 	}
 	p := &Pool{
-		cfg:         cfg,
+		cfg:         poolConfig{Config: cfg, seams: sm},
 		clk:         cfg.Clock,
 		log:         cfg.Logger.With("component", "render"),
 		gate:        limiter.NewGate(cfg.Concurrency, cfg.QueueLength),
@@ -428,7 +394,7 @@ func New(cfg Config) (*Pool, error) {
 		p.deny = ln
 		p.wg.Go(func() { p.refuseAll(ln) })
 	} else {
-		ln := cfg.guardProxyLn
+		ln := sm.guardProxyLn
 		if ln == nil {
 			var err error
 			if ln, err = net.Listen("tcp", cfg.GuardProxyListen); err != nil {
@@ -436,9 +402,9 @@ func New(cfg Config) (*Pool, error) {
 				return nil, fmt.Errorf("render: guard proxy: %w", err)
 			}
 		}
-		p.guard = newGuardProxy(ln, p.log)
+		p.guard = renderproxy.NewGuard(ln, p.log)
 		if err := p.startGuardTLS(); err != nil {
-			p.guard.close()
+			p.guard.Close()
 			p.cancel()
 			return nil, err
 		}
@@ -482,7 +448,7 @@ func (p *Pool) Stats() downloader.RendererStats {
 		IsGuardRefused:           p.refused,
 	}
 	if p.guard != nil {
-		s.GuardProxyAddr = p.guard.addr()
+		s.GuardProxyAddr = p.guard.Addr()
 	}
 	if p.lastErr != nil {
 		s.LastError = p.lastErr.Error()
@@ -513,7 +479,7 @@ func (p *Pool) Close() error {
 	}
 	p.wg.Wait()
 	if p.guard != nil {
-		p.guard.close() // after the renders: their proxies are gone
+		p.guard.Close() // after the renders: their proxies are gone
 	}
 	return nil
 }

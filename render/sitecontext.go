@@ -2,6 +2,7 @@ package render
 
 import (
 	"context"
+	"downloader/render/renderproxy"
 	"errors"
 	"fmt"
 	"net"
@@ -365,9 +366,9 @@ func (r *relay) serve() {
 }
 
 // attach hands the connections from now on to the proxy x.
-func (r *relay) attach(x *proxy) {
+func (r *relay) attach(x *renderproxy.Proxy) {
 	l := &connListener{ch: make(chan net.Conn), done: make(chan struct{}), addr: r.ln.Addr()}
-	x.wg.Go(func() { x.srv.Serve(l) }) // ends when x closes (Close closes its listeners)
+	x.Serve(l) // ends when x closes (Close closes its listeners)
 	r.swap(l)
 }
 

@@ -99,6 +99,12 @@ func (o *siteOrigin) pool(t testing.TB, cfg Config) *Pool {
 // (no pauser: nothing but the skipped resource types is paused).
 func (o *siteOrigin) poolHops(t testing.TB, cfg Config, hops bool) *Pool {
 	t.Helper()
+	return o.poolSeams(t, cfg, hops, seams{})
+}
+
+// poolSeams is poolHops with the test's seams.
+func (o *siteOrigin) poolSeams(t testing.TB, cfg Config, hops bool, sm seams) *Pool {
+	t.Helper()
 	cfg.Guard = o.guard
 	cfg.UserAgent = testUserAgent
 	if cfg.Logger == nil {
@@ -110,7 +116,7 @@ func (o *siteOrigin) poolHops(t testing.TB, cfg Config, hops bool) *Pool {
 	if hops {
 		cfg.Hops = limiterHops{l: limiter.New(clock.Real{})}
 	}
-	p, err := New(cfg)
+	p, err := newPool(cfg, sm)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package render
 
 import (
 	"context"
+	"downloader/render/renderproxy"
 	"errors"
 	"fmt"
 	"slices"
@@ -56,14 +57,14 @@ type tab struct {
 	// The current use; proxy, tr and pause are its parts.
 	use   *tabUse
 	cur   atomic.Pointer[tabUse] // for the listeners
-	proxy *proxy
+	proxy *renderproxy.Proxy
 	tr    *tracker
 	pause *pauser // nil when the pool admits no hops
 }
 
 // tabUse is what one render of a tab has of its own.
 type tabUse struct {
-	proxy  *proxy
+	proxy  *renderproxy.Proxy
 	tr     *tracker
 	pause  *pauser
 	ctx    context.Context // ends with the use: the pauser's loop
@@ -103,7 +104,7 @@ func (t *tab) start(u *tabUse) {
 		t.sc.relay.attach(u.proxy)
 	}
 	if t.b.prof.proxy == proxyServerWide && t.p.guard != nil {
-		u.detach = t.p.guard.attach(u.proxy)
+		u.detach = t.p.guard.Attach(u.proxy)
 	}
 	t.use, t.proxy, t.tr, t.pause = u, u.proxy, u.tr, u.pause
 	t.cur.Store(u)
@@ -120,7 +121,7 @@ func (t *tab) end(u *tabUse) {
 		}
 		u.cancel()
 		u.wg.Wait()
-		u.proxy.close()
+		u.proxy.Close()
 	})
 }
 
@@ -170,7 +171,7 @@ func (p *Pool) newTab(ctx context.Context, b *browser) (*tab, error) {
 			if b.prof.proxy == proxyServerWide {
 				return // ignored there: the server's own proxy is our guard proxy (canary.go)
 			}
-			params.ProxyServer = "http://" + u.proxy.addr()
+			params.ProxyServer = "http://" + u.proxy.Addr()
 			// Chrome sends loopback destinations around a proxy unless told not to; ours
 			// must see them (the guard refuses them unless --connect-to maps them).
 			params.ProxyBypassList = "<-loopback>"

@@ -1,4 +1,4 @@
-package render
+package chromium
 
 import (
 	"os"
@@ -11,13 +11,13 @@ import (
 	"downloader/internal/procstat"
 )
 
-// killTreeOnCancel makes the browser's cancellation kill the whole process tree at once,
+// KillTreeOnCancel makes the browser's cancellation kill the whole process tree at once,
 // not only the main process. chromedp waits for the browser's output pipe to close before
 // it reports the browser gone, and Chromium's helpers (zygote, renderers, GPU, network
 // service) inherit that pipe: one that outlives the main process kept Close waiting
 // forever. The helpers are collected before the main process dies, while they are still
 // its descendants.
-func killTreeOnCancel() chromedp.ExecAllocatorOption {
+func KillTreeOnCancel() chromedp.ExecAllocatorOption {
 	return chromedp.ModifyCmdFunc(func(cmd *exec.Cmd) {
 		if cmd.SysProcAttr == nil {
 			cmd.SysProcAttr = &syscall.SysProcAttr{}

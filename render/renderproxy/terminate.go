@@ -1,10 +1,9 @@
-package render
+package renderproxy
 
 import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"io"
 	"log"
 	"net"
@@ -14,7 +13,7 @@ import (
 	"time"
 )
 
-// The guard proxy's TLS termination (obscura_tls.go): a CONNECT is answered by us, its
+// The guard proxy's TLS termination (authority.go): a CONNECT is answered by us, its
 // connection handed, wrapped in our TLS, to one inner HTTP server of the guard proxy,
 // which reads each request inside as an https:// one and routes it like a plain one.
 
@@ -65,8 +64,8 @@ func (q *connQueue) push(c net.Conn) bool {
 
 type authorityKey struct{}
 
-// startTermination makes g terminate every CONNECT under ca.
-func (g *guardProxy) startTermination(ca *tlsAuthority) {
+// StartTermination makes g terminate every CONNECT under ca.
+func (g *Guard) StartTermination(ca *Authority) {
 	g.ca = ca
 	g.innerLn = newConnQueue(g.ln.Addr())
 	g.inner = &http.Server{
@@ -88,7 +87,7 @@ func (g *guardProxy) startTermination(ca *tlsAuthority) {
 
 // terminate answers a CONNECT itself and hands the connection, under our TLS, to the
 // inner server. Nothing is dialled here: each request inside is.
-func (g *guardProxy) terminate(w http.ResponseWriter, r *http.Request) {
+func (g *Guard) terminate(w http.ResponseWriter, r *http.Request) {
 	if _, _, err := net.SplitHostPort(r.Host); err != nil {
 		http.Error(w, "render proxy: CONNECT needs host:port", http.StatusBadRequest)
 		return
@@ -129,7 +128,7 @@ func (c *prefixConn) Read(b []byte) (int, error) { return c.r.Read(b) }
 // absolute https:// request the server meant (a Host other than the CONNECT's is refused:
 // we speak HTTP/1.1 only, so a browser never sends one), then goes where a plain request
 // goes: the canary, else the proxy of the render it belongs to.
-func (g *guardProxy) serveTerminated(w http.ResponseWriter, r *http.Request) {
+func (g *Guard) serveTerminated(w http.ResponseWriter, r *http.Request) {
 	authority, _ := r.Context().Value(authorityKey{}).(string)
 	host, port, err := net.SplitHostPort(authority)
 	if err != nil || r.TLS == nil {
@@ -157,14 +156,14 @@ func (g *guardProxy) serveTerminated(w http.ResponseWriter, r *http.Request) {
 	g.serve(w, r)
 }
 
-// errOriginTLS marks a failed TLS handshake of ours with an origin (tls_failed).
-var errOriginTLS = errors.New("render proxy: TLS with the origin")
+// ErrOriginTLS marks a failed TLS handshake of ours with an origin (tls_failed).
+var ErrOriginTLS = errors.New("render proxy: TLS with the origin")
 
 // dialOriginTLS is our TLS client to an origin, for a terminated request: the connection
 // is dialled as a tunnel's (the Guard, --connect-to, the wire gate following the TLS
 // records), and the origin's certificate verified as any client would (the system's
 // roots, or originTLS's).
-func (x *proxy) dialOriginTLS(ctx context.Context, network, address string) (net.Conn, error) {
+func (x *Proxy) dialOriginTLS(ctx context.Context, network, address string) (net.Conn, error) {
 	c, err := x.dial(ctx, network, address, true)
 	if err != nil {
 		return nil, err
@@ -183,28 +182,10 @@ func (x *proxy) dialOriginTLS(ctx context.Context, network, address string) (net
 	tc := tls.Client(c, cfg)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		c.Close()
-		if isTLSError(err) {
-			return nil, errors.Join(errOriginTLS, err)
+		if IsTLSError(err) {
+			return nil, errors.Join(ErrOriginTLS, err)
 		}
 		return nil, err
 	}
 	return tc, nil
-}
-
-// startGuardTLS turns the guard proxy's TLS termination on when the pool is configured
-// for it, and logs which mode is in force either way.
-func (p *Pool) startGuardTLS() error {
-	if p.cfg.GuardProxyCADir == "" {
-		p.log.Info("render guard proxy: HTTPS requests pass as tunnels (no TLS termination): on Obscura, a page's own HTTPS navigation to another host is not admitted, skipped types over HTTPS are sent, the caps count tunnels",
-			"guard_proxy_addr", p.guard.addr(), "is_tls_terminated", false)
-		return nil
-	}
-	ca, err := loadOrCreateAuthority(p.cfg.GuardProxyCADir)
-	if err != nil {
-		return fmt.Errorf("render: %w", err)
-	}
-	p.guard.startTermination(ca)
-	p.log.Info("render guard proxy: terminating TLS; the renderer must trust our CA (SSL_CERT_FILE for Obscura)",
-		"guard_proxy_addr", p.guard.addr(), "is_tls_terminated", true, "ca_path", ca.certPath())
-	return nil
 }

@@ -1,4 +1,4 @@
-package render
+package renderproxy
 
 import (
 	"container/list"
@@ -21,7 +21,7 @@ import (
 	"time"
 )
 
-// On Obscura's profile the guard proxy can terminate TLS (GuardProxyCADir): a CONNECT is
+// On Obscura's profile the guard proxy can terminate TLS (render.Config.GuardProxyCADir): a CONNECT is
 // answered by us, the server's TLS ends at a certificate we mint for the host under a CA
 // of our own that the server is told to trust (Obscura reads SSL_CERT_FILE:
 // obscura-net client.rs configured_root_certificates), and each request inside is seen
@@ -49,9 +49,9 @@ const (
 	clockSkew    = time.Hour      // NotBefore this far back: a server clock a little behind still takes it
 )
 
-// tlsAuthority is our CA: it mints, per host, the leaf certificate the guard proxy shows
+// Authority is our CA: it mints, per host, the leaf certificate the guard proxy shows
 // the server. Safe for concurrent use.
-type tlsAuthority struct {
+type Authority struct {
 	dir     string
 	ca      *x509.Certificate
 	caKey   crypto.Signer
@@ -69,10 +69,10 @@ type mintedLeaf struct {
 	cert *tls.Certificate
 }
 
-// loadOrCreateAuthority reads the CA in dir, or creates it there once (dir is made if
+// LoadOrCreateAuthority reads the CA in dir, or creates it there once (dir is made if
 // missing). A directory with one of the two files and not the other is an error: a CA
 // the server trusts must not be replaced silently.
-func loadOrCreateAuthority(dir string) (*tlsAuthority, error) {
+func LoadOrCreateAuthority(dir string) (*Authority, error) {
 	certPath, keyPath := filepath.Join(dir, caCertFile), filepath.Join(dir, caKeyFile)
 	certPEM, certErr := os.ReadFile(certPath)
 	keyPEM, keyErr := os.ReadFile(keyPath)
@@ -103,7 +103,7 @@ func loadOrCreateAuthority(dir string) (*tlsAuthority, error) {
 	if err != nil {
 		return nil, fmt.Errorf("render guard proxy CA: leaf key: %w", err)
 	}
-	return &tlsAuthority{dir: dir, ca: ca, caKey: signer, leafKey: leafKey, maxLeaves: maxLeafCount,
+	return &Authority{dir: dir, ca: ca, caKey: signer, leafKey: leafKey, maxLeaves: maxLeafCount,
 		leaves: make(map[string]*list.Element), order: list.New()}, nil
 }
 
@@ -168,12 +168,12 @@ func randomSerial() *big.Int {
 	return n.Add(n, big.NewInt(1))
 }
 
-// certPath is the file the server must trust (SSL_CERT_FILE for Obscura).
-func (a *tlsAuthority) certPath() string { return filepath.Join(a.dir, caCertFile) }
+// CertPath is the file the server must trust (SSL_CERT_FILE for Obscura).
+func (a *Authority) CertPath() string { return filepath.Join(a.dir, caCertFile) }
 
 // leaf returns the certificate for host (a name or an IP literal), minted on first use
 // and cached, at most maxLeafCount of them.
-func (a *tlsAuthority) leaf(host string) (*tls.Certificate, error) {
+func (a *Authority) leaf(host string) (*tls.Certificate, error) {
 	host = strings.ToLower(strings.TrimSuffix(host, "."))
 	if host == "" {
 		return nil, errors.New("render guard proxy: no host to mint a certificate for")
@@ -207,7 +207,7 @@ func (a *tlsAuthority) leaf(host string) (*tls.Certificate, error) {
 	return cert, nil
 }
 
-func (a *tlsAuthority) mint(host string, now time.Time) (*tls.Certificate, error) {
+func (a *Authority) mint(host string, now time.Time) (*tls.Certificate, error) {
 	tmpl := &x509.Certificate{
 		SerialNumber: randomSerial(),
 		Subject:      pkix.Name{CommonName: host},
@@ -234,8 +234,11 @@ func (a *tlsAuthority) mint(host string, now time.Time) (*tls.Certificate, error
 	return &tls.Certificate{Certificate: [][]byte{der, a.ca.Raw}, PrivateKey: a.leafKey, Leaf: leaf}, nil
 }
 
+// Certificate is the CA's certificate.
+func (a *Authority) Certificate() *x509.Certificate { return a.ca }
+
 // leafCount is how many minted leaves are cached.
-func (a *tlsAuthority) leafCount() int {
+func (a *Authority) leafCount() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.order.Len()
@@ -244,7 +247,7 @@ func (a *tlsAuthority) leafCount() int {
 // serverConfig is the TLS configuration of one terminated CONNECT to authority
 // (host:port): the certificate is the one of the name the client asks for (SNI), which
 // must be the CONNECT's host; HTTP/1.1 only, so that every request is one we read.
-func (a *tlsAuthority) serverConfig(authority string) *tls.Config {
+func (a *Authority) serverConfig(authority string) *tls.Config {
 	host := authority
 	if h, _, err := net.SplitHostPort(authority); err == nil {
 		host = h
@@ -265,9 +268,9 @@ func (a *tlsAuthority) serverConfig(authority string) *tls.Config {
 	}
 }
 
-// isTLSError reports whether err is a TLS failure (the origin's certificate, an alert, not
+// IsTLSError reports whether err is a TLS failure (the origin's certificate, an alert, not
 // TLS at all): tls_failed (SPEC §4).
-func isTLSError(err error) bool {
+func IsTLSError(err error) bool {
 	var certErr *tls.CertificateVerificationError
 	var unknownAuthority x509.UnknownAuthorityError
 	var hostErr x509.HostnameError

@@ -1,4 +1,4 @@
-package render
+package chromium
 
 import (
 	"errors"
@@ -42,8 +42,8 @@ const (
 	newDirGrace       = time.Minute
 )
 
-// profileDir is one launch's user data directory. Release it once the browser has exited.
-type profileDir struct {
+// ProfileDir is one launch's user data directory. Release it once the browser has exited.
+type ProfileDir struct {
 	parent string
 	dir    string   // {parent}/{pid}-{random}
 	path   string   // the browser's --user-data-dir: {dir}/profile
@@ -57,10 +57,10 @@ func defaultProfileParent() string {
 	return filepath.Join(os.TempDir(), "downloader-renderer-"+strconv.Itoa(os.Getuid()))
 }
 
-// newProfileDir sweeps parent ("" for the default) of dead launches' directories and
+// NewProfileDir sweeps parent ("" for the default) of dead launches' directories and
 // makes a locked directory for one launch. Now is the time of the call (the age of
 // abandoned hidden directories is judged by it).
-func newProfileDir(parent string, now time.Time) (*profileDir, error) {
+func NewProfileDir(parent string, now time.Time) (*ProfileDir, error) {
 	if parent == "" {
 		parent = defaultProfileParent()
 	}
@@ -68,7 +68,7 @@ func newProfileDir(parent string, now time.Time) (*profileDir, error) {
 	// between our MkdirAll and MkdirTemp.
 	var err error
 	for range 5 {
-		var d *profileDir
+		var d *ProfileDir
 		d, err = makeProfileDir(parent, now)
 		if err == nil {
 			return d, nil
@@ -80,7 +80,7 @@ func newProfileDir(parent string, now time.Time) (*profileDir, error) {
 	return nil, fmt.Errorf("browser profile directory under %s: %w", parent, err)
 }
 
-func makeProfileDir(parent string, now time.Time) (*profileDir, error) {
+func makeProfileDir(parent string, now time.Time) (*ProfileDir, error) {
 	if err := ownParent(parent); err != nil {
 		return nil, err
 	}
@@ -109,7 +109,7 @@ func makeProfileDir(parent string, now time.Time) (*profileDir, error) {
 		lock.Close()
 		return nil, err
 	}
-	return &profileDir{parent: parent, dir: dir, path: path, lock: lock, swept: swept}, nil
+	return &ProfileDir{parent: parent, dir: dir, path: path, lock: lock, swept: swept}, nil
 }
 
 // lockDir creates dir's lock file and takes its lock. The file is opened close-on-exec,
@@ -202,9 +202,15 @@ func isDead(dir string, missingIsDead bool) bool {
 	return true
 }
 
-// release removes the directory, then lets go of its lock, and removes the parent if it
+// Path is the browser's --user-data-dir.
+func (d *ProfileDir) Path() string { return d.path }
+
+// Swept is how many stale directories were removed before this one was made.
+func (d *ProfileDir) Swept() int { return d.swept }
+
+// Release removes the directory, then lets go of its lock, and removes the parent if it
 // is now empty. Call it after the browser has exited. Safe to call more than once.
-func (d *profileDir) release() error {
+func (d *ProfileDir) Release() error {
 	if d == nil || d.lock == nil {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package render
+package renderproxy
 
 import (
 	"fmt"
@@ -16,15 +16,15 @@ import (
 	"downloader"
 )
 
-// canarySuffix ends the canary's host names. .invalid never resolves (RFC 6761): only a
+// CanarySuffix ends the canary's host names. .invalid never resolves (RFC 6761): only a
 // proxy of ours answers it, so a server that sends the canary anywhere else gets no page,
 // and nothing reaches any origin.
-const canarySuffix = ".canary.invalid"
+const CanarySuffix = ".canary.invalid"
 
-// guardProxy is the one long-lived proxy of ours for a CDP server that has no proxy per
+// Guard is the one long-lived proxy of ours for a CDP server that has no proxy per
 // browser context (Obscura ignores proxyServer; its contexts use `serve --proxy`): the
 // operator starts the server with --proxy pointing here. It serves the canary itself and
-// hands every other request to the proxy of the render it belongs to (proxy.ServeHTTP:
+// hands every other request to the proxy of the render it belongs to (Proxy.ServeHTTP:
 // the Guard, --connect-to, the wire gate, the sub-request caps and the counts apply as
 // with a per-context proxy). A request that no render in flight can own is refused
 // without dialling anything: nothing goes out outside a render (SPEC §3).
@@ -34,28 +34,28 @@ const canarySuffix = ".canary.invalid"
 // the oldest render in flight (a warm tab's proxy, armed with no render yet, owns nothing). With renders of several sites at once, a sub-request to a
 // third host over HTTPS may be counted against another render's caps; it is guarded and
 // capped all the same. Safe for concurrent use.
-type guardProxy struct {
+type Guard struct {
 	ln  net.Listener
 	srv *http.Server
 	log *slog.Logger
 	wg  sync.WaitGroup
 
 	mu       sync.Mutex
-	renders  []*proxy                // the armed proxies of the renders in flight, oldest first
-	canaries map[string]*canaryProbe // token → the canary being rendered
+	renders  []*Proxy           // the armed proxies of the renders in flight, oldest first
+	canaries map[string]*Canary // token → the canary being rendered
 
 	refusedCount atomic.Int64 // requests that no render owned
 
-	// With TLS termination (startTermination): our CA, and the inner server of the
+	// With TLS termination (StartTermination): our CA, and the inner server of the
 	// requests read inside the CONNECTs. nil: a CONNECT is a tunnel of its render's proxy.
-	ca      *tlsAuthority
+	ca      *Authority
 	inner   *http.Server
 	innerLn *connQueue
 }
 
-// newGuardProxy serves on ln until close.
-func newGuardProxy(ln net.Listener, logger *slog.Logger) *guardProxy {
-	g := &guardProxy{ln: ln, log: logger, canaries: make(map[string]*canaryProbe)}
+// NewGuard serves on ln until Close.
+func NewGuard(ln net.Listener, logger *slog.Logger) *Guard {
+	g := &Guard{ln: ln, log: logger, canaries: make(map[string]*Canary)}
 	g.srv = &http.Server{
 		Handler:           g,
 		ReadHeaderTimeout: 30 * time.Second,
@@ -65,10 +65,11 @@ func newGuardProxy(ln net.Listener, logger *slog.Logger) *guardProxy {
 	return g
 }
 
-func (g *guardProxy) addr() string { return g.ln.Addr().String() }
+// Addr is the guard proxy's listening address.
+func (g *Guard) Addr() string { return g.ln.Addr().String() }
 
-// close stops serving; the renders' own proxies close their tunnels themselves.
-func (g *guardProxy) close() {
+// Close stops serving; the renders' own proxies close their tunnels themselves.
+func (g *Guard) Close() {
 	g.srv.Close()
 	if g.inner != nil {
 		g.inner.Close()
@@ -76,9 +77,13 @@ func (g *guardProxy) close() {
 	g.wg.Wait()
 }
 
-// attach makes px (armed with its render) own its render's requests until detach is
+// CA is the authority the guard proxy terminates TLS under; nil: it does not (a CONNECT
+// is a tunnel of its render's proxy).
+func (g *Guard) CA() *Authority { return g.ca }
+
+// Attach makes px (armed with its render) own its render's requests until detach is
 // called.
-func (g *guardProxy) attach(px *proxy) (detach func()) {
+func (g *Guard) Attach(px *Proxy) (detach func()) {
 	g.mu.Lock()
 	g.renders = append(g.renders, px)
 	g.mu.Unlock()
@@ -98,7 +103,7 @@ func (g *guardProxy) attach(px *proxy) (detach func()) {
 }
 
 // route returns the proxy of the render r belongs to, nil when none is in flight.
-func (g *guardProxy) route(r *http.Request) *proxy {
+func (g *Guard) route(r *http.Request) *Proxy {
 	host := r.Host
 	if r.Method != http.MethodConnect && r.URL.Host != "" {
 		host = r.URL.Host
@@ -110,16 +115,16 @@ func (g *guardProxy) route(r *http.Request) *proxy {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	var byReferer, oldest *proxy
+	var byReferer, oldest *Proxy
 	for _, px := range g.renders {
 		st := px.state()
 		if st == nil {
 			continue // a warm tab's: no render yet
 		}
-		if st.domain == domain {
+		if st.Domain() == domain {
 			return px
 		}
-		if byReferer == nil && referer != "" && st.domain == referer {
+		if byReferer == nil && referer != "" && st.Domain() == referer {
 			byReferer = px
 		}
 		if oldest == nil {
@@ -132,7 +137,7 @@ func (g *guardProxy) route(r *http.Request) *proxy {
 	return oldest
 }
 
-func (g *guardProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodConnect && g.ca != nil {
 		g.terminate(w, r)
 		return
@@ -141,12 +146,12 @@ func (g *guardProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // serve answers a request of the server's, plain or read inside a terminated CONNECT.
-func (g *guardProxy) serve(w http.ResponseWriter, r *http.Request) {
+func (g *Guard) serve(w http.ResponseWriter, r *http.Request) {
 	host := r.Host
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
-	if strings.HasSuffix(strings.ToLower(host), canarySuffix) {
+	if strings.HasSuffix(strings.ToLower(host), CanarySuffix) {
 		g.serveCanary(w, r, strings.ToLower(host))
 		return
 	}
@@ -160,8 +165,8 @@ func (g *guardProxy) serve(w http.ResponseWriter, r *http.Request) {
 	px.ServeHTTP(w, r)
 }
 
-// canaryProbe is one canary render: what the guard proxy saw of it.
-type canaryProbe struct {
+// Canary is one canary render: what the guard proxy saw of it.
+type Canary struct {
 	token     string
 	document  chan struct{} // closed when the page was asked for
 	subSeen   chan struct{} // closed when its sub-request was
@@ -171,11 +176,11 @@ type canaryProbe struct {
 	isTLS     bool // its sub-request is https://: the server must trust our CA
 }
 
-// expectCanary makes the guard proxy answer the canary host of a new token until the
+// ExpectCanary makes the guard proxy answer the canary host of a new token until the
 // returned cancel is called.
 // With isTLS its sub-request is https://, which only a terminating guard proxy answers.
-func (g *guardProxy) expectCanary(token string, isTLS bool) (*canaryProbe, func()) {
-	c := &canaryProbe{token: token, document: make(chan struct{}), subSeen: make(chan struct{}), hostLabel: token + canarySuffix, isTLS: isTLS}
+func (g *Guard) ExpectCanary(token string, isTLS bool) (*Canary, func()) {
+	c := &Canary{token: token, document: make(chan struct{}), subSeen: make(chan struct{}), hostLabel: token + CanarySuffix, isTLS: isTLS}
 	g.mu.Lock()
 	g.canaries[c.hostLabel] = c
 	g.mu.Unlock()
@@ -186,10 +191,17 @@ func (g *guardProxy) expectCanary(token string, isTLS bool) (*canaryProbe, func(
 	}
 }
 
-func (c *canaryProbe) url() string { return "http://" + c.hostLabel + "/" }
+// URL is the canary's page.
+func (c *Canary) URL() string { return "http://" + c.hostLabel + "/" }
+
+// Document is closed when the canary's page was asked for.
+func (c *Canary) Document() <-chan struct{} { return c.document }
+
+// SubSeen is closed when the canary's sub-request was.
+func (c *Canary) SubSeen() <-chan struct{} { return c.subSeen }
 
 // serveCanary answers the canary's page and its sub-request; nothing else is dialled.
-func (g *guardProxy) serveCanary(w http.ResponseWriter, r *http.Request, host string) {
+func (g *Guard) serveCanary(w http.ResponseWriter, r *http.Request, host string) {
 	g.mu.Lock()
 	c := g.canaries[host]
 	g.mu.Unlock()

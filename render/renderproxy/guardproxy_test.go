@@ -1,7 +1,8 @@
-package render
+package renderproxy
 
 import (
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -11,10 +12,10 @@ import (
 // Referer's, else to the oldest render; with no render in flight it is refused at once,
 // without a dial, and counted.
 func TestGuardProxyRoute(t *testing.T) {
-	g := newGuardProxy(listenLoopback(t), slog.New(slog.DiscardHandler))
-	defer g.close()
-	a := &proxy{st: &renderState{domain: "a.test"}}
-	b := &proxy{st: &renderState{domain: "b.test"}}
+	g := NewGuard(listenLoopback(t), slog.New(slog.DiscardHandler))
+	defer g.Close()
+	a := &Proxy{st: renderOf("a.test")}
+	b := &Proxy{st: renderOf("b.test")}
 
 	req := func(method, target, referer string) *http.Request {
 		r := httptest.NewRequest(method, target, nil)
@@ -32,15 +33,15 @@ func TestGuardProxyRoute(t *testing.T) {
 		t.Errorf("no render: status %d refused_count %d, want 403 and 1", w.Code, g.refusedCount.Load())
 	}
 
-	warm := &proxy{} // a warm tab's, no render yet: it owns nothing
-	detachWarm := g.attach(warm)
+	warm := &Proxy{} // a warm tab's, no render yet: it owns nothing
+	detachWarm := g.Attach(warm)
 	defer detachWarm()
-	detachA := g.attach(a)
-	detachB := g.attach(b)
+	detachA := g.Attach(a)
+	detachB := g.Attach(b)
 	tests := []struct {
 		name string
 		r    *http.Request
-		want *proxy
+		want *Proxy
 	}{
 		{"own host", req("GET", "http://b.test/x", ""), b},
 		{"own host, CONNECT", req("CONNECT", "b.test:443", ""), b},
@@ -62,4 +63,24 @@ func TestGuardProxyRoute(t *testing.T) {
 	if got := g.route(req("GET", "http://b.test/", "")); got != nil {
 		t.Errorf("after both detached: routed to %p", got)
 	}
+}
+
+// domainRender is a render as the guard proxy's routing sees it: its domain alone (the
+// route asks nothing else).
+type domainRender struct {
+	Render
+	domain string
+}
+
+func (r domainRender) Domain() string { return r.domain }
+
+func renderOf(domain string) Render { return domainRender{domain: domain} }
+
+func listenLoopback(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
 }

@@ -1,4 +1,4 @@
-package render
+package chromium
 
 import (
 	"os/exec"

@@ -1,4 +1,4 @@
-package render
+package chromium
 
 import (
 	"bufio"
@@ -20,7 +20,7 @@ const profileChildEnv = "RENDER_PROFILEDIR_CHILD"
 
 // profileDirChild is the child's whole life.
 func profileDirChild(parent string) int {
-	d, err := newProfileDir(parent, time.Now())
+	d, err := NewProfileDir(parent, time.Now())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -70,11 +70,11 @@ func exists(path string) bool {
 func TestProfileDirLiveKept(t *testing.T) {
 	parent := filepath.Join(t.TempDir(), "renderer")
 	_, other := startProfileChild(t, parent)
-	mine, err := newProfileDir(parent, time.Now())
+	mine, err := NewProfileDir(parent, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer mine.release()
+	defer mine.Release()
 	if !strings.HasPrefix(filepath.Base(mine.dir), fmt.Sprint(os.Getpid())+"-") {
 		t.Errorf("directory %s is not named after our pid %d", mine.dir, os.Getpid())
 	}
@@ -130,7 +130,7 @@ func TestProfileDirDeadRemoved(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	d, err := newProfileDir(parent, time.Now())
+	d, err := NewProfileDir(parent, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,10 +142,10 @@ func TestProfileDirDeadRemoved(t *testing.T) {
 	}
 	os.Remove(stranger)
 	os.RemoveAll(fresh)
-	if err := d.release(); err != nil {
+	if err := d.Release(); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.release(); err != nil {
+	if err := d.Release(); err != nil {
 		t.Errorf("second release: %v", err)
 	}
 	if exists(parent) {
@@ -167,7 +167,7 @@ func TestProfileDirConcurrentPools(t *testing.T) {
 		wg.Go(func() {
 			<-start
 			for i := range launches {
-				d, err := newProfileDir(parent, time.Now())
+				d, err := NewProfileDir(parent, time.Now())
 				if err != nil {
 					errs <- err
 					return
@@ -183,7 +183,7 @@ func TestProfileDirConcurrentPools(t *testing.T) {
 				if b, err := os.ReadFile(file); err != nil || string(b) != fmt.Sprint(p, i) {
 					errs <- fmt.Errorf("pool %d: its live profile was disturbed: %q %v", p, b, err)
 				}
-				if err := d.release(); err != nil {
+				if err := d.Release(); err != nil {
 					errs <- err
 				}
 			}
@@ -218,9 +218,9 @@ func TestProfileDirParentChecks(t *testing.T) {
 	link := filepath.Join(base, "link")
 	os.Symlink(t.TempDir(), link)
 	for _, parent := range []string{open, file, link} {
-		if d, err := newProfileDir(parent, time.Now()); err == nil {
-			d.release()
-			t.Errorf("newProfileDir(%s) accepted it", parent)
+		if d, err := NewProfileDir(parent, time.Now()); err == nil {
+			d.Release()
+			t.Errorf("NewProfileDir(%s) accepted it", parent)
 		}
 	}
 	if got := defaultProfileParent(); got != filepath.Join(os.TempDir(), fmt.Sprintf("downloader-renderer-%d", os.Getuid())) {
