@@ -277,8 +277,15 @@ func (r *Runtime) Start(ctx context.Context) error {
 	r.mu.Lock()
 	r.startedAt = r.clk.Now()
 	r.mu.Unlock()
-	var seen time.Time // the holder's last heartbeat, once seen
+	// firstLook is this clock's time before the read that first found the record held. A
+	// holder proves it is alive only by a heartbeat it began after that: one whose
+	// heartbeat_at is past firstLook plus the skew allowance. A later heartbeat_at alone
+	// proves nothing: a process that died with a heartbeat in flight may have it applied
+	// after its death (the write was already on the network), renewing its record once
+	// more; this process then waits for that expiry too.
+	var firstLook time.Time
 	for {
+		look := r.clk.Now()
 		err := r.Heartbeat(ctx)
 		var inUse *idInUseError
 		if !errors.As(err, &inUse) {
@@ -287,10 +294,11 @@ func (r *Runtime) Start(ctx context.Context) error {
 			}
 			break
 		}
-		if !seen.IsZero() && inUse.heartbeatAt.After(seen) {
+		if firstLook.IsZero() {
+			firstLook = look
+		} else if inUse.heartbeatAt.After(firstLook.Add(r.skew())) {
 			return fmt.Errorf("tikv runtime: %w", err)
 		}
-		seen = inUse.heartbeatAt
 		r.log.Warn("this instance id's heartbeat record is held by another process: waiting for it to expire",
 			"holder_incarnation", inUse.incarnation, "holder_expires_at", inUse.expiresAt)
 		if err := r.sleep(ctx, inUse.expiresAt.Add(r.skew()).Sub(r.clk.Now())+r.cfg.HeartbeatInterval); err != nil {
