@@ -347,8 +347,10 @@ func TestLatencySlowSweepKeepsHeartbeats(t *testing.T) {
 		}
 		return rec.HeartbeatAt
 	}
-	// Run's heartbeat timer, then the sweep's: advance until the sweep is stuck.
-	waitFor(t, "Run's timers", func() bool { return rg.clk.TimerCount() >= 1 })
+	// Run's heartbeat timer and the sweep's, both: advancing when only one of the two
+	// goroutines had set its timer would leave the other's due a second later, and nothing
+	// below advances that far.
+	waitFor(t, "Run's timers", func() bool { return rg.clk.TimerCount() >= 2 })
 	rg.clk.Advance(time.Second)
 	select {
 	case <-reached:
