@@ -18,12 +18,7 @@ import (
 
 	"downloader"
 	"downloader/clock"
-<<<<<<< HEAD
-	"downloader/engine"
 	"downloader/internal/testkit"
-	"downloader/limiter"
-=======
->>>>>>> tikvflake
 	"downloader/netguard"
 	"downloader/store/tikv/tikvtest"
 )

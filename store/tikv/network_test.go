@@ -12,7 +12,7 @@ import (
 	"github.com/tikv/client-go/v2/txnkv/transaction"
 
 	"downloader"
-	"downloader/clock"
+	"downloader/clock/clocktest"
 	"downloader/engine"
 	"downloader/internal/testkit"
 	"downloader/limiter"
@@ -96,7 +96,7 @@ func TestFaultTwoLiveProcessesOneInstanceID(t *testing.T) {
 
 // skewedInstance is an instance on the real clock read offset ahead, measured against the
 // mock PD's TSO (which follows the real clock).
-func skewedInstance(t *testing.T, c *tikvtest.Cluster, ref *clock.Fake, id string, offset time.Duration) *instance {
+func skewedInstance(t *testing.T, c *tikvtest.Cluster, ref *clocktest.Fake, id string, offset time.Duration) *instance {
 	t.Helper()
 	s, cl := openStore(t, c)
 	gate := limiter.NewGate(8, 16)
@@ -131,7 +131,7 @@ func TestSkewBeyondAllowanceFailsClosed(t *testing.T) {
 	c := tikvtest.NewCluster(t)
 	// PD's clock is ref, a fake one: the instances' offsets from it are exact, and "inside
 	// x's interval" does not depend on how fast the machine runs the calls between.
-	ref := clock.NewFake(time.Now())
+	ref := clocktest.NewFake(time.Now())
 	x := skewedInstance(t, c, ref, "x", 0)
 	seedPastLoss(t, x.store) // so that the first request is not held by the marker
 	within := skewedInstance(t, c, ref, "within", 10*time.Millisecond)
@@ -348,15 +348,10 @@ func TestLatencySlowSweepKeepsHeartbeats(t *testing.T) {
 		}
 		return rec.HeartbeatAt
 	}
-<<<<<<< HEAD
-	// Run's heartbeat timer, then the sweep's: advance until the sweep is stuck.
-	testkit.WaitFor(t, clusterWait, "Run's timers", func() bool { return rg.clk.TimerCount() >= 1 })
-=======
 	// Run's heartbeat timer and the sweep's, both: advancing when only one of the two
 	// goroutines had set its timer would leave the other's due a second later, and nothing
 	// below advances that far.
-	waitFor(t, "Run's timers", func() bool { return rg.clk.TimerCount() >= 2 })
->>>>>>> tikvflake
+	testkit.WaitFor(t, clusterWait, "Run's timers", func() bool { return rg.clk.TimerCount() >= 2 })
 	rg.clk.Advance(time.Second)
 	select {
 	case <-reached:
