@@ -18,9 +18,7 @@ import (
 
 	"downloader"
 	"downloader/clock"
-	"downloader/engine"
 	"downloader/internal/testkit"
-	"downloader/limiter"
 	"downloader/netguard"
 	"downloader/store/tikv/tikvtest"
 )
@@ -374,7 +372,10 @@ func TestClusterSkew(t *testing.T) {
 // the origin and its wire moment was not written back (its write-backs fail), and a new
 // process starts under the same --instance-id: it waits for the dead one's heartbeat to
 // expire, then respects its entry until it expires (it may still go on the wire, for all
-// the new process knows). A second process started with the id of a live one is refused.
+// the new process knows). (That a second process started with the id of a live one is
+// refused is TestStartHeldIDRenewedLate's: here, on the real clock, whether node-0 renews
+// its record within its TTL depends on the machine's speed, and a node that does not is
+// fenced and may rightly be taken over.)
 func TestClusterFaultRestartFixedInstanceID(t *testing.T) {
 	nc := newNetCluster(t)
 	const held = "restart-held.test"
@@ -430,17 +431,5 @@ func TestClusterFaultRestartFixedInstanceID(t *testing.T) {
 		t.Errorf("the restarted process admitted %s %v before its predecessor's unwired request expired", held, expiry.Sub(admittedAt))
 	}
 
-	// node-0 is live: a second process with its id is refused at start.
-	st, _ := openStore(t, nc.cluster)
-	dup, err := NewRuntime(st, RuntimeConfig{Share: engine.EvenShare, InstanceID: "node-0", Gate: limiter.NewGate(8, 8), HeartbeatInterval: clusterHeartbeat,
-		InstanceTTL: clusterTTL, MaxClockSkew: clusterSkew, TSOLag: time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), clusterWait)
-	defer cancel()
-	if err := dup.Start(ctx); !isInstanceIDInUse(err) {
-		t.Errorf("a second process started as node-0: %v; want the id in use", err)
-	}
 	nc.check()
 }

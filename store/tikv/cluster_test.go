@@ -327,6 +327,16 @@ func TestClusterThreeInstances(t *testing.T) {
 	// machine so loaded that a transaction outlasts the timeout. It is counted, not failed.
 	var failedClosed atomic.Int64
 	var traffic sync.WaitGroup
+	// stop closes node ni's traffic once; a failing wait (t.Fatal) stops the rest on the
+	// way out, so that no worker reports into a finished test.
+	var stopped [3]sync.Once
+	stop := func(ni int) { stopped[ni].Do(func() { close(stopTraffic[ni]) }) }
+	defer func() {
+		for ni := range stopTraffic {
+			stop(ni)
+		}
+		traffic.Wait()
+	}()
 	for ni, n := range nodes {
 		for w := range 4 {
 			traffic.Go(func() {
@@ -417,7 +427,7 @@ func TestClusterThreeInstances(t *testing.T) {
 		return err == nil && st.InFlightCount == 1
 	})
 	phase("held")
-	close(stopTraffic[2])
+	stop(2)
 	nodes[2].client.SetDown(true)
 	cancels[2]()
 	// Until when each held request may still reach the origin as far as the others know:
@@ -503,8 +513,8 @@ func TestClusterThreeInstances(t *testing.T) {
 	testkit.WaitFor(t, clusterWait, "traffic on the two live instances", func() bool {
 		return sent[0].Load()+sent[1].Load()+sent[2].Load() >= before+30
 	})
-	close(stopTraffic[0])
-	close(stopTraffic[1])
+	stop(0)
+	stop(1)
 	traffic.Wait()
 	phase("traffic stopped")
 

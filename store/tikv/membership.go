@@ -42,13 +42,22 @@ import (
 // plus the others' claims stay within the cap: a join, or a share that moved from one
 // instance to another, takes effect as the requests of the instance that gave it up end.
 // A dropped instance's claim stays counted until claim_expires_at (its lease end plus
-// the request timeout plus slack): by then every request it admitted has ended.
+// the request timeout plus slack): by then every request it admitted has ended. Until
+// then it also keeps its place in the split: two instances whose heartbeats were both
+// starved past their leases each find the other dropped, and their heartbeats, two
+// transactions that each read the other's record and write only their own, may commit
+// side by side; were the split over the live ones alone, each would take the whole cap
+// less the other's old claim, together more than the cap (SPEC §2, global cap).
+// With the claiming ones in the split each takes no more than its share of them.
 type membership struct {
-	clusterCap int       // max_concurrent_count in force, cluster-wide
-	live       []string  // live instance ids, sorted, self included
-	joinedAt   time.Time // first successful heartbeat; zero before
-	startedAt  time.Time
-	address    string // shown in the instance list (SetAddress)
+	clusterCap int      // max_concurrent_count in force, cluster-wide
+	live       []string // live instance ids, sorted, self included
+	// sharers are the ids the cap is split over, sorted, self included: the live ones and
+	// the dropped ones whose claim has not ended (see membership).
+	sharers   []string
+	joinedAt  time.Time // first successful heartbeat; zero before
+	startedAt time.Time
+	address   string // shown in the instance list (SetAddress)
 	// othersClaim is the sum of the other instances' claims at the last heartbeat.
 	othersClaim int
 	// inherited is the claim of a dead predecessor under this id (its record was taken
@@ -256,7 +265,7 @@ func (r *Runtime) capacityLocked(now time.Time) int {
 	if r.inheritedUntil.Add(r.skew()).After(now) {
 		room -= r.inherited
 	}
-	return max(0, min(r.cfg.Share(r.clusterCap, r.live, r.id), room))
+	return max(0, min(r.cfg.Share(r.clusterCap, r.sharers, r.id), room))
 }
 
 // applyCapacityLocked sets the gate to n. Requires r.mu held.
@@ -277,8 +286,15 @@ func (r *Runtime) Start(ctx context.Context) error {
 	r.mu.Lock()
 	r.startedAt = r.clk.Now()
 	r.mu.Unlock()
-	var seen time.Time // the holder's last heartbeat, once seen
+	// firstLook is this clock's time before the read that first found the record held. A
+	// holder proves it is alive only by a heartbeat it began after that: one whose
+	// heartbeat_at is past firstLook plus the skew allowance. A later heartbeat_at alone
+	// proves nothing: a process that died with a heartbeat in flight may have it applied
+	// after its death (the write was already on the network), renewing its record once
+	// more; this process then waits for that expiry too.
+	var firstLook time.Time
 	for {
+		look := r.clk.Now()
 		err := r.Heartbeat(ctx)
 		var inUse *idInUseError
 		if !errors.As(err, &inUse) {
@@ -287,10 +303,11 @@ func (r *Runtime) Start(ctx context.Context) error {
 			}
 			break
 		}
-		if !seen.IsZero() && inUse.heartbeatAt.After(seen) {
+		if firstLook.IsZero() {
+			firstLook = look
+		} else if inUse.heartbeatAt.After(firstLook.Add(r.skew())) {
 			return fmt.Errorf("tikv runtime: %w", err)
 		}
-		seen = inUse.heartbeatAt
 		r.log.Warn("this instance id's heartbeat record is held by another process: waiting for it to expire",
 			"holder_incarnation", inUse.incarnation, "holder_expires_at", inUse.expiresAt)
 		if err := r.sleep(ctx, inUse.expiresAt.Add(r.skew()).Sub(r.clk.Now())+r.cfg.HeartbeatInterval); err != nil {
@@ -343,6 +360,7 @@ func (r *Runtime) isOldest() bool {
 type heartbeatView struct {
 	now            time.Time
 	live           []string
+	sharers        []string // live, or dropped with their claim not ended
 	clusterCap     int
 	othersClaim    int
 	skew           time.Duration
@@ -443,7 +461,7 @@ func (r *Runtime) Heartbeat(ctx context.Context) error {
 	}
 	r.skewNs.Store(int64(v.skew))
 	r.mu.Lock()
-	r.clusterCap, r.live, r.othersClaim = v.clusterCap, v.live, v.othersClaim
+	r.clusterCap, r.live, r.sharers, r.othersClaim = v.clusterCap, v.live, v.sharers, v.othersClaim
 	r.inherited, r.inheritedUntil = v.inherited, v.inheritedUntil
 	if r.joinedAt.IsZero() {
 		r.joinedAt = v.now
@@ -517,7 +535,7 @@ func (r *Runtime) viewIn(ctx context.Context, txn *transaction.KVTxn, inc uint64
 			}
 		}
 	}
-	v.live = []string{r.id}
+	v.live, v.sharers = []string{r.id}, []string{r.id}
 	for _, in := range insts {
 		if in.InstanceID == r.id {
 			if in.IncarnationID == inc {
@@ -536,12 +554,16 @@ func (r *Runtime) viewIn(ctx context.Context, txn *transaction.KVTxn, inc uint64
 		if in.isLive(v.now, v.skew) {
 			v.live = append(v.live, in.InstanceID)
 		}
+		if in.isLive(v.now, v.skew) || in.ClaimExpiresAt.Add(v.skew).After(v.now) {
+			v.sharers = append(v.sharers, in.InstanceID)
+		}
 		v.othersClaim += in.claim(v.now, v.skew)
 		if in.claimUntil().Add(v.skew + time.Minute).Before(v.now) {
 			v.dead = append(v.dead, []byte(instancePrefix+in.InstanceID))
 		}
 	}
 	slices.Sort(v.live)
+	slices.Sort(v.sharers)
 	if !v.inheritedUntil.Add(v.skew).After(v.now) {
 		v.inherited, v.inheritedUntil = 0, time.Time{}
 	}
@@ -550,7 +572,7 @@ func (r *Runtime) viewIn(ctx context.Context, txn *transaction.KVTxn, inc uint64
 		joinedAt = v.now
 	}
 	if !v.now.Before(joinedAt.Add(2 * r.cfg.HeartbeatInterval)) {
-		v.capacity = max(0, min(r.cfg.Share(v.clusterCap, v.live, r.id), v.clusterCap-v.othersClaim-v.inherited))
+		v.capacity = max(0, min(r.cfg.Share(v.clusterCap, v.sharers, r.id), v.clusterCap-v.othersClaim-v.inherited))
 	}
 	return v, nil
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/tikv/client-go/v2/txnkv/transaction"
 
 	"downloader"
-	"downloader/clock"
+	"downloader/clock/clocktest"
 	"downloader/engine"
 	"downloader/internal/testkit"
 	"downloader/limiter"
@@ -96,15 +96,16 @@ func TestFaultTwoLiveProcessesOneInstanceID(t *testing.T) {
 
 // skewedInstance is an instance on the real clock read offset ahead, measured against the
 // mock PD's TSO (which follows the real clock).
-func skewedInstance(t *testing.T, c *tikvtest.Cluster, id string, offset time.Duration) *instance {
+func skewedInstance(t *testing.T, c *tikvtest.Cluster, ref *clocktest.Fake, id string, offset time.Duration) *instance {
 	t.Helper()
 	s, cl := openStore(t, c)
 	gate := limiter.NewGate(8, 16)
-	rt, err := NewRuntime(s, RuntimeConfig{Share: engine.EvenShare, InstanceID: id, Clock: tikvtest.NewSkewedClock(clock.Real{}, offset), Gate: gate,
+	rt, err := NewRuntime(s, RuntimeConfig{Share: engine.EvenShare, InstanceID: id, Clock: tikvtest.NewSkewedClock(ref, offset), Gate: gate,
 		MaxConcurrentCount: 8, MaxClockSkew: 50 * time.Millisecond, AdmitTimeout: 2 * time.Second, TSOLag: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
+	rt.refNow = func(context.Context) (time.Time, error) { return ref.Now(), nil }
 	if err := rt.Heartbeat(t.Context()); err != nil && !isClockSkewed(err) {
 		t.Fatal(err)
 	}
@@ -128,18 +129,16 @@ func seedPastLoss(tb testing.TB, s *Store) {
 // admitting: it would admit early by the excess. Within it, admission goes on.
 func TestSkewBeyondAllowanceFailsClosed(t *testing.T) {
 	c := tikvtest.NewCluster(t)
-	x := skewedInstance(t, c, "x", 0)
+	// PD's clock is ref, a fake one: the instances' offsets from it are exact, and "inside
+	// x's interval" does not depend on how fast the machine runs the calls between.
+	ref := clocktest.NewFake(time.Now())
+	x := skewedInstance(t, c, ref, "x", 0)
 	seedPastLoss(t, x.store) // so that the first request is not held by the marker
-	within := skewedInstance(t, c, "within", 10*time.Millisecond)
-	// One sample bounds the offset within ± half its round trip: on a loaded machine a
-	// slow one may not fit in ±25 ms; the next ones narrow the bound.
-	for range 10 {
-		if _, err := within.rt.fence(within.rt.clk.Now()); err == nil {
-			break
-		}
-		_ = within.rt.Heartbeat(t.Context())
+	within := skewedInstance(t, c, ref, "within", 10*time.Millisecond)
+	if _, err := within.rt.fence(within.rt.clk.Now()); err != nil {
+		t.Fatalf("10 ms off, within the allowance: %v", err)
 	}
-	beyond := skewedInstance(t, c, "beyond", 300*time.Millisecond)
+	beyond := skewedInstance(t, c, ref, "beyond", 300*time.Millisecond)
 	const d, I = "skew-fence.example", 100 * time.Millisecond
 	now := x.rt.clk.Now()
 	tk, _ := x.admit(t, ask(d, I, now))
@@ -147,7 +146,7 @@ func TestSkewBeyondAllowanceFailsClosed(t *testing.T) {
 		t.Fatal("x refused")
 	}
 	tk.Done(t.Context(), now) // on the wire at its slot
-	// Right after: both are inside x's interval on the real clock.
+	// Right after: both are inside x's interval.
 	if tk, wait, err := within.rt.Admit(t.Context(), ask(d, I, within.rt.clk.Now())); tk != nil || err != nil || wait <= 0 {
 		t.Errorf("within the allowance, inside the interval: %v %v %v; want a refusal", tk, wait, err)
 	}
@@ -222,9 +221,9 @@ func beatAll(t *testing.T, ins ...*instance) {
 func TestPartitionHeartbeatLate(t *testing.T) {
 	rg := newRig(t)
 	// A request timeout of 3 s: x's claim ends 5 s (TTL) + 3 s + 2 s (slack) after its last
-	// heartbeat. x's failing heartbeats give up after 100 ms.
+	// heartbeat.
 	short := func(c *RuntimeConfig) { c.DefaultTimeout = 3 * time.Second }
-	x := rg.instanceWith("x", 10, func(c *RuntimeConfig) { short(c); c.AdmitTimeout = 100 * time.Millisecond })
+	x := rg.instanceWith("x", 10, short)
 	y := rg.instanceWith("y", 10, short)
 	rg.clk.Advance(time.Hour)
 	beatAll(t, x, y)
@@ -248,7 +247,12 @@ func TestPartitionHeartbeatLate(t *testing.T) {
 	}
 	for i := range 13 {
 		rg.clk.Advance(time.Second)
-		beatAll(t, x, y)
+		// x's failing heartbeats give up after 100 ms; its admissions and y's heartbeats,
+		// which work, have their whole timeout whatever the machine's load.
+		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+		_ = x.rt.Heartbeat(ctx)
+		cancel()
+		beatAll(t, y)
 		xAdmits := admits()
 		sum := y.gate.Capacity()
 		if xAdmits {
@@ -344,8 +348,10 @@ func TestLatencySlowSweepKeepsHeartbeats(t *testing.T) {
 		}
 		return rec.HeartbeatAt
 	}
-	// Run's heartbeat timer, then the sweep's: advance until the sweep is stuck.
-	testkit.WaitFor(t, clusterWait, "Run's timers", func() bool { return rg.clk.TimerCount() >= 1 })
+	// Run's heartbeat timer and the sweep's, both: advancing when only one of the two
+	// goroutines had set its timer would leave the other's due a second later, and nothing
+	// below advances that far.
+	testkit.WaitFor(t, clusterWait, "Run's timers", func() bool { return rg.clk.TimerCount() >= 2 })
 	rg.clk.Advance(time.Second)
 	select {
 	case <-reached:
