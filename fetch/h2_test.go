@@ -363,12 +363,12 @@ func TestH2RetriesGoThroughTheGate(t *testing.T) {
 		name           string
 		behave         h2Behaviour
 		wantReason     downloader.FailReason
-		wantAccepts    int64 // after the second fetch
-		controlRetries bool  // net/http's own client sends the request again
+		isConnKept     bool // the connection stays usable for the next fetch; else the next fetch dials
+		controlRetries bool // net/http's own client sends the request again
 	}{
-		{"REFUSED_STREAM", h2Refuse, downloader.FailConnectionReset, 1, true},
-		{"GOAWAY before the stream was processed", h2GoAway, downloader.FailConnectionReset, 2, true},
-		{"connection lost before the answer", h2DropConn, downloader.FailConnectionReset, 2, false},
+		{"REFUSED_STREAM", h2Refuse, downloader.FailConnectionReset, true, true},
+		{"GOAWAY before the stream was processed", h2GoAway, downloader.FailConnectionReset, false, true},
+		{"connection lost before the answer", h2DropConn, downloader.FailConnectionReset, false, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -388,6 +388,13 @@ func TestH2RetriesGoThroughTheGate(t *testing.T) {
 			if n := o.accepts.Load(); n != 1 {
 				t.Errorf("%d connections after the first fetch, want 1: a retry dialled", n)
 			}
+			if tc.isConnKept {
+				// A refused stream leaves its connection as it was: still ours, open, able
+				// to take the next fetch's stream.
+				if kept := e.f.h2.usableCount(); kept != 1 {
+					t.Errorf("%d usable HTTP/2 connections after a refused stream, want 1", kept)
+				}
+			}
 			if strings.Contains(logs.String(), "refused_count") {
 				t.Logf("log: %s", logs.String())
 			}
@@ -399,8 +406,12 @@ func TestH2RetriesGoThroughTheGate(t *testing.T) {
 			if n := o.headers.Load(); n != 2 {
 				t.Errorf("the origin received %d HEADERS for two fetches, want 2", n)
 			}
-			if n := o.accepts.Load(); n != tc.wantAccepts {
-				t.Errorf("%d connections after the second fetch, want %d", n, tc.wantAccepts)
+			// After GOAWAY or a lost connection the next fetch dials. After a refused stream
+			// it may take the kept connection or, when net/http's dial goroutine has not yet
+			// put that shared connection in its idle pool (it does so after handing it to the
+			// first request), dial: net/http's timing, not ours, so not asserted.
+			if n := o.accepts.Load(); !tc.isConnKept && n != 2 {
+				t.Errorf("%d connections after the second fetch, want 2", n)
 			}
 
 			// The control: net/http's HTTP/2 client against a fresh origin that behaves
@@ -443,4 +454,17 @@ func TestH2NoHeadersInTime(t *testing.T) {
 	if n := o.headers.Load(); n != 1 {
 		t.Errorf("the origin received %d HEADERS, want 1", n)
 	}
+}
+
+// usableCount is how many of p's connections are open and able to take a new stream.
+func (p *h2Pool) usableCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for cc := range p.conns {
+		if cc.CanTakeNewRequest() {
+			n++
+		}
+	}
+	return n
 }
