@@ -174,7 +174,7 @@ type Config struct {
 	// it: firewall it).
 	ProxyHost string
 
-	LaunchTimeout time.Duration // bound on one launch or connection attempt
+	LaunchTimeout time.Duration // bound on one launch or connection attempt, and on a warm tab's start
 
 	// Isolation is how renders are kept apart (--render-isolation): IsolationWipe (the
 	// default) or IsolationContext.
@@ -489,6 +489,9 @@ var (
 	errRenderTimeout = errors.New("render: timeout")
 	errPoolClosed    = errors.New("render: pool closed")
 	errCrashed       = errors.New("render: renderer crashed")
+	// errTabStartTimeout ends a warm-up whose tab the browser did not finish starting
+	// within LaunchTimeout (tab.go, warm).
+	errTabStartTimeout = errors.New("render: tab start timed out")
 )
 
 // Render renders u and returns its outcome; it never returns nil.

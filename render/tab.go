@@ -606,7 +606,16 @@ func (p *Pool) wantMoreLocked() bool {
 }
 
 func (p *Pool) warm(b *browser) {
-	t, err := p.newTab(p.ctx, b)
+	// A tab's start is a few CDP exchanges with a live browser. Were one never answered
+	// (seen under heavy load: a new target's Runtime.enable left unanswered for good by a
+	// browser that went on answering everything else), an unbounded warm-up would hold
+	// every render that waits for it (takeTab) until its own timeout, and the next ones
+	// after it: the pool would render nothing until the browser was lost. It is bounded
+	// as a launch is; the renders it held then make their own tab under their own
+	// deadline.
+	ctx, cancel := context.WithTimeoutCause(p.ctx, p.cfg.LaunchTimeout, errTabStartTimeout)
+	t, err := p.newTab(ctx, b)
+	cancel()
 	p.mu.Lock()
 	p.warming--
 	p.making--

@@ -149,6 +149,7 @@ type soak struct {
 
 	samples         []soakSample
 	goroutinesAtEnd []goroutineGroup
+	stacksAtDrain   string // every goroutine's stack after the drain, when a task was not done
 }
 
 type lockedRand struct {
@@ -262,6 +263,21 @@ func (s *soak) run(ctx context.Context, stderr io.Writer) error {
 	killerDone.Wait()
 	s.sample(start) // the last sample, after the drain
 	counts := q.Counts()
+	// The tasks not done, as the task API shows them, and where every goroutine stands:
+	// what a lost task was waiting for.
+	for _, state := range []downloader.TaskState{downloader.TaskQueued, downloader.TaskLeased} {
+		left, _, err := q.ListTasks(context.Background(), state, "", 20)
+		if err != nil {
+			fmt.Fprintf(s.out, "soak: list %s tasks: %v\n", state, err)
+		}
+		for _, st := range left {
+			b, _ := json.Marshal(st)
+			fmt.Fprintf(s.out, "soak: not done after the drain: %s\n", b)
+		}
+		if len(left) > 0 {
+			s.stacksAtDrain = allStacks()
+		}
+	}
 	var doneIDs int
 	if err := q.RangeDone(context.Background(), func(t *downloader.Task, r *downloader.Report) bool {
 		if strings.HasPrefix(t.TaskID, "soak-") && r != nil {
@@ -686,12 +702,24 @@ func (s *soak) report(counts localqueue.Counts, doneIDs int, interrupted bool) e
 	for _, g := range s.goroutinesAtEnd {
 		fmt.Fprintf(s.out, "    %5d  %s\n", g.count, g.where)
 	}
+	if s.stacksAtDrain != "" {
+		fmt.Fprintf(s.out, "  goroutines after the drain (a task was not done):\n%s\n", s.stacksAtDrain)
+	}
 	if len(problems) > 0 {
 		fmt.Fprintf(s.out, "soak: FAIL: %s\n", strings.Join(problems, ", "))
 		return fmt.Errorf("soak failed: %s", strings.Join(problems, ", "))
 	}
 	fmt.Fprintln(s.out, "soak: PASS: violations 0, lost tasks 0, resources flat")
 	return nil
+}
+
+// allStacks is every goroutine's stack (runtime/pprof's debug=1 format: grouped).
+func allStacks() string {
+	var b bytes.Buffer
+	if err := pprof.Lookup("goroutine").WriteTo(&b, 1); err != nil {
+		return err.Error()
+	}
+	return b.String()
 }
 
 // goroutineGroup is a number of goroutines with the same stack.
