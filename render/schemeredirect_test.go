@@ -62,7 +62,7 @@ func checkSchemeRedirect(t *testing.T, out *downloader.Outcome, status int) {
 // to view-source:, javascript:, ftp:, file:, data: and the like is http_status_error with
 // the redirect's status, has_reached_origin=true, not a crash of ours.
 func TestRenderRedirectToOtherScheme(t *testing.T) {
-	e := newHopEnvWith(t, 0, frameAdmitNow, schemeRedirectPages)
+	e := newHopEnvWith(t, 0, schemeRedirectPages)
 	for i, tt := range schemeRedirects {
 		t.Run(tt.name, func(t *testing.T) {
 			out := e.render(t, "scheme.test/r/"+strconv.Itoa(i), 0, 20*time.Second)
