@@ -501,7 +501,9 @@ var (
 // Every main-frame document after the first is admitted through the render's hop admitter with a
 // deadline at which the page would be read anyway; its admission is Wire'd when its first bytes
 // go toward its host, and given back (Cancel, or Done once on the wire) when Render
-// returns. A hop not admitted by then fails the render with self_rate_limited.
+// returns. A hop not admitted by then fails the render with self_rate_limited. Render and
+// RenderWith pass no admitter (RenderInSlot takes one): with Config.ShouldAdmitHops their
+// renders admit no hop.
 //
 // The timeout (DefaultTimeout when zero) covers everything from the call: the wait for a
 // slot, the browser and the page. Render returns at the latest when it ends, with
