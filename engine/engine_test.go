@@ -13,22 +13,34 @@ import (
 	"downloader/limiter"
 )
 
-// recordingFetcher goes on the wire at once and records the clock at each wire moment.
+// recordingFetcher goes on the wire (waiting as the limiter says), records the clock at
+// each wire moment, and answers what answer gives for the URL (nil: a 200 of three bytes).
 type recordingFetcher struct {
-	clk *clocktest.Fake
-	mu  sync.Mutex
-	at  []time.Time
+	clk    *clocktest.Fake
+	answer func(u *url.URL) *downloader.Outcome
+	mu     sync.Mutex
+	at     []time.Time
 }
 
 func (f *recordingFetcher) FetchWith(ctx context.Context, u *url.URL, adm *limiter.Admission, _ limiter.HopAdmitter, _ downloader.FetchOptions) *downloader.Outcome {
 	if err := adm.WaitWire(ctx); err != nil {
-		return downloader.Failed(downloader.FailResponseTimeout)
+		return downloader.FailedBy(downloader.CauseWireWaitFailed)
 	}
 	f.mu.Lock()
 	f.at = append(f.at, f.clk.Now())
 	f.mu.Unlock()
+	if f.answer != nil {
+		return f.answer(u)
+	}
 	n := 3
 	return &downloader.Outcome{HTTPStatus: 200, RawTextLength: &n, Body: []byte("abc")}
+}
+
+// wires returns the wire moments so far.
+func (f *recordingFetcher) wires() []time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]time.Time(nil), f.at...)
 }
 
 type recordingResults struct {
@@ -47,15 +59,24 @@ func (r *recordingResults) FetchResults(context.Context, string, int, string) ([
 	return nil, "", nil
 }
 
+// newTestEngine is an engine on a fake clock an hour after its limiter's start (every
+// domain's first turn is now), with a default interval of 1 s, its fetcher answering 200.
 func newTestEngine(t *testing.T) (*Engine, *clocktest.Fake, *recordingFetcher, *recordingResults) {
+	t.Helper()
+	return newEngineAnswering(t, nil, time.Second)
+}
+
+// newEngineAnswering is newTestEngine with the fetcher's answer (nil: 200) and the default
+// interval given.
+func newEngineAnswering(t *testing.T, answer func(u *url.URL) *downloader.Outcome, defaultInterval time.Duration) (*Engine, *clocktest.Fake, *recordingFetcher, *recordingResults) {
 	t.Helper()
 	clk := clocktest.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
 	lim := limiter.New(clk)
 	clk.Advance(time.Hour)
-	f := &recordingFetcher{clk: clk}
+	f := &recordingFetcher{clk: clk, answer: answer}
 	res := &recordingResults{}
 	e := New(Config{Clock: clk, Limiter: lim, Gate: limiter.NewGate(8, 8), Fetcher: f, Results: res,
-		DefaultMinInterval: time.Second, DefaultTimeout: 10 * time.Second})
+		DefaultMinInterval: defaultInterval, DefaultTimeout: 10 * time.Second})
 	return e, clk, f, res
 }
 

@@ -1,44 +1,16 @@
 package engine
 
 import (
-	"context"
 	"errors"
 	"math"
 	"net/url"
-	"sync"
 	"testing"
 	"time"
 
 	"downloader"
 	"downloader/clock/clocktest"
-	"downloader/limiter"
 	"downloader/retryafter"
 )
-
-// askingFetcher goes on the wire (waiting as the limiter says) and answers what answer
-// gives for the URL: an origin that may ask for a wait.
-type askingFetcher struct {
-	clk    *clocktest.Fake
-	answer func(u *url.URL) *downloader.Outcome
-	mu     sync.Mutex
-	at     []time.Time
-}
-
-func (f *askingFetcher) FetchWith(ctx context.Context, u *url.URL, adm *limiter.Admission, _ limiter.HopAdmitter, _ downloader.FetchOptions) *downloader.Outcome {
-	if err := adm.WaitWire(ctx); err != nil {
-		return downloader.FailedBy(downloader.CauseWireWaitFailed)
-	}
-	f.mu.Lock()
-	f.at = append(f.at, f.clk.Now())
-	f.mu.Unlock()
-	return f.answer(u)
-}
-
-func (f *askingFetcher) wires() []time.Time {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]time.Time(nil), f.at...)
-}
 
 // asking answers 429 with Retry-After secs on /busy (from final, when set: a redirect's
 // end), 200 elsewhere.
@@ -53,14 +25,11 @@ func asking(secs int64, final string) func(u *url.URL) *downloader.Outcome {
 	}
 }
 
-func newAskingEngine(t *testing.T, answer func(u *url.URL) *downloader.Outcome) (*Engine, *clocktest.Fake, *askingFetcher) {
+// newAskingEngine is an engine whose origin answers as answer says, with no default
+// interval (newEngineAnswering).
+func newAskingEngine(t *testing.T, answer func(u *url.URL) *downloader.Outcome) (*Engine, *clocktest.Fake, *recordingFetcher) {
 	t.Helper()
-	clk := clocktest.NewFake(time.Date(2026, 8, 15, 7, 0, 0, 0, time.UTC))
-	lim := limiter.New(clk)
-	clk.Advance(time.Hour)
-	f := &askingFetcher{clk: clk, answer: answer}
-	e := New(Config{Clock: clk, Limiter: lim, Gate: limiter.NewGate(8, 8), Fetcher: f,
-		DefaultMinInterval: 0, DefaultTimeout: 10 * time.Second})
+	e, clk, f, _ := newEngineAnswering(t, answer, 0)
 	return e, clk, f
 }
 

@@ -65,58 +65,10 @@ type child struct {
 	t      *testing.T
 	cmd    *exec.Cmd
 	base   string
-	tmp    string // its TMPDIR
-	stderr *lockedBuffer
+	tmp    string                // its TMPDIR
+	stderr *testkit.NotifyBuffer // wait for a line with WaitWithin: os/exec copies the pipe on a goroutine of its own
 	done   chan struct{}
 	err    error // after done
-}
-
-// lockedBuffer is the child's stderr. os/exec copies the pipe into it from a goroutine of
-// its own, so a line the child wrote before it printed "listening" on stdout may not be
-// here yet when that is read: wait for it with waitFor.
-type lockedBuffer struct {
-	mu      sync.Mutex
-	b       bytes.Buffer
-	written chan struct{} // closed and renewed at each write
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.written != nil {
-		close(b.written)
-		b.written = nil
-	}
-	return b.b.Write(p)
-}
-
-// waitFor reports whether the buffer holds want within d, re-checking at each write.
-func (b *lockedBuffer) waitFor(want string, d time.Duration) bool {
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	for {
-		b.mu.Lock()
-		if strings.Contains(b.b.String(), want) {
-			b.mu.Unlock()
-			return true
-		}
-		if b.written == nil {
-			b.written = make(chan struct{})
-		}
-		ch := b.written
-		b.mu.Unlock()
-		select {
-		case <-ch:
-		case <-deadline.C:
-			return false
-		}
-	}
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // startChild runs `downloader serve` on dataDir with args, and waits until it listens.
@@ -126,7 +78,7 @@ func startChild(t *testing.T, dataDir, tmp string, args ...string) *child {
 	cmd := exec.Command(binary(t), all...)
 	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	c := &child{t: t, cmd: cmd, tmp: tmp, stderr: &lockedBuffer{}, done: make(chan struct{})}
+	c := &child{t: t, cmd: cmd, tmp: tmp, stderr: &testkit.NotifyBuffer{}, done: make(chan struct{})}
 	cmd.Stderr = c.stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

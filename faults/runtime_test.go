@@ -99,7 +99,7 @@ func TestRestartWaitsOnlyAsSafetyNeeds(t *testing.T) {
 
 	// Restart after the clean stop: exactly the state before it.
 	c = startChild(t, dataDir, tmp, args...)
-	if !c.stderr.waitFor(`"runtime_start":"clean_stop"`, 30*time.Second) {
+	if !c.stderr.WaitWithin(`"runtime_start":"clean_stop"`, 30*time.Second) {
 		t.Errorf("the start does not say it restored a clean stop\n%s", c.stderr.String())
 	}
 	mustReach(t, c.probe(t, "http://early.test/", 1500), "early.test after the restart (hit 2 s before the stop, 1.5 s interval)")
@@ -115,7 +115,7 @@ func TestRestartWaitsOnlyAsSafetyNeeds(t *testing.T) {
 	mustReach(t, c.probe(t, "http://crash.test/", 60_000), "crash.test before the kill")
 	c.stop(syscall.SIGKILL, 30*time.Second)
 	c = startChild(t, dataDir, tmp, args...)
-	if !c.stderr.waitFor(`"runtime_start":"crashed"`, 30*time.Second) {
+	if !c.stderr.WaitWithin(`"runtime_start":"crashed"`, 30*time.Second) {
 		t.Errorf("the start does not say it followed a crash\n%s", c.stderr.String())
 	}
 	mustBeRefused(t, c.probe(t, "http://crash.test/", 60_000), "crash.test right after kill -9 and restart")

@@ -1,13 +1,10 @@
 package localqueue
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -125,69 +122,16 @@ func (g *groupCommitter) run(group []*groupItem) {
 func BenchmarkTaskEndGrouped(b *testing.B) {
 	for _, path := range []string{"pebble", "grouped"} {
 		b.Run("path="+path, func(b *testing.B) {
-			s, err := embedded.Open(b.TempDir(), nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
-			ctx := context.Background()
-			q, err := Open(ctx, s, Config{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			g := &groupCommitter{q: q}
-			zero := int64(0)
-			for lo := 0; lo < b.N; lo += MaxSubmitCount {
-				var ts []downloader.Task
-				for i := lo; i < min(b.N, lo+MaxSubmitCount); i++ {
-					ts = append(ts, downloader.Task{URL: fmt.Sprintf("http://d%d.test/%d", i%1000, i), MinIntervalMs: &zero})
+			var g *groupCommitter
+			benchTaskEnds(b, func(_ *embedded.Store, q *Queue) taskCommit {
+				if path == "pebble" {
+					return q.CommitTask
 				}
-				if _, err := q.Submit(ctx, ts); err != nil {
-					b.Fatal(err)
-				}
-			}
-			var tasks []downloader.Task
-			for len(tasks) < b.N {
-				got, err := q.Lease(ctx, "bench", 1000)
-				if err != nil || len(got) == 0 {
-					b.Fatalf("lease: %d, %v", len(got), err)
-				}
-				tasks = append(tasks, got...)
-			}
-			body := bytes.Repeat([]byte("<p>a page of the benchmark, with some text in it.</p>\n"), 300)
-			var next atomic.Int64
-			b.SetParallelism(16) // 32 writers at GOMAXPROCS 2
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					t := tasks[next.Add(1)-1]
-					at := time.Now().UTC()
-					st := 200
-					sum := downloader.Summary{Domain: t.Domain, HTTPStatus: &st, HasReachedOrigin: true}
-					end := &downloader.TaskEnd{
-						Report: &downloader.Report{TaskID: t.TaskID, Summary: sum, FetchedAt: at},
-						Page:   &downloader.Page{URL: t.URL, ContentType: "text/html", FetchedAt: at, Body: append(fmt.Appendf(nil, "<!-- %s -->", t.TaskID), body...)},
-						Result: &downloader.FetchResult{Summary: sum, TaskID: t.TaskID, URL: t.URL, Entry: downloader.EntryLease, FetchedAt: at},
-					}
-					var err error
-					if path == "pebble" {
-						err = q.CommitTask(ctx, end)
-					} else {
-						err = g.commit(ctx, end)
-					}
-					if err != nil {
-						b.Error(err)
-						return
-					}
-				}
+				g = &groupCommitter{q: q}
+				return g.commit
 			})
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tasks/s")
-			if path == "grouped" {
+			if g != nil {
 				b.ReportMetric(float64(b.N)/float64(max(1, g.groups.Load())), "tasks/group")
-			}
-			if c := q.Counts(); c.DoneCount != b.N {
-				b.Errorf("%d tasks done, want %d", c.DoneCount, b.N)
 			}
 		})
 	}

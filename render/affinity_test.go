@@ -46,8 +46,8 @@ func TestRenderSiteAffinity(t *testing.T) {
 			}
 			o := newSiteOrigin(t, handlers)
 			waited := make(chan string, 4)
-			p := o.poolSeams(t, Config{Isolation: IsolationWipe, Concurrency: 2}, true, seams{affinityWait: tt.wait,
-				onAffinityWait: func(site string) { waited <- site }})
+			p := o.poolSeams(t, Config{Isolation: IsolationWipe, Concurrency: 2,
+				Trace: &Trace{AffinityWaitStarted: func(site string) { waited <- site }}}, true, seams{affinityWait: tt.wait})
 			site := siteName(7)
 			const timeout = 10 * time.Minute // its tenth bounds the wait too: the case's wait rules
 			mark := o.mark()
@@ -56,7 +56,7 @@ func TestRenderSiteAffinity(t *testing.T) {
 			}
 			// The site's context, wiped and free, takes the slow page (for the cache) and
 			// stays busy until release.
-			waitSiteSpare(p, site)
+			waitSiteSpare(p.Pool, site)
 			var wg sync.WaitGroup
 			defer wg.Wait()
 			var releaseOnce sync.Once

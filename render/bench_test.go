@@ -74,64 +74,26 @@ func BenchmarkRender(b *testing.B) {
 // BenchmarkRenderFrames measures what admitting iframe documents on other hosts costs.
 // Sixteen sites (frames1.test … frames16.test) serve the JS test page with one iframe of
 // widget.test, as pages embed a video player or a share button; widget.test gets the
-// service's default interval (1 s). Variants, all with hops admitted: frames-free
-// (iframes are sent unadmitted), frames-admit-now (admitted if widget.test's turn is now,
-// else the iframe is skipped: the service's mode) and frames-admit-wait (admitted,
-// waiting for widget.test's turn up to the render's deadline). Also reported: the share
-// of iframes skipped.
+// service's default interval (1 s). The pool admits an iframe if widget.test's turn is
+// now, else skips it (the service's mode; docs/benchmarks-render.md has it against the
+// modes measured before). Also reported: the share of iframes skipped.
 //
 //	go test -run '^$' -bench BenchmarkRenderFrames -benchtime 32x ./render/
 func BenchmarkRenderFrames(b *testing.B) {
 	f := getFixture(b)
 	for _, c := range []int{1, 4} {
-		for _, m := range []struct {
-			name string
-			mode frameMode
-		}{{"free", frameFree}, {"admit-now", frameAdmitNow}, {"admit-wait", frameAdmitWait}} {
-			b.Run(fmt.Sprintf("frames-%s/c=%d", m.name, c), func(b *testing.B) {
-				benchPool(b, f, c, benchOpts{hops: true, frames: m.mode, interval: time.Second, sites: "frames%d.test"})
-			})
-		}
-	}
-}
-
-// BenchmarkRenderRefill compares where a render starts its replacement warm tab: at the
-// page's load event (pool-refill-load, the placement before) or when the page's network
-// first goes quiet after it (pool-refill-quiet, the pool's), with bare beside them, in 3
-// rounds whose order alternates, at concurrency 1 and 4.
-//
-//	go test -run '^$' -bench BenchmarkRenderRefill -benchtime 24x ./render/
-func BenchmarkRenderRefill(b *testing.B) {
-	f := getFixture(b)
-	variants := []struct {
-		name string
-		run  func(b *testing.B, c int)
-	}{
-		{"pool-refill-load", func(b *testing.B, c int) { benchPool(b, f, c, benchOpts{refillAtLoad: true}) }},
-		{"pool-refill-quiet", func(b *testing.B, c int) { benchPool(b, f, c, benchOpts{}) }},
-		{"bare", func(b *testing.B, c int) { benchBare(b, f, c, "") }},
-	}
-	for _, c := range []int{1, 4} {
-		for round := range 3 {
-			order := slices.Clone(variants)
-			if round%2 == 1 {
-				slices.Reverse(order)
-			}
-			for _, v := range order {
-				b.Run(fmt.Sprintf("%s/c=%d", v.name, c), func(b *testing.B) { v.run(b, c) })
-			}
-		}
+		b.Run(fmt.Sprintf("frames-admit-now/c=%d", c), func(b *testing.B) {
+			benchPool(b, f, c, benchOpts{hops: true, interval: time.Second, sites: "frames%d.test"})
+		})
 	}
 }
 
 // benchOpts are the pool variants of the benchmarks.
 type benchOpts struct {
-	refillAtLoad bool          // the replacement warm tab starts at the page's load event
-	hops         bool          // a HopAdmitter on a limiter of its own
-	interval     time.Duration // the limiter's default interval
-	frames       frameMode
-	page         string // host and path of the page; default js.test/
-	sites        string // a pattern of 16 sites (frames%d.test), one per page in turn
+	hops     bool          // a HopAdmitter on a limiter of its own
+	interval time.Duration // the limiter's default interval
+	page     string        // host and path of the page; default js.test/
+	sites    string        // a pattern of 16 sites (frames%d.test), one per page in turn
 }
 
 func benchPool(b *testing.B, f *fixture, c int, o benchOpts) {
@@ -143,11 +105,9 @@ func benchPool(b *testing.B, f *fixture, c int, o benchOpts) {
 		Logger:      slog.New(slog.DiscardHandler),
 		WarmTabs:    envInt("RENDER_BENCH_WARM"),
 	}
-	sm := seams{frames: o.frames, refillAtLoad: o.refillAtLoad}
-	var l *limiter.Limiter
+	var hops HopAdmitter
 	if o.hops {
-		l = limiter.New(clock.Real{})
-		cfg.Hops = limiterHops{l: l, defaultInterval: o.interval}
+		hops = limiterHops{l: limiter.New(clock.Real{}), defaultInterval: o.interval}
 	}
 	var pages []*url.URL
 	if o.sites != "" {
@@ -166,7 +126,7 @@ func benchPool(b *testing.B, f *fixture, c int, o benchOpts) {
 		}
 		pages = []*url.URL{f.url(page)}
 	}
-	p, err := newPool(cfg, sm)
+	p, err := newHopsPool(cfg, seams{}, hops)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -222,8 +222,8 @@ func (p *Pool) launch(gen int) (*browser, error) {
 		p.log.Debug("chromedp error", "message", fmt.Sprintf(format, args...))
 	}
 	ctxOpts := []chromedp.ContextOption{chromedp.WithLogf(logf), chromedp.WithErrorf(errf)}
-	if p.cfg.debugf != nil {
-		ctxOpts = append(ctxOpts, chromedp.WithDebugf(p.cfg.debugf))
+	if debugf := p.cfg.Trace.cdpMessagef(); debugf != nil {
+		ctxOpts = append(ctxOpts, chromedp.WithDebugf(debugf))
 	}
 	rootCtx, rootCancel := chromedp.NewContext(allocCtx, ctxOpts...)
 	// closeFn runs once: chromedp's cancel waits for its allocation token, and when no

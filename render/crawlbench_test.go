@@ -38,8 +38,7 @@ import (
 //
 // Variants: pool (the service's pool as shipped: IsolationWipe, images, media and fonts
 // skipped, hops admitted, every request through the guarded proxy); pool-context (the
-// same with IsolationContext, for the choice of the default); pool-agents (the pool with
-// chromedp's CSS, DOM and Log agents left on, for that choice; not in the default grid); bare-multisite (plain
+// same with IsolationContext, for the choice of the default); bare-multisite (plain
 // chromedp, a long-lived tab per worker, no isolation, no proxy); shared-context
 // (Crawlee's default: one shared browser context, a new tab per page, closed after);
 // service (below). Concurrency 1, 4 and 8. Reported per run: pages/s, p50_ms, cpu_ms/page (every process
@@ -116,7 +115,7 @@ func benchCrawl(b *testing.B, o *crawlOrigin, variant, pg string, c int, run int
 	var render func(u string) error
 	startCount := func() {}
 	switch variant {
-	case "pool", "pool-context", "pool-agents", "pool-spare":
+	case "pool", "pool-context", "pool-spare":
 		iso := IsolationWipe
 		if variant == "pool-context" {
 			iso = IsolationContext
@@ -129,17 +128,16 @@ func benchCrawl(b *testing.B, o *crawlOrigin, variant, pg string, c int, run int
 		if variant == "pool-spare" {
 			spares = 1
 		}
-		p, err := newPool(Config{
+		p, err := newHopsPool(Config{
 			Concurrency: c, QueueLength: c, UserAgent: testUserAgent, Guard: o.guard,
 			Logger: slog.New(slog.DiscardHandler), Isolation: iso,
-			Hops:          limiterHops{l: limiter.New(clock.Real{})},
 			SpareTabCount: spares,
-		}, seams{
-			debugf:     calls.debugf,
-			keepAgents: variant == "pool-agents",
-			onWipe:     func(d time.Duration) { wipes.Add(1); wipeNanos.Add(int64(d)) },
-			onTakeTab:  func(d time.Duration) { takes.Add(1); takeNanos.Add(int64(d)) },
-		})
+			Trace: &Trace{
+				CDPMessagef: calls.debugf,
+				TabWiped:    func(d time.Duration) { wipes.Add(1); wipeNanos.Add(int64(d)) },
+				TabTaken:    func(d time.Duration) { takes.Add(1); takeNanos.Add(int64(d)) },
+			},
+		}, seams{}, limiterHops{l: limiter.New(clock.Real{})})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -247,7 +245,7 @@ func bareCrawler(b *testing.B, o *crawlOrigin, variant string, c int) func(u str
 }
 
 // cdpCounter counts the CDP commands a pool's browser connection sends, by method
-// (Config.debugf sees each message sent as "-> {json}").
+// (Trace.CDPMessagef sees each message sent as "-> {json}").
 type cdpCounter struct {
 	mu       sync.Mutex
 	byMethod map[string]int

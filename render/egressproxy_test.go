@@ -48,8 +48,8 @@ func TestObscuraGuardProxyThroughEgressProxy(t *testing.T) {
 
 	ln := listenLoopback(t)
 	relay := newObscuraRelay(t, startProxiedBrowser(t, "http://"+ln.Addr().String()))
-	p, err := newPool(Config{Endpoint: relay.url(), Concurrency: 1, QueueLength: 2, UserAgent: testUserAgent, Guard: guard,
-		Hops: &hopRecorder{hops: limiterHops{l: limiter.New(clock.Real{})}}, Logger: testLogger(t)}, seams{guardProxyLn: ln})
+	p, err := newHopsPool(Config{Endpoint: relay.url(), Concurrency: 1, QueueLength: 2, UserAgent: testUserAgent, Guard: guard,
+		Logger: testLogger(t)}, seams{guardProxyLn: ln}, &hopRecorder{hops: limiterHops{l: limiter.New(clock.Real{})}})
 	if err != nil {
 		t.Fatal(err)
 	}

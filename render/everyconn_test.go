@@ -125,7 +125,7 @@ done("beacons " + n);`, half))
 // perHost, in front of the plain-http origin and an HTTPS one (tother.test:443) that
 // counts what it receives by host and path prefix.
 type everyConnEnv struct {
-	p   *Pool
+	p   hopsPool
 	o   *origintest.Origin
 	mu  sync.Mutex
 	tls []string // "host/path" of every request the HTTPS origin received
@@ -154,18 +154,18 @@ func newEveryConnEnv(t *testing.T, perHost int) *everyConnEnv {
 		ConnectTo: []netguard.Rule{mustRule("tother.test:443:127.0.0.1:" + port), rule},
 		Resolver:  fakeResolver{}, Dialer: loopbackOnly{f},
 	})
-	p, err := newPool(Config{
+	p, err := newHopsPool(Config{
 		Concurrency: 1, WarmTabs: -1, UserAgent: testUserAgent, Guard: guard,
 		// A page is read once its script calls done (its /hold request in flight until
 		// then), however long a loaded machine takes.
-		NetworkIdleMax: 25 * time.Second,
-		Hops:           limiterHops{l: limiter.New(clock.Real{})}, Logger: testLogger(t),
+		NetworkIdleMax:         25 * time.Second,
+		Logger:                 testLogger(t),
 		MaxHostSubrequestCount: perHost,
 	}, seams{
 		// The test server's certificate names no .test host: taken at the first
 		// handshake, as a real site's is.
 		extraFlags: []string{"ignore-certificate-errors"},
-	})
+	}, limiterHops{l: limiter.New(clock.Real{})})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -178,7 +178,7 @@ var (
 	fxOnce   sync.Once
 	fx       *fixture
 	poolOnce sync.Once
-	shared   *Pool
+	shared   hopsPool
 )
 
 // virtualHosts are the origin's names, each mapped to the listener by --connect-to.
@@ -230,7 +230,7 @@ func newFixture() *fixture {
 
 func closeFixture() {
 	poolOnce.Do(func() {})
-	if shared != nil {
+	if shared.Pool != nil {
 		shared.Close()
 	}
 	if fx != nil {
@@ -433,10 +433,10 @@ func (w tlogWriter) Write(p []byte) (int, error) {
 
 // sharedPool is the pool most tests use: a local browser, two slots, hops admitted with
 // no interval.
-func sharedPool(t testing.TB) *Pool {
+func sharedPool(t testing.TB) hopsPool {
 	f := getFixture(t)
 	poolOnce.Do(func() {
-		p, err := New(Config{
+		p, err := newHopsPool(Config{
 			Clock:       clock.Real{},
 			Logger:      slog.New(slog.DiscardHandler),
 			Concurrency: 2,
@@ -445,14 +445,13 @@ func sharedPool(t testing.TB) *Pool {
 			UserAgent:   testUserAgent,
 			Guard:       f.guard,
 			// Every document request is paused and decided on, as in the service.
-			Hops: limiterHops{l: limiter.New(clock.Real{})},
-		})
+		}, seams{}, limiterHops{l: limiter.New(clock.Real{})})
 		if err != nil {
 			panic(err)
 		}
 		shared = p
 	})
-	if shared == nil {
+	if shared.Pool == nil {
 		t.Fatal("no shared pool")
 	}
 	return shared

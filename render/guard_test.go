@@ -146,10 +146,11 @@ func newGuardEnv(t *testing.T, hops bool, caps subrequestCaps) guardEnv {
 		MaxHostSubrequestCount: caps.perHost,
 		NetworkIdleMax:         20 * time.Second, // a page holding itself open waits for its worker (holdPage)
 	}
+	var admitter HopAdmitter
 	if hops {
-		cfg.Hops = rec
+		admitter = rec
 	}
-	p, err := New(cfg)
+	p, err := newHopsPool(cfg, seams{}, admitter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,8 +297,8 @@ func TestRenderSubrequestCapsHTTPS(t *testing.T) {
 		Resolver:  fakeResolver{}, Dialer: loopbackOnly{f},
 	})
 	l := limiter.New(clock.Real{})
-	p, err := newPool(Config{Concurrency: 1, WarmTabs: -1, UserAgent: testUserAgent, Guard: guard, Hops: limiterHops{l: l},
-		Logger: testLogger(t), MaxHostSubrequestCount: perHost}, seams{extraFlags: []string{"ignore-certificate-errors"}})
+	p, err := newHopsPool(Config{Concurrency: 1, WarmTabs: -1, UserAgent: testUserAgent, Guard: guard,
+		Logger: testLogger(t), MaxHostSubrequestCount: perHost}, seams{extraFlags: []string{"ignore-certificate-errors"}}, limiterHops{l: l})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -430,7 +431,7 @@ func TestPauserDecide(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var wg sync.WaitGroup
-			p := newPauser(frameAdmitNow, testLogger(t), &wg)
+			p := newPauser(testLogger(t), &wg)
 			p.setMainFrame(main)
 			if tt.armed {
 				p.arm(&hopRender{ctx: context.Background(), st: newRenderState(clock.Real{}, "a.test", nil), skip: tt.skip})

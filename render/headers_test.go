@@ -19,7 +19,7 @@ func TestRenderSendsRequestHeaders(t *testing.T) {
 	type seen struct{ cookie, lang, referer string }
 	var mu sync.Mutex
 	got := map[string]seen{}
-	e := newHopEnvWith(t, 0, frameAdmitWait, func(w http.ResponseWriter, r *http.Request) {
+	e := newHopEnvWith(t, 0, func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		got[r.Host+r.URL.Path] = seen{r.Header.Get("Cookie"), r.Header.Get("Accept-Language"), r.Header.Get("Referer")}
 		mu.Unlock()

@@ -22,7 +22,7 @@ import (
 
 // HopAdmitter admits the main document's later requests into the limiter: redirect hops,
 // and navigations the page makes by itself (meta refresh, location=). The caller passes
-// one per render (RenderInSlot; engine.Hops); Config.Hops serves the renders given none.
+// one per render (RenderInSlot; engine.Hops), the one way an admitter reaches a render.
 type HopAdmitter = limiter.HopAdmitter
 
 // errHopRefused ends a render whose main document could not be admitted in time.
@@ -50,19 +50,10 @@ func pausePatterns(skip skipSet) []*fetch.RequestPattern {
 	return out
 }
 
-// frameMode is what the pauser does with an iframe's document request to a host other
-// than the main document's. Only frameAdmitNow (the zero value) is used by the service;
-// the others exist to measure the choice (BenchmarkRenderFrames,
-// docs/benchmarks-render.md).
-type frameMode int
-
-const (
-	frameAdmitNow  frameMode = iota // admitted if the host's turn is now; else skipped
-	frameFree                       // sent without an admission, like the page's scripts
-	frameAdmitWait                  // admitted, waiting up to the deadline; else skipped
-)
-
-// frameGrace is how far ahead a host's turn may be for frameAdmitNow to take it.
+// frameGrace is how far ahead a host's turn may be for an iframe's document on another
+// host to take it: the iframe is admitted if its host's turn is now, else skipped
+// (docs/benchmarks-render.md has the measurement against sending it unadmitted and
+// against waiting for the turn).
 const frameGrace = 20 * time.Millisecond
 
 // pauser decides on a tab's paused requests (SPEC §3: a render never loads another site
@@ -81,9 +72,8 @@ const frameGrace = 20 * time.Millisecond
 // onEvent runs on the tab's event loop and only queues; run handles the queue on its own
 // goroutine, and each admission wait on another. Safe for concurrent use.
 type pauser struct {
-	frames frameMode
-	log    *slog.Logger
-	wg     *sync.WaitGroup // the tab's: close waits for run and the admission waits
+	log *slog.Logger
+	wg  *sync.WaitGroup // the tab's: close waits for run and the admission waits
 
 	mu         sync.Mutex
 	mainFrame  cdp.FrameID
@@ -97,7 +87,7 @@ type pauser struct {
 // hopRender is what the pauser needs of the render it serves.
 type hopRender struct {
 	ctx    context.Context // the render's: ends with the render
-	hops   HopAdmitter     // the render's hop admitter (RenderInSlot's, or Config.Hops)
+	hops   HopAdmitter     // the render's hop admitter (RenderInSlot's)
 	soft   time.Time       // a hop must be admitted before it (the page is read from then)
 	st     *renderState
 	skip   skipSet  // the resource types the render does not load
@@ -108,8 +98,8 @@ type hopRender struct {
 	headers downloader.RequestHeaders
 }
 
-func newPauser(frames frameMode, log *slog.Logger, wg *sync.WaitGroup) *pauser {
-	return &pauser{frames: frames, log: log, wg: wg, wake: make(chan struct{}, 1)}
+func newPauser(log *slog.Logger, wg *sync.WaitGroup) *pauser {
+	return &pauser{log: log, wg: wg, wake: make(chan struct{}, 1)}
 }
 
 func (p *pauser) setMainFrame(id cdp.FrameID) {
@@ -201,7 +191,7 @@ func (p *pauser) decide(e *fetch.EventRequestPaused) (*hopRender, string, decisi
 		return r, domain, decideSubrequest
 	}
 	if e.FrameID != p.mainFrame {
-		if p.frames == frameFree || err != nil || domain == p.mainDomain {
+		if err != nil || domain == p.mainDomain {
 			return r, domain, decideSubrequest // part of the page, like its scripts
 		}
 		return r, domain, decideAdmitFrame
@@ -258,19 +248,15 @@ func (p *pauser) handle(tctx context.Context, e *fetch.EventRequestPaused) {
 	p.wg.Go(func() { p.admit(tctx, r, e, domain) })
 }
 
-// admitFrame admits an iframe's document request (frameAdmitNow, frameAdmitWait), or
-// fails it and counts it skipped; the render goes on either way.
+// admitFrame admits an iframe's document request if its host's turn is now (frameGrace),
+// or fails it and counts it skipped; the render goes on either way.
 func (p *pauser) admitFrame(tctx context.Context, r *hopRender, e *fetch.EventRequestPaused, domain string) {
 	id := e.RequestID
 	ctx, cancel := context.WithCancel(r.ctx)
 	defer cancel()
 	stop := context.AfterFunc(tctx, cancel)
 	defer stop()
-	deadline := r.soft
-	if p.frames == frameAdmitNow {
-		deadline = r.st.clk.Now().Add(frameGrace)
-	}
-	adm, err := r.hops.AdmitHop(withDeadline(ctx, deadline), domain)
+	adm, err := r.hops.AdmitHop(withDeadline(ctx, r.st.clk.Now().Add(frameGrace)), domain)
 	if err != nil || !r.st.addHop(domain, adm) {
 		if err != nil && ctx.Err() == nil {
 			r.st.countSkippedFrame()

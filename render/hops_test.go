@@ -110,16 +110,16 @@ type hopEnv struct {
 	o   *origintest.Origin
 	l   *limiter.Limiter
 	rec *hopRecorder
-	p   *Pool
+	p   hopsPool
 }
 
-func newHopEnv(t *testing.T, defaultInterval time.Duration, frames frameMode) *hopEnv {
+func newHopEnv(t *testing.T, defaultInterval time.Duration) *hopEnv {
 	t.Helper()
-	return newHopEnvWith(t, defaultInterval, frames, hopOrigin)
+	return newHopEnvWith(t, defaultInterval, hopOrigin)
 }
 
 // newHopEnvWith is newHopEnv on an origin serving handler.
-func newHopEnvWith(t *testing.T, defaultInterval time.Duration, frames frameMode, handler http.HandlerFunc) *hopEnv {
+func newHopEnvWith(t *testing.T, defaultInterval time.Duration, handler http.HandlerFunc) *hopEnv {
 	t.Helper()
 	f := getFixture(t)
 	o := origintest.New(handler)
@@ -131,14 +131,13 @@ func newHopEnvWith(t *testing.T, defaultInterval time.Duration, frames frameMode
 	guard := netguard.New(netguard.Config{ConnectTo: []netguard.Rule{rule}, Resolver: fakeResolver{}, Dialer: loopbackOnly{f}})
 	l := limiter.New(clock.Real{})
 	rec := &hopRecorder{hops: limiterHops{l: l, defaultInterval: defaultInterval}}
-	p, err := newPool(Config{
+	p, err := newHopsPool(Config{
 		Concurrency: 1,
 		WarmTabs:    1,
 		UserAgent:   testUserAgent,
 		Guard:       guard,
-		Hops:        rec,
 		Logger:      testLogger(t),
-	}, seams{frames: frames})
+	}, seams{}, rec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +192,7 @@ func (e *hopEnv) requestCount(host string) uint64 {
 // is now is admitted like a hop.
 func TestRenderHops(t *testing.T) {
 	const defaultInterval = 200 * time.Millisecond
-	e := newHopEnv(t, defaultInterval, frameAdmitNow)
+	e := newHopEnv(t, defaultInterval)
 
 	t.Run("cross host", func(t *testing.T) {
 		out := e.render(t, "cross-a.test/", 0, safetyTimeout(t))
@@ -296,7 +295,7 @@ func TestRenderHops(t *testing.T) {
 // iframe (counted in skipped_frame_count) while the page renders.
 func TestRenderFramesAdmitNow(t *testing.T) {
 	t.Parallel() // owns its origin and pool (parallelTests)
-	e := newHopEnv(t, 0, frameAdmitNow)
+	e := newHopEnv(t, 0)
 	out := e.render(t, "embed.test/", 0, safetyTimeout(t))
 	if out.FailReason != "" || deref(out.HealthSignal.SkippedFrameCount) != 0 {
 		t.Fatalf("fail_reason=%s skipped_frame_count=%d", failReason(out), deref(out.HealthSignal.SkippedFrameCount))
@@ -569,7 +568,7 @@ func TestRenderHopsHTTPS(t *testing.T) {
 	})
 	l := limiter.New(clock.Real{})
 	rec := &hopRecorder{hops: limiterHops{l: l}}
-	p, err := New(Config{Concurrency: 1, WarmTabs: -1, UserAgent: testUserAgent, Guard: guard, Hops: rec, Logger: testLogger(t)})
+	p, err := newHopsPool(Config{Concurrency: 1, WarmTabs: -1, UserAgent: testUserAgent, Guard: guard, Logger: testLogger(t)}, seams{}, rec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -674,22 +673,22 @@ Promise.all(all).then(() => { document.getElementById("n").textContent = "answer
 	var mu sync.Mutex
 	sent := make(map[string]int)
 	l := limiter.New(clock.Real{})
-	p, err := newPool(Config{
+	p, err := newHopsPool(Config{
 		Concurrency: 1, WarmTabs: 1, UserAgent: testUserAgent, Logger: testLogger(t),
 		Guard:              netguard.New(netguard.Config{ConnectTo: []netguard.Rule{rule}, Resolver: fakeResolver{}, Dialer: loopbackOnly{f}}),
-		Hops:               limiterHops{l: l},
 		MaxSubrequestCount: total,
-	}, seams{debugf: func(format string, args ...any) {
-		if msg, ok := args[0].([]byte); ok && strings.HasPrefix(format, "->") {
-			for _, m := range []string{"Fetch.continueRequest", "Fetch.failRequest"} {
-				if strings.Contains(string(msg), `"method":"`+m+`"`) {
-					mu.Lock()
-					sent[m]++
-					mu.Unlock()
+		Trace: &Trace{CDPMessagef: func(format string, args ...any) {
+			if msg, ok := args[0].([]byte); ok && strings.HasPrefix(format, "->") {
+				for _, m := range []string{"Fetch.continueRequest", "Fetch.failRequest"} {
+					if strings.Contains(string(msg), `"method":"`+m+`"`) {
+						mu.Lock()
+						sent[m]++
+						mu.Unlock()
+					}
 				}
 			}
-		}
-	}})
+		}},
+	}, seams{}, limiterHops{l: l})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	"downloader/origintest"
 )
 
-// TestRenderHopsPerCall: as the service wires it (Config.ShouldAdmitHops, no Config.Hops),
+// TestRenderHopsPerCall: as the service wires it (Config.ShouldAdmitHops),
 // a render's later main documents are admitted by the admitter passed with the call
 // (RenderInSlot, the engine's per request); a render given none sends nothing to the
 // hop's host and answers self_rate_limited (fail closed).

@@ -20,7 +20,7 @@ import (
 // (pausePatterns), and a tab has one set of Fetch patterns (a second Fetch.enable replaces
 // the first's): skipping is then one of the pauser's decisions (hops.go), for the render's
 // own set, whose patterns the tab takes when the set changes. Without a pauser
-// (Config.Hops nil: tests, benchmarks) the browser pauses only the requests of the
+// (Config.ShouldAdmitHops false: tests, benchmarks) the browser pauses only the requests of the
 // skipped types (one pattern per type) and the skipper fails each at once, so a request
 // of any other type costs no protocol round trip. Network.setBlockedURLs, the mechanism
 // without a round trip, matches URLs only, and a URL does not say what a request is for.

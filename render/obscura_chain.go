@@ -21,7 +21,7 @@ const maxChainHops = 10
 
 // resolveChain follows the main document's redirects with our own requests, through the
 // render's proxy (the Guard, --connect-to and the wire gate as for the browser's), each
-// hop after the first admitted through Config.Hops before it is sent, then returns the
+// hop after the first admitted through the render's hop admitter before it is sent, then returns the
 // final URL: the one Obscura is made to navigate to (profile.resolveRedirects).
 //
 // Obscura follows redirects inside its HTTP client, and an HTTPS one reaches our proxy as

@@ -118,13 +118,13 @@ func (o *exampleOrigin) admittedCount(host string) int {
 
 // newExamplePool is a pool on the relay whose server's own proxy is our guard proxy, in
 // front of a Chromium that takes the test certificate, with the example origin's guard.
-func newExamplePool(t *testing.T, o *exampleOrigin, edit func(*Config)) (*Pool, *obscuraRelay) {
+func newExamplePool(t *testing.T, o *exampleOrigin, edit func(*Config)) (hopsPool, *obscuraRelay) {
 	t.Helper()
 	return newExamplePoolFlags(t, o, []string{"--ignore-certificate-errors"}, edit)
 }
 
 // newExamplePoolFlags is newExamplePool with the Chromium's certificate flags given.
-func newExamplePoolFlags(t *testing.T, o *exampleOrigin, certFlags []string, edit func(*Config)) (*Pool, *obscuraRelay) {
+func newExamplePoolFlags(t *testing.T, o *exampleOrigin, certFlags []string, edit func(*Config)) (hopsPool, *obscuraRelay) {
 	t.Helper()
 	ln := listenLoopback(t)
 	relay := newObscuraRelay(t, startDebugBrowser(t, "relay-browser-", append([]string{"--remote-allow-origins=*",
@@ -135,13 +135,12 @@ func newExamplePoolFlags(t *testing.T, o *exampleOrigin, certFlags []string, edi
 		QueueLength: 2,
 		UserAgent:   testUserAgent,
 		Guard:       o.guard,
-		Hops:        o.hopAdmitter(),
 		Logger:      testLogger(t),
 	}
 	if edit != nil {
 		edit(&cfg)
 	}
-	p, err := newPool(cfg, seams{guardProxyLn: ln, chainTLS: &tls.Config{RootCAs: o.roots}})
+	p, err := newHopsPool(cfg, seams{guardProxyLn: ln, chainTLS: &tls.Config{RootCAs: o.roots}}, o.hopAdmitter())
 	if err != nil {
 		t.Fatal(err)
 	}

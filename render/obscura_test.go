@@ -17,7 +17,7 @@ import (
 // `obscura serve --proxy` pointed at it; without, its own proxy is the open network, as
 // an Obscura started without --proxy reaches the origin directly.
 type obscuraSetup struct {
-	p     *Pool
+	p     hopsPool
 	net   *openNetwork
 	relay *obscuraRelay
 	hops  *hopRecorder
@@ -34,15 +34,14 @@ func newObscuraSetup(t *testing.T, isGuarded bool, concurrency int) *obscuraSetu
 	}
 	relay := newObscuraRelay(t, startProxiedBrowser(t, proxy))
 	hops := &hopRecorder{hops: limiterHops{l: limiter.New(clock.Real{})}}
-	p, err := newPool(Config{
+	p, err := newHopsPool(Config{
 		Endpoint:    relay.url(),
 		Concurrency: concurrency,
 		QueueLength: 2,
 		UserAgent:   testUserAgent,
 		Guard:       f.guard,
-		Hops:        hops,
 		Logger:      testLogger(t),
-	}, seams{guardProxyLn: ln})
+	}, seams{guardProxyLn: ln}, hops)
 	if err != nil {
 		t.Fatal(err)
 	}

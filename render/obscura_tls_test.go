@@ -20,7 +20,7 @@ import (
 // directory of the test. With isTrusted the relay's Chromium trusts that CA (by its key:
 // --ignore-certificate-errors-spki-list, as Obscura is told by SSL_CERT_FILE), and
 // nothing else: the origin's own test certificate would be refused by it.
-func newTLSExamplePool(t *testing.T, o *exampleOrigin, isTrusted bool, edit func(*Config)) (*Pool, *obscuraRelay, *renderproxy.Authority) {
+func newTLSExamplePool(t *testing.T, o *exampleOrigin, isTrusted bool, edit func(*Config)) (hopsPool, *obscuraRelay, *renderproxy.Authority) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "render-guard-ca")
 	ca, err := renderproxy.LoadOrCreateAuthority(dir) // made before the browser: it must know the key
@@ -91,7 +91,8 @@ func TestObscuraTLSSelfNavigationAdmitted(t *testing.T) {
 // origin sees nothing.
 func TestObscuraTLSSelfNavigationRefused(t *testing.T) {
 	o := newExampleOrigin(t, chainPages)
-	p, _, _ := newTLSExamplePool(t, o, true, func(c *Config) { c.Hops = refusingHops{} })
+	p, _, _ := newTLSExamplePool(t, o, true, nil)
+	p.hops = refusingHops{} // the render's admitter, passed with the call, refuses
 	out := p.Render(context.Background(), getFixture(t).url("https://selfnav.example.com/"), nil, 30*time.Second)
 	checkCause(t, out)
 	if out.FailReason != downloader.FailSelfRateLimited || out.Summary("selfnav.example.com").HasReachedOrigin {

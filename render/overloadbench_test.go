@@ -60,13 +60,13 @@ func BenchmarkRenderOverload(b *testing.B) {
 		b.Run(r.name, func(b *testing.B) {
 			p, err := New(Config{
 				Concurrency: r.slots, QueueLength: offered, UserAgent: testUserAgent, Guard: o.guard,
-				Logger: logger, Scaling: r.scaling,
-				Hops: limiterHops{l: limiter.New(clock.Real{})},
+				Logger: logger, Scaling: r.scaling, ShouldAdmitHops: true,
 			})
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer p.Close()
+			hops := limiterHops{l: limiter.New(clock.Real{})}
 			id := run.Add(1)
 			one := func(u string) (time.Duration, *downloader.Outcome) {
 				release, failed := p.AcquireSlot(context.Background())
@@ -75,7 +75,7 @@ func BenchmarkRenderOverload(b *testing.B) {
 				}
 				defer release()
 				s := time.Now()
-				out := p.RenderInSlot(context.Background(), o.url(u), nil, nil, downloader.RenderOptions{})
+				out := p.RenderInSlot(context.Background(), o.url(u), nil, hops, downloader.RenderOptions{})
 				return time.Since(s), out
 			}
 			if _, out := one(fmt.Sprintf("http://warm-%d.heavy.test/", id)); out.FailReason != "" {

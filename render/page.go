@@ -385,7 +385,7 @@ func (j *renderJob) wait(ctx context.Context, t *tab) error {
 	var quietC, idleMaxC <-chan time.Time
 	var quietSince uint64
 	softFired := false
-	refilled := j.p.cfg.refillAtLoad // the replacement tab was asked for at the load event
+	refilled := false // the replacement tab was asked for
 	defer func() {
 		if quiet != nil {
 			quiet.Stop()
@@ -405,9 +405,6 @@ func (j *renderJob) wait(ctx context.Context, t *tab) error {
 		if s.loaded && idleMax == nil {
 			idleMax = clk.NewTimer(j.p.cfg.NetworkIdleMax)
 			idleMaxC = idleMax.C()
-			if j.p.cfg.refillAtLoad {
-				j.p.refill()
-			}
 		}
 		switch {
 		case s.loaded && s.inflight == 0:

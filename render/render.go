@@ -147,13 +147,12 @@ type Config struct {
 	// the page makes by itself) each get their own limiter admission before they are sent
 	// (SPEC §2), from the hop admitter the caller passes with each render (RenderInSlot:
 	// the engine's, built per request). A render given none then refuses them (fail
-	// closed). False, with Hops nil: nothing after the first request is admitted and
-	// nothing is paused, whatever a render is given (tests, benchmarks).
+	// closed). False: nothing after the first request is admitted and nothing is paused,
+	// whatever a render is given (tests, benchmarks).
 	ShouldAdmitHops bool
-	// Hops is the hop admitter of the renders that take none per call (Render,
-	// RenderWith: tests and benchmarks); set, it turns the pausing on as ShouldAdmitHops
-	// does. The service leaves it nil.
-	Hops HopAdmitter
+
+	// Trace, when set, is told of events inside the pool (trace.go); nil: none.
+	Trace *Trace
 
 	DefaultTimeout time.Duration // a render's timeout when Render is given none
 
@@ -505,7 +504,9 @@ var (
 // Every main-frame document after the first is admitted through the render's hop admitter with a
 // deadline at which the page would be read anyway; its admission is Wire'd when its first bytes
 // go toward its host, and given back (Cancel, or Done once on the wire) when Render
-// returns. A hop not admitted by then fails the render with self_rate_limited.
+// returns. A hop not admitted by then fails the render with self_rate_limited. Render and
+// RenderWith pass no admitter (RenderInSlot takes one): with Config.ShouldAdmitHops their
+// renders admit no hop.
 //
 // The timeout (DefaultTimeout when zero) covers everything from the call: the wait for a
 // slot, the browser and the page. Render returns at the latest when it ends, with
@@ -555,8 +556,8 @@ func (p *Pool) AcquireSlot(ctx context.Context) (release func(), failed *downloa
 // RenderInSlot is RenderWith under a slot the caller took with AcquireSlot (and gives
 // back after this returns). hops admits the render's later main documents (the engine
 // builds one per request: its entry, and in cluster mode the shared tickets that end with
-// it); nil: Config.Hops, or none admitted. Without Config.ShouldAdmitHops or Config.Hops
-// no document is paused, so none is admitted either way.
+// it); nil: none admitted. Without Config.ShouldAdmitHops no document is paused, so none
+// is admitted either way.
 func (p *Pool) RenderInSlot(ctx context.Context, u *url.URL, adm *limiter.Admission, hops HopAdmitter, opts downloader.RenderOptions) *downloader.Outcome {
 	return p.renderTimed(ctx, u, adm, hops, opts, true)
 }
@@ -590,10 +591,8 @@ func (p *Pool) renderTimed(ctx context.Context, u *url.URL, adm *limiter.Admissi
 		skip = newSkipSet(opts.SkipResourceTypes)
 	}
 	switch {
-	case !p.cfg.ShouldAdmitHops && p.cfg.Hops == nil:
+	case !p.cfg.ShouldAdmitHops:
 		hops = nil // nothing is paused
-	case hops == nil && p.cfg.Hops != nil:
-		hops = p.cfg.Hops
 	case hops == nil:
 		hops = noHopAdmitter{}
 	}

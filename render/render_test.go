@@ -27,7 +27,7 @@ import (
 	"downloader/limiter"
 )
 
-func render(t *testing.T, p *Pool, u string, timeout time.Duration) *downloader.Outcome {
+func render(t *testing.T, p renderer, u string, timeout time.Duration) *downloader.Outcome {
 	t.Helper()
 	out := p.Render(context.Background(), getFixture(t).url(u), nil, timeout)
 	if out == nil {
@@ -518,16 +518,15 @@ func startDebugBrowser(t testing.TB, dirPrefix string, extraFlags ...string) str
 func TestRenderRemoteEndpoint(t *testing.T) {
 	f := getFixture(t)
 	wsURL := startRemoteBrowser(t)
-	p, err := New(Config{
+	p, err := newHopsPool(Config{
 		Endpoint:    wsURL,
 		Concurrency: 1,
 		QueueLength: 0,
 		WarmTabs:    -1,
 		UserAgent:   testUserAgent,
 		Guard:       f.guard,
-		Hops:        limiterHops{l: limiter.New(clock.Real{})},
 		Logger:      testLogger(t),
-	})
+	}, seams{}, limiterHops{l: limiter.New(clock.Real{})})
 	if err != nil {
 		t.Fatal(err)
 	}

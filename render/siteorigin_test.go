@@ -90,20 +90,20 @@ func (o *siteOrigin) mark() int {
 
 // pool starts a pool on this origin with cfg's other fields (hops admitted with no
 // interval, as in the service); it is closed when the test ends.
-func (o *siteOrigin) pool(t testing.TB, cfg Config) *Pool {
+func (o *siteOrigin) pool(t testing.TB, cfg Config) hopsPool {
 	t.Helper()
 	return o.poolHops(t, cfg, true)
 }
 
 // poolHops is pool, with hops admitted (a pauser per tab, as the service has) or not
 // (no pauser: nothing but the skipped resource types is paused).
-func (o *siteOrigin) poolHops(t testing.TB, cfg Config, hops bool) *Pool {
+func (o *siteOrigin) poolHops(t testing.TB, cfg Config, hops bool) hopsPool {
 	t.Helper()
 	return o.poolSeams(t, cfg, hops, seams{})
 }
 
 // poolSeams is poolHops with the test's seams.
-func (o *siteOrigin) poolSeams(t testing.TB, cfg Config, hops bool, sm seams) *Pool {
+func (o *siteOrigin) poolSeams(t testing.TB, cfg Config, hops bool, sm seams) hopsPool {
 	t.Helper()
 	cfg.Guard = o.guard
 	cfg.UserAgent = testUserAgent
@@ -113,10 +113,11 @@ func (o *siteOrigin) poolSeams(t testing.TB, cfg Config, hops bool, sm seams) *P
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = 1
 	}
+	var admitter HopAdmitter
 	if hops {
-		cfg.Hops = limiterHops{l: limiter.New(clock.Real{})}
+		admitter = limiterHops{l: limiter.New(clock.Real{})}
 	}
-	p, err := newPool(cfg, sm)
+	p, err := newHopsPool(cfg, sm, admitter)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,8 +23,8 @@ func TestRenderFailedConnectionSpendsTheSlot(t *testing.T) {
 			p := sharedPool(t)
 			if iso == IsolationContext {
 				var err error
-				p, err = New(Config{Concurrency: 1, WarmTabs: -1, UserAgent: testUserAgent, Guard: f.guard,
-					Isolation: IsolationContext, Logger: testLogger(t), Hops: limiterHops{l: limiter.New(clock.Real{})}})
+				p, err = newHopsPool(Config{Concurrency: 1, WarmTabs: -1, UserAgent: testUserAgent, Guard: f.guard,
+					Isolation: IsolationContext, Logger: testLogger(t)}, seams{}, limiterHops{l: limiter.New(clock.Real{})})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -35,7 +35,7 @@ func TestRenderFailedConnectionSpendsTheSlot(t *testing.T) {
 	}
 }
 
-func testFailedConnectionSpends(t *testing.T, f *fixture, p *Pool) {
+func testFailedConnectionSpends(t *testing.T, f *fixture, p hopsPool) {
 	tests := []struct {
 		url     string
 		domain  string

@@ -86,8 +86,8 @@ func (p *Pool) newUse(parent context.Context, prof profile, listen bool) (*tabUs
 		return nil, err
 	}
 	u := &tabUse{proxy: px, tr: newTracker()}
-	if (p.cfg.ShouldAdmitHops || p.cfg.Hops != nil) && prof.interception == interceptFetch {
-		u.pause = newPauser(p.cfg.frames, p.log, &u.wg)
+	if p.cfg.ShouldAdmitHops && prof.interception == interceptFetch {
+		u.pause = newPauser(p.log, &u.wg)
 	}
 	u.ctx, u.cancel = context.WithCancel(parent)
 	return u, nil
@@ -295,7 +295,7 @@ func (t *tab) setSkip(ctx context.Context, set skipSet) error {
 // page's own work is not touched; measured in docs/benchmarks-render.md. CSS goes before
 // DOM, which it needs. Chromium only (another server keeps what it has).
 func (p *Pool) quietAgents(ctx context.Context, s cdp.Session, prof profile) error {
-	if p.cfg.keepAgents || prof.interception != interceptFetch {
+	if prof.interception != interceptFetch {
 		return nil
 	}
 	if _, err := cdp.Call(ctx, s, css.Disable, cdp.Empty{}); err != nil {
@@ -411,9 +411,7 @@ func (p *Pool) reuse(t *tab) {
 		if <-heapOver {
 			keep = false
 		}
-		if p.cfg.onWipe != nil {
-			p.cfg.onWipe(p.clk.Now().Sub(wipeStart))
-		}
+		p.cfg.Trace.tabWiped(p.clk.Now().Sub(wipeStart))
 		if err != nil {
 			if t.b.alive() && p.ctx.Err() == nil && !errors.Is(err, errReplaceTab) {
 				p.log.Warn("render: wiping a tab failed; replacing it", "error", err)
@@ -455,9 +453,9 @@ func (p *Pool) reuse(t *tab) {
 // few). affinityUntil bounds the wait for the site's own context while it serves or wipes
 // (zero: no wait).
 func (p *Pool) takeTab(ctx context.Context, b *browser, site string, affinityUntil time.Time) (*tab, error) {
-	if p.cfg.onTakeTab != nil {
+	if p.cfg.Trace != nil && p.cfg.Trace.TabTaken != nil {
 		start := p.clk.Now()
-		defer func() { p.cfg.onTakeTab(p.clk.Now().Sub(start)) }()
+		defer func() { p.cfg.Trace.tabTaken(p.clk.Now().Sub(start)) }()
 	}
 	var affinity <-chan time.Time // fires when the wait for the site's context is over
 	for {
@@ -509,9 +507,7 @@ func (p *Pool) takeTab(ctx context.Context, b *browser, site string, affinityUnt
 				tm := p.clk.NewTimer(max(affinityUntil.Sub(p.clk.Now()), 0))
 				defer tm.Stop()
 				affinity = tm.C()
-				if p.cfg.onAffinityWait != nil {
-					p.cfg.onAffinityWait(site)
-				}
+				p.cfg.Trace.affinityWaitStarted(site)
 			}
 			var err error
 			select {

@@ -116,7 +116,7 @@ func TestWarmTabStartBounded(t *testing.T) {
 	t.Parallel()
 	f := getFixture(t)
 	relay := newStallRelay(t, startDebugBrowser(t, "stall-browser-", "--remote-allow-origins=*"))
-	p, err := New(Config{
+	p, err := newHopsPool(Config{
 		Endpoint:      relay.url(),
 		Kind:          RendererChromium,
 		Isolation:     IsolationContext,
@@ -125,10 +125,9 @@ func TestWarmTabStartBounded(t *testing.T) {
 		QueueLength:   1,
 		UserAgent:     testUserAgent,
 		Guard:         f.guard,
-		Hops:          limiterHops{l: limiter.New(clock.Real{})},
 		LaunchTimeout: 20 * time.Second,
 		Logger:        testLogger(t),
-	})
+	}, seams{}, limiterHops{l: limiter.New(clock.Real{})})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,13 +14,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nlnwa/gowarc/v3"
 
+	"downloader/internal/testkit"
 	"downloader/origintest"
 )
 
@@ -43,50 +43,6 @@ func buildBinary(t testing.TB) string {
 		t.Fatal(pkgBinary.err)
 	}
 	return pkgBinary.path
-}
-
-// notifyBuffer is a process's stderr that tells a waiter about each write.
-type notifyBuffer struct {
-	mu      sync.Mutex
-	b       bytes.Buffer
-	written chan struct{}
-}
-
-func (b *notifyBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.written != nil {
-		close(b.written)
-		b.written = nil
-	}
-	return b.b.Write(p)
-}
-
-func (b *notifyBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
-// waitFor reports whether the buffer holds want before deadline fires.
-func (b *notifyBuffer) waitFor(want string, deadline <-chan time.Time) bool {
-	for {
-		b.mu.Lock()
-		if strings.Contains(b.b.String(), want) {
-			b.mu.Unlock()
-			return true
-		}
-		if b.written == nil {
-			b.written = make(chan struct{})
-		}
-		ch := b.written
-		b.mu.Unlock()
-		select {
-		case <-ch:
-		case <-deadline:
-			return false
-		}
-	}
 }
 
 // TestCrawlOutputsSurviveSignals runs the built binary on a list, stops it with SIGINT or
@@ -141,7 +97,7 @@ func TestCrawlOutputsSurviveSignals(t *testing.T) {
 			after = rng.IntN(left / 2)
 		}
 		cmd := exec.Command(bin, args...)
-		stderr := &notifyBuffer{}
+		stderr := &testkit.NotifyBuffer{}
 		var stdout bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, stderr
 		if err := cmd.Start(); err != nil {
@@ -151,7 +107,7 @@ func TestCrawlOutputsSurviveSignals(t *testing.T) {
 		go func() { done <- cmd.Wait() }()
 		if !last {
 			deadline := time.After(2 * time.Minute)
-			if !stderr.waitFor("console on", deadline) {
+			if !stderr.WaitFor("console on", deadline) {
 				cmd.Process.Kill()
 				<-done
 				t.Fatalf("round %d: no start:\n%s", round, stderr.String())

@@ -1,6 +1,7 @@
 // Package testkit holds the test doubles that several packages' tests share, so that each
 // is written once: resolvers that never touch the network, an in-memory settings store,
-// and a fake cluster runtime. Only tests import it.
+// a fake cluster runtime, a child process's stderr that wakes its waiters, and the
+// scheme-redirect table of fetch's and render's tests. Only tests import it.
 //
 // It imports only the root package (the cluster types are its vocabulary), so the tests
 // of any package but the root may use it.
