@@ -74,11 +74,14 @@ var netErrors = map[string]downloader.Cause{
 	"ERR_RESPONSE_HEADERS_TOO_BIG":    downloader.CauseConnectionReset,
 	"ERR_CONTENT_DECODING_FAILED":     downloader.CauseConnectionReset,
 	"ERR_TOO_MANY_REDIRECTS":          downloader.CauseHTTPStatus,
-	"ERR_HTTP_RESPONSE_CODE_FAILURE":  downloader.CauseHTTPStatus,
-	"ERR_UNSAFE_REDIRECT":             downloader.CauseDestinationForbidden,
-	"ERR_UNSAFE_PORT":                 downloader.CauseDestinationForbidden,
-	"ERR_DISALLOWED_URL_SCHEME":       downloader.CauseDestinationForbidden,
-	"ERR_BLOCKED_BY_RESPONSE":         downloader.CauseHTTPStatus,
+	// A 3xx whose Location is no URL: the origin's bad answer (SPEC §4), as a plain
+	// fetch says; the browser reports no event with the redirect's status.
+	"ERR_INVALID_REDIRECT":           downloader.CauseHTTPStatus,
+	"ERR_HTTP_RESPONSE_CODE_FAILURE": downloader.CauseHTTPStatus,
+	"ERR_UNSAFE_REDIRECT":            downloader.CauseDestinationForbidden,
+	"ERR_UNSAFE_PORT":                downloader.CauseDestinationForbidden,
+	"ERR_DISALLOWED_URL_SCHEME":      downloader.CauseDestinationForbidden,
+	"ERR_BLOCKED_BY_RESPONSE":        downloader.CauseHTTPStatus,
 	// Our own side: the browser could not reach our proxy, or lost its network.
 	"ERR_PROXY_CONNECTION_FAILED": downloader.CauseRendererUnavailable,
 	"ERR_INTERNET_DISCONNECTED":   downloader.CauseRendererUnavailable,

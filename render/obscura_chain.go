@@ -41,7 +41,6 @@ func (j *renderJob) resolveChain(ctx context.Context, t *tab) (string, *download
 	}
 	defer tr.CloseIdleConnections()
 	jar, _ := cookiejar.New(nil) // the chain's own cookies, as a browser carries them along it
-	client := &http.Client{Transport: tr, Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	h := j.st.proxyHops()
 	var cookies []*network.CookieParam
 	cur := j.u
@@ -56,7 +55,7 @@ func (j *renderJob) resolveChain(ctx context.Context, t *tab) (string, *download
 		if h != nil && !h.admitDomain(domain) {
 			return "", downloader.FailedBy(downloader.CauseHopRefused)
 		}
-		resp, err := j.chainRequest(ctx, client, t, cur)
+		resp, err := j.chainRequest(ctx, tr, jar, t, cur)
 		if err != nil {
 			return "", downloader.FailedBy(j.chainFailure(ctx, t, cur, err))
 		}
@@ -101,7 +100,7 @@ func (j *renderJob) resolveChain(ctx context.Context, t *tab) (string, *download
 
 // chainRequest sends one GET of the chain as a browser's navigation would look: our user
 // agent, a document's Accept and fetch metadata.
-func (j *renderJob) chainRequest(ctx context.Context, client *http.Client, t *tab, u *url.URL) (*http.Response, error) {
+func (j *renderJob) chainRequest(ctx context.Context, tr http.RoundTripper, jar http.CookieJar, t *tab, u *url.URL) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return nil, err
@@ -113,7 +112,18 @@ func (j *renderJob) chainRequest(ctx context.Context, client *http.Client, t *ta
 	if u.Scheme == "http" {
 		req.Header.Set(renderproxy.ChainHeader, t.proxy.Token())
 	}
-	return client.Do(req)
+	for _, c := range jar.Cookies(u) {
+		req.AddCookie(c)
+	}
+	// The transport, not an http.Client: a client reads every 3xx's Location before
+	// anything else and fails the request when it is no URL, which is the origin's bad
+	// answer (SPEC §4), http_status_error with its status, not a failure on the path.
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	jar.SetCookies(u, resp.Cookies())
+	return resp, nil
 }
 
 // chainFailure is the cause of a chain request that got no answer: what our proxy

@@ -635,6 +635,7 @@ func TestClassifyNetError(t *testing.T) {
 		{"net::ERR_CERT_AUTHORITY_INVALID", downloader.FailTLSFailed},
 		{"net::ERR_SSL_PROTOCOL_ERROR", downloader.FailTLSFailed},
 		{"net::ERR_TOO_MANY_REDIRECTS", downloader.FailHTTPStatusError},
+		{"net::ERR_INVALID_REDIRECT", downloader.FailHTTPStatusError},
 		{"net::ERR_PROXY_CONNECTION_FAILED", downloader.FailRendererUnavailable},
 		{"net::ERR_SOMETHING_NEW", downloader.FailConnectionReset},
 	}

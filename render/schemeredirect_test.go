@@ -12,7 +12,7 @@ import (
 )
 
 // checkSchemeRedirect checks a render of a redirect to another scheme: the origin's bad
-// answer, its 3xx, reached.
+// answer, its 3xx (0 where the browser tells none), reached.
 func checkSchemeRedirect(t *testing.T, out *downloader.Outcome, status int) {
 	t.Helper()
 	checkCause(t, out)
@@ -30,11 +30,15 @@ func TestRenderRedirectToOtherScheme(t *testing.T) {
 	e := newHopEnvWith(t, 0, testkit.SchemeRedirectPages)
 	for i, tt := range testkit.SchemeRedirects() {
 		t.Run(tt.Name, func(t *testing.T) {
-			if !tt.IsLocationURL {
-				t.Skip("a Location that is no URL is connection_reset here, http_status_error in a plain fetch: not yet the same")
-			}
 			out := e.render(t, "scheme.test/r/"+strconv.Itoa(i), 0, 20*time.Second)
-			checkSchemeRedirect(t, out, tt.Status)
+			want := tt.Status
+			if !tt.IsLocationURL {
+				// Chromium fails such a redirect (net::ERR_INVALID_REDIRECT) before any
+				// event carries its status: the fail_reason is the fetch's, the status
+				// unknown.
+				want = 0
+			}
+			checkSchemeRedirect(t, out, want)
 		})
 	}
 	getFixture(t).noViolations(t)
@@ -54,12 +58,6 @@ func TestObscuraRedirectToOtherScheme(t *testing.T) {
 	p, relay := newExamplePool(t, o, nil)
 	for i, tt := range testkit.SchemeRedirects() {
 		for _, start := range []string{"http://start.example.com/r/", "https://hopa.example.com/r/", "http://start.example.com/hop?i="} {
-			if !tt.IsLocationURL {
-				t.Run(tt.Name+" from "+start, func(t *testing.T) {
-					t.Skip("a Location that is no URL is connection_reset here, http_status_error in a plain fetch: not yet the same")
-				})
-				continue
-			}
 			navBefore := len(relay.navigated())
 			out := p.Render(context.Background(), getFixture(t).url(start+strconv.Itoa(i)), nil, 30*time.Second)
 			t.Run(tt.Name+" from "+start, func(t *testing.T) {

@@ -13,10 +13,9 @@ type SchemeRedirect struct {
 	Name     string
 	Status   int
 	Location string
-	// IsLocationURL is false for a Location that does not parse as a URL. A render's
-	// answer to it differs today (connection_reset, from the browser's and net/http's
-	// refusal of the Location, against a plain fetch's http_status_error), so render's
-	// tests skip these rows and say so.
+	// IsLocationURL is false for a Location that does not parse as a URL: the same
+	// http_status_error everywhere, but a render on Chromium cannot tell its status (the
+	// browser fails it, net::ERR_INVALID_REDIRECT, before any event carries the 3xx).
 	IsLocationURL bool
 }
 
