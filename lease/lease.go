@@ -345,7 +345,7 @@ func (l *Loop) leaseLoop(ctx, bg context.Context, tasks *sync.WaitGroup, pool *w
 		poll = 0
 		l.leased.Add(int64(len(got)))
 		for i := range got {
-			t := got[i]
+			t := &got[i] // the batch's slice, not a copy per task: nothing else uses it
 			l.held.Add(1)
 			if ctx.Err() != nil {
 				// Leased as the loop began to stop: hand it back unrun.
@@ -361,7 +361,7 @@ func (l *Loop) leaseLoop(ctx, bg context.Context, tasks *sync.WaitGroup, pool *w
 			pool.run(func() {
 				defer tasks.Done()
 				defer l.unhold()
-				l.runTask(bg, &t)
+				l.runTask(bg, t)
 			})
 		}
 	}
