@@ -7,7 +7,9 @@
 //
 // Capacity. The loop holds at most MaxHeldCount tasks at once (leased and not finished) and
 // asks the source only for as many as are free, so it leases only what it can start soon:
-// a task waiting for its domain's slot counts as held. The scheduler rate-limits its own
+// a task waiting for its domain's slot counts as held. Once full, it leases again when a
+// sixteenth of MaxHeldCount is free (leaseBatchCount), in one call, not after every
+// finished task. The scheduler rate-limits its own
 // dequeue path, and the local queue hands a domain's tasks out no faster than their
 // interval, so held tasks are mostly due now. The engine delays a task whose domain is over
 // its interval to the reserved slot, and releases it at once when that slot would outlive
