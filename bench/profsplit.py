@@ -29,6 +29,9 @@ rules=[
 tot=0;c=collections.Counter()
 for b in blocks:
     lines=[l for l in b.strip().split('\n') if l.strip()]
+    # A sample with pprof labels (Pebble's flush, compaction and WAL sync goroutines) opens
+    # with a line per label ("pebble:  wal-sync"); its time is on the first line after.
+    while lines and not re.match(r'\s*\d+(?:\.\d+)?(ms|s|us|ns|hrs|mins)\s',lines[0]): lines=lines[1:]
     if not lines: continue
     m=re.match(r'\s*(\d+(?:\.\d+)?)(ms|s|us|ns|hrs|mins)\s+(.*)',lines[0])
     if not m: continue

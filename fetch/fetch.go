@@ -448,7 +448,10 @@ func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Adm
 	}
 	b := f.readBody(hopCtx, cancel, resp, f.cfg.MaxBodyBytes)
 	out.Body = b.body
-	out.ResponseHeaders = resp.Header.Clone() // as served, for the stored page (WARC)
+	// As served, for the stored page (WARC). The map is the response's own, not a copy:
+	// nothing changes it once RoundTrip returned (trailers go to resp.Trailer, and the
+	// transport decodes no body itself: we send Accept-Encoding), and resp ends here.
+	out.ResponseHeaders = resp.Header
 	out.HealthSignal.BodyBytes = int64(len(b.body))
 	out.HealthSignal.ContentType = contentType(resp.Header.Get("Content-Type"), b.body)
 	n := textLength(out.HealthSignal.ContentType, b.body, b.undecoded)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 
@@ -67,5 +68,45 @@ func TestRequestHeadersUserAgent(t *testing.T) {
 	e.fetchOpts(context.Background(), "http://site.test/", downloader.FetchOptions{Headers: downloader.RequestHeaders{"User-Agent": "theirs/2"}})
 	if ua != "theirs/2" {
 		t.Errorf("User-Agent %q, want theirs/2", ua)
+	}
+}
+
+// TestFetchResponseHeaders: the outcome keeps the final response's header fields as served
+// (for the stored page), every value of a repeated field, and nothing of a trailer, which
+// arrives after the body, over HTTP/1.1 and HTTP/2 alike.
+func TestFetchResponseHeaders(t *testing.T) {
+	page := func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		w.Header().Add("X-Served", "a")
+		w.Header().Add("X-Served", "b")
+		w.Header().Set("Trailer", "X-Sum")
+		io.WriteString(w, okPage)
+		w.Header().Set("X-Sum", "1")
+	}
+	tests := []struct {
+		name string
+		env  func(t *testing.T) *env
+		url  string
+	}{
+		{"http/1.1", func(t *testing.T) *env { return newEnv(t, newOrigin(t, page)) }, "http://www.plain.test/"},
+		{"http/2", func(t *testing.T) *env { _, e, _ := newH2Origin(t, page); return e }, "https://www.example.com/"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out := tt.env(t).fetch(context.Background(), tt.url)
+			if out.FailReason != "" {
+				t.Fatalf("fetch failed: %s", out.FailReason)
+			}
+			h := http.Header(out.ResponseHeaders)
+			if got := h.Values("X-Served"); strings.Join(got, ",") != "a,b" {
+				t.Errorf("X-Served = %q, want a, b", got)
+			}
+			if got := h.Get("Content-Type"); got != "text/html" {
+				t.Errorf("Content-Type = %q", got)
+			}
+			if got := h.Values("X-Sum"); len(got) != 0 {
+				t.Errorf("the trailer X-Sum is among the header fields: %q", got)
+			}
+		})
 	}
 }

@@ -7,7 +7,9 @@
 //
 // Capacity. The loop holds at most MaxHeldCount tasks at once (leased and not finished) and
 // asks the source only for as many as are free, so it leases only what it can start soon:
-// a task waiting for its domain's slot counts as held. The scheduler rate-limits its own
+// a task waiting for its domain's slot counts as held. Once full, it leases again when a
+// sixteenth of MaxHeldCount is free (leaseBatchCount), in one call, not after every
+// finished task. The scheduler rate-limits its own
 // dequeue path, and the local queue hands a domain's tasks out no faster than their
 // interval, so held tasks are mostly due now. The engine delays a task whose domain is over
 // its interval to the reserved slot, and releases it at once when that slot would outlive
@@ -188,9 +190,12 @@ type Loop struct {
 	cfg Config
 	log *slog.Logger
 
-	held  atomic.Int64
-	freed chan struct{} // a held task finished (capacity freed)
-	sendc chan struct{} // a report was put in the outbox
+	held atomic.Int64
+	// freed says held fell to wakeHeld or below: enough capacity is free for the lease
+	// loop's next lease (leaseBatchCount).
+	freed    chan struct{}
+	wakeHeld atomic.Int64
+	sendc    chan struct{} // a report was put in the outbox
 
 	// fresh are reports made durable and not yet taken by the sender, which sends them
 	// without reading them back; isStale says the sender must read the outbox instead
@@ -312,11 +317,17 @@ func (l *Loop) leaseLoop(ctx, bg context.Context, tasks *sync.WaitGroup, pool *w
 		_ = l.sleep(ctx, poll, nil)
 	}
 	for ctx.Err() == nil {
-		free := l.cfg.MaxHeldCount() - int(l.held.Load())
-		if free <= 0 {
-			// Wait for a task to finish; look again now and then in case the capacity
-			// was raised.
-			_ = l.sleep(ctx, l.cfg.PollMax, l.freed)
+		maxHeld := l.cfg.MaxHeldCount()
+		want := leaseBatchCount(maxHeld, l.cfg.MaxLeaseCount)
+		free := maxHeld - int(l.held.Load())
+		if free < want {
+			// Wait until want tasks have finished (unhold wakes the loop then), so that
+			// one lease call takes a batch of tasks rather than one per finished task;
+			// look again now and then in case the capacity was raised.
+			l.wakeHeld.Store(int64(maxHeld - want))
+			if maxHeld-int(l.held.Load()) < want { // none finished since the look above
+				_ = l.sleep(ctx, l.cfg.PollMax, l.freed)
+			}
 			continue
 		}
 		got, err := l.cfg.Source.Lease(ctx, l.cfg.WorkerID, min(free, l.cfg.MaxLeaseCount))
@@ -336,7 +347,7 @@ func (l *Loop) leaseLoop(ctx, bg context.Context, tasks *sync.WaitGroup, pool *w
 		poll = 0
 		l.leased.Add(int64(len(got)))
 		for i := range got {
-			t := got[i]
+			t := &got[i] // the batch's slice, not a copy per task: nothing else uses it
 			l.held.Add(1)
 			if ctx.Err() != nil {
 				// Leased as the loop began to stop: hand it back unrun.
@@ -352,14 +363,27 @@ func (l *Loop) leaseLoop(ctx, bg context.Context, tasks *sync.WaitGroup, pool *w
 			pool.run(func() {
 				defer tasks.Done()
 				defer l.unhold()
-				l.runTask(bg, &t)
+				l.runTask(bg, t)
 			})
 		}
 	}
 }
 
+// leaseBatchCount is how much capacity the lease loop waits to be free before it leases
+// again: a sixteenth of maxHeld (at least one task, at most one lease call's worth). A
+// lease per finished task had cost a lease call (a store batch, or a round trip to the
+// scheduler), a timer and a wake-up of the loop for every task; waiting for a batch leaves
+// at most a sixteenth of the held tasks' places empty for a moment, and with the service's
+// default of several held tasks per global slot (docs/decisions.md) every slot still has
+// tasks waiting for it.
+func leaseBatchCount(maxHeld, maxLease int) int {
+	return max(1, min(maxHeld/16, maxLease))
+}
+
 func (l *Loop) unhold() {
-	l.held.Add(-1)
+	if l.held.Add(-1) > l.wakeHeld.Load() {
+		return // the loop waits for more capacity than that (leaseBatchCount)
+	}
 	select {
 	case l.freed <- struct{}{}:
 	default:

@@ -121,7 +121,7 @@ func (q *Queue) reportLocked(b *pebble.Batch, r *downloader.Report) (apply func(
 		return nil, next, nil
 	}
 	now := q.clk.Now()
-	next = q.counts.clone() // a report may change the failed counts' map
+	next = q.counts // shares the failed counts' map: finishRecord copies it before a change
 	prev := rec.State
 	switch prev {
 	case TaskLeased:
@@ -194,7 +194,10 @@ func (q *Queue) reportedLocked(rec *queueRecord, prev string, d retryDecision) {
 	}
 }
 
-// finishRecord marks rec finished with r and counts it into next.
+// finishRecord marks rec finished with r and counts it into next. next's failed counts'
+// map may be the one in memory (q.counts), which must not change before the batch is
+// committed: a failure is counted into a copy, made only then (most tasks succeed, and a
+// copy per task was an allocation on every commit of a task's end).
 func finishRecord(rec *queueRecord, r *downloader.Report, next *Counts) {
 	if r.SkipReason != "" {
 		rec.State = TaskSkipped
@@ -204,6 +207,7 @@ func finishRecord(rec *queueRecord, r *downloader.Report, next *Counts) {
 	rec.State = TaskDone
 	next.DoneCount++
 	if r.FailReason != nil && *r.FailReason != "" {
+		*next = next.clone()
 		next.FailedCount[*r.FailReason]++
 	} else {
 		next.SucceededCount++

@@ -1,7 +1,9 @@
 package localqueue
 
 import (
+	"maps"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
@@ -90,5 +92,40 @@ func TestCommitTaskUnknownTask(t *testing.T) {
 	}
 	if after := q.Counts(); after.DoneCount != before.DoneCount || after.PageCount != before.PageCount {
 		t.Errorf("counts after a repeated end: %+v, want %+v", after, before)
+	}
+}
+
+// TestFinishRecordLeavesSharedCounts: finishRecord counts a task into next, whose failed
+// counts' map is the one in memory until the batch commits; a failure is counted into a
+// copy, so a batch that fails to commit leaves the counts in memory as they were.
+func TestFinishRecordLeavesSharedCounts(t *testing.T) {
+	timeout := downloader.FailResponseTimeout
+	tests := []struct {
+		name       string
+		report     downloader.Report
+		wantFailed map[downloader.FailReason]int
+		wantDone   int
+		isCopied   bool // next's map is a copy, not the one in memory
+	}{
+		{"success", downloader.Report{PageKey: "k"}, map[downloader.FailReason]int{downloader.FailSelfRateLimited: 1}, 1, false},
+		{"failure", downloader.Report{Summary: downloader.Summary{FailReason: &timeout}},
+			map[downloader.FailReason]int{downloader.FailSelfRateLimited: 1, timeout: 1}, 1, true},
+		{"skipped", downloader.Report{SkipReason: "robots_disallowed"}, map[downloader.FailReason]int{downloader.FailSelfRateLimited: 1}, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			inMemory := Counts{FailedCount: map[downloader.FailReason]int{downloader.FailSelfRateLimited: 1}}
+			next := inMemory
+			finishRecord(&queueRecord{}, &tt.report, &next)
+			if want := map[downloader.FailReason]int{downloader.FailSelfRateLimited: 1}; !maps.Equal(inMemory.FailedCount, want) {
+				t.Errorf("counts in memory changed to %v, want %v", inMemory.FailedCount, want)
+			}
+			if !maps.Equal(next.FailedCount, tt.wantFailed) || next.DoneCount != tt.wantDone {
+				t.Errorf("next = %+v, want failed %v, done %d", next, tt.wantFailed, tt.wantDone)
+			}
+			if isCopied := reflect.ValueOf(next.FailedCount).UnsafePointer() != reflect.ValueOf(inMemory.FailedCount).UnsafePointer(); isCopied != tt.isCopied {
+				t.Errorf("map copied = %v, want %v", isCopied, tt.isCopied)
+			}
+		})
 	}
 }
