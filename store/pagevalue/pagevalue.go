@@ -94,11 +94,15 @@ func (c *Codec) Encode(p *downloader.Page, chunkSize int) (value []byte, chunks 
 		format = Chunked
 		m.ChunkCount = (len(compressed) + chunkSize - 1) / chunkSize
 	}
-	meta, _ := json.Marshal(m) // strings, a time, ints and a string map: cannot fail
-	value = make([]byte, 0, 1+binary.MaxVarintLen64+len(meta)+len(compressed))
-	value = append(value, format)
-	value = binary.AppendUvarint(value, uint64(len(meta)))
-	value = append(value, meta...)
+	// The metadata is written after room for its length's uvarint and moved down once
+	// its length is known: one allocation for the whole value when metaGuess holds.
+	const head = 1 + binary.MaxVarintLen64
+	value = make([]byte, head, head+metaGuess(&m)+len(compressed))
+	value = appendMeta(value, &m)
+	metaLen := len(value) - head
+	value[0] = format
+	w := binary.PutUvarint(value[1:head], uint64(metaLen))
+	value = value[:1+w+copy(value[1+w:], value[head:])]
 	if format == Inline {
 		return append(value, compressed...), nil
 	}
@@ -108,6 +112,19 @@ func (c *Codec) Encode(p *downloader.Page, chunkSize int) (value []byte, chunks 
 		compressed = compressed[n:]
 	}
 	return value, chunks
+}
+
+// metaGuess is a generous size of m's JSON: the fixed names and numbers, the strings, and
+// the headers with room for escapes.
+func metaGuess(m *Meta) int {
+	n := 160 + len(m.URL) + len(m.FinalURL) + len(m.ContentType)
+	for k, vs := range m.ResponseHeaders {
+		n += 8 + len(k)
+		for _, v := range vs {
+			n += 4 + len(v)
+		}
+	}
+	return n + n/8
 }
 
 // DecodeHead returns the format and metadata of value and, for an Inline value, the
