@@ -4,9 +4,17 @@
 # need, promtool and the TodoMVC fixtures). This is what CI runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# phase stamps each phase with the wall clock and the seconds since the start, so that a
+# slow run shows where its time went (docs/reliability.md §10).
+phase() { echo "test.sh: $(date -u +%H:%M:%S) +${SECONDS}s $*" >&2; }
+trap 'phase "end, exit status $?"' EXIT
+phase setup
 bash scripts/setup.sh
+phase setup-test
 bash scripts/setup-test.sh
+phase vet
 go vet ./...
+phase "go test (compiles the race test binaries, then runs them)"
 # Packages run side by side, four at a time (go test's default is one per CPU, 2 on CI):
 # the heavy packages wait on browser starts, page loads and child processes far more than
 # they compute (an idle run kept 2 cores about half busy), so more lanes fill the idle CPU.
