@@ -162,7 +162,7 @@ func TestRenderNeverIdle(t *testing.T) {
 	if out := render(t, p, "empty.test/", safetyTimeout(t)); out.FailReason != "" {
 		t.Fatalf("warm-up render: fail_reason=%s", failReason(out))
 	}
-	waitWarmTab(t, p)
+	p.waitWarmTab(t)
 	const timeout = 3 * time.Second
 	mark := f.mark()
 	start := time.Now()
@@ -196,10 +196,10 @@ func TestRenderNeverIdle(t *testing.T) {
 	t.Logf("xhr_count=%d, %d polls at the origin, in %v", deref(out.HealthSignal.XHRCount), polls, time.Since(start))
 }
 
-// waitWarmTab waits until p has a clean tab ready and none still starting (the end of a
-// warm-up, a release or a wipe closes p.spareReady), asking for one when none is ready or
-// on its way.
-func waitWarmTab(t *testing.T, p *Pool) {
+// waitWarmTab waits until the pool has a clean tab ready and none still starting (the end
+// of a warm-up, a release or a wipe closes p.spareReady), asking for one when none is
+// ready or on its way.
+func (p *Pool) waitWarmTab(t *testing.T) {
 	t.Helper()
 	bound := time.NewTimer(safetyTimeout(t))
 	defer bound.Stop()
