@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os/exec"
@@ -19,23 +20,35 @@ type Build struct {
 	cancel context.CancelFunc
 }
 
-// StartBuild starts `go build -o out pkg` in directory dir.
+// StartBuild starts `go build -o out pkg` in directory dir. The process (and os/exec's
+// goroutines) starts before it returns, so that a test's goroutine snapshot taken later
+// holds them; a build that cannot start is the error Path reports.
 func StartBuild(dir, pkg, out string) *Build {
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Build{path: out, done: make(chan struct{}), cancel: cancel}
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
 	cmd.Dir = dir
+	var output bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &output, &output
 	// Stop ends the go command and the compilers and linker it started.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	if err := cmd.Start(); err != nil {
+		b.err = fmt.Errorf("go build %s: %w", pkg, err)
+		close(b.done)
+		return b
+	}
 	go func() {
 		defer close(b.done)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			b.err = fmt.Errorf("go build %s: %w\n%s", pkg, err, out)
+		if err := cmd.Wait(); err != nil {
+			b.err = fmt.Errorf("go build %s: %w\n%s", pkg, err, output.Bytes())
 		}
 	}()
 	return b
 }
+
+// Wait waits for the build to end, however it ended.
+func (b *Build) Wait() { <-b.done }
 
 // Path waits for the build and returns the program's path; t fails if the build did.
 func (b *Build) Path(t testing.TB) string {
