@@ -29,7 +29,12 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	os.Setenv("TMPDIR", tmpRoot)
+	if err := startBuild(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	code := m.Run()
+	build.Stop()
 	if code == 0 {
 		code = checkNoLeftovers()
 	}

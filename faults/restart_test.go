@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -31,33 +30,25 @@ import (
 // fails, killed with it), with a TMPDIR of its own (so that the browser's temporary
 // directories can be checked).
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
+// build is cmd/downloader, built once per test run, started by TestMain (binary).
+var build *testkit.Build
 
-// binary builds cmd/downloader once per test run.
+// startBuild starts building cmd/downloader into a directory of tmpRoot the suite keeps
+// until the end, while the tests before the first that runs it go on.
+func startBuild() error {
+	dir, err := os.MkdirTemp(tmpRoot, "bin-")
+	if err != nil {
+		return err
+	}
+	keptDirs[filepath.Base(dir)] = true
+	build = testkit.StartBuild("..", "downloader/cmd/downloader", filepath.Join(dir, "downloader"))
+	return nil
+}
+
+// binary returns cmd/downloader built.
 func binary(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp(tmpRoot, "bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		keptDirs[filepath.Base(dir)] = true
-		binPath = filepath.Join(dir, "downloader")
-		cmd := exec.Command("go", "build", "-o", binPath, "downloader/cmd/downloader")
-		cmd.Dir = ".."
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
+	return build.Path(t)
 }
 
 // child is a running downloader.

@@ -16,6 +16,7 @@ import (
 // and gets its bundle from the cache; with the wait bounded to nothing it takes the other,
 // cold, tab and fetches the bundle again. Either way the render itself succeeds.
 func TestRenderSiteAffinity(t *testing.T) {
+	t.Parallel() // owns its origin and pool (parallelTests)
 	f := getFixture(t)
 	for _, tt := range []struct {
 		name        string

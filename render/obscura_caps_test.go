@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 )
 
 // tunnelPages: a page on start.example.com (HTTPS) that asks each of three other hosts
@@ -41,13 +40,14 @@ func tunnelPages(w http.ResponseWriter, r *http.Request) {
 // render's cap, and capped_subrequest_count counts the tunnels refused. Requests inside
 // one tunnel are not counted one by one (docs/renderers.md).
 func TestObscuraTunnelCaps(t *testing.T) {
+	t.Parallel() // owns its origin and pool (parallelTests)
 	const perHost, total = 2, 5
 	o := newExampleOrigin(t, tunnelPages)
 	p, _ := newExamplePool(t, o, func(c *Config) {
 		c.MaxHostSubrequestCount = perHost
 		c.MaxSubrequestCount = total
 	})
-	out := p.Render(context.Background(), getFixture(t).url("https://start.example.com/tunnels"), nil, 30*time.Second)
+	out := p.Render(context.Background(), getFixture(t).url("https://start.example.com/tunnels"), nil, safetyTimeout(t))
 	checkCause(t, out)
 	if out.FailReason != "" || out.HTTPStatus != 200 {
 		t.Fatalf("fail_reason=%s http_status=%d", failReason(out), out.HTTPStatus)

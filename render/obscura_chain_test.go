@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 )
 
 // chainPages: start (plain HTTP) → hopa (HTTPS, another host) → hopb/ (HTTPS, another
@@ -42,6 +41,7 @@ func chainPages(w http.ResponseWriter, r *http.Request) {
 // only, with the chain's cookies. Counted at the origin: no request of hopa or hopb
 // arrived before an admission of its own.
 func TestObscuraRedirectChainAdmitted(t *testing.T) {
+	t.Parallel() // owns its origin and pool (parallelTests)
 	o := newExampleOrigin(t, chainPages)
 	p, relay := newExamplePool(t, o, nil)
 	for _, tt := range []struct {
@@ -54,7 +54,7 @@ func TestObscuraRedirectChainAdmitted(t *testing.T) {
 	} {
 		hopbBefore := o.admittedCount("hopb.example.com")
 		navBefore := len(relay.navigated())
-		out := p.Render(context.Background(), getFixture(t).url(tt.start), nil, 30*time.Second)
+		out := p.Render(context.Background(), getFixture(t).url(tt.start), nil, safetyTimeout(t))
 		checkCause(t, out)
 		if out.FailReason != "" || out.FinalURL != "https://hopb.example.com/final" || out.HTTPStatus != 200 {
 			t.Fatalf("%s: fail_reason=%s final_url=%s http_status=%d, want hopb's final page", tt.start, failReason(out), out.FinalURL, out.HTTPStatus)
@@ -110,10 +110,11 @@ func TestObscuraRedirectChainAdmitted(t *testing.T) {
 // under its caps, without an admission of its host (docs/renderers.md, known gaps); this
 // test pins that down. With termination it is admitted (TestObscuraTLSSelfNavigationAdmitted).
 func TestObscuraSelfNavigation(t *testing.T) {
+	t.Parallel() // owns its origin and pool (parallelTests)
 	o := newExampleOrigin(t, chainPages)
 	p, _ := newExamplePool(t, o, nil)
 
-	out := p.Render(context.Background(), getFixture(t).url("http://selfnav.example.com/"), nil, 30*time.Second)
+	out := p.Render(context.Background(), getFixture(t).url("http://selfnav.example.com/"), nil, safetyTimeout(t))
 	checkCause(t, out)
 	if out.FailReason != "" {
 		t.Fatalf("http: fail_reason=%s", failReason(out))
@@ -132,7 +133,7 @@ func TestObscuraSelfNavigation(t *testing.T) {
 	}
 
 	before := o.admittedCount("hopb.example.com")
-	out = p.Render(context.Background(), getFixture(t).url("https://selfnav.example.com/"), nil, 30*time.Second)
+	out = p.Render(context.Background(), getFixture(t).url("https://selfnav.example.com/"), nil, safetyTimeout(t))
 	checkCause(t, out)
 	if out.FailReason != "" {
 		t.Fatalf("https: fail_reason=%s", failReason(out))

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/chromedp/cdproto/network"
 
@@ -34,10 +33,11 @@ func skipPages(w http.ResponseWriter, r *http.Request) {
 // origin and skipped_request_count counts exactly them; the script goes out. An image
 // over HTTPS is inside a tunnel: it goes out and is not counted skipped.
 func TestObscuraSkipsAtProxy(t *testing.T) {
+	t.Parallel() // owns its origin and pool (parallelTests)
 	o := newExampleOrigin(t, skipPages)
 	p, relay := newExamplePool(t, o, nil)
 	out := p.RenderWith(context.Background(), getFixture(t).url("http://media.example.com/"), nil, downloader.RenderOptions{
-		Timeout: 30 * time.Second, SkipResourceTypes: []downloader.ResourceType{downloader.ResourceImage, downloader.ResourceStylesheet}})
+		Timeout: safetyTimeout(t), SkipResourceTypes: []downloader.ResourceType{downloader.ResourceImage, downloader.ResourceStylesheet}})
 	if out.FailReason != "" {
 		t.Fatalf("fail_reason=%s", failReason(out))
 	}

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"downloader"
 	"downloader/limiter"
@@ -52,10 +51,11 @@ func spkiHash(c *x509.Certificate) string {
 // request it is, and admitted as a hop before a byte goes to that host. Counted at the
 // origin: hopb's request arrived after an admission of hopb, and exactly one was asked.
 func TestObscuraTLSSelfNavigationAdmitted(t *testing.T) {
+	t.Parallel() // owns its origin and pool (parallelTests)
 	o := newExampleOrigin(t, chainPages)
 	p, _, _ := newTLSExamplePool(t, o, true, nil)
 	before := o.admittedCount("hopb.example.com")
-	out := p.Render(context.Background(), getFixture(t).url("https://selfnav.example.com/"), nil, 30*time.Second)
+	out := p.Render(context.Background(), getFixture(t).url("https://selfnav.example.com/"), nil, safetyTimeout(t))
 	checkCause(t, out)
 	if out.FailReason != "" {
 		t.Fatalf("fail_reason=%s", failReason(out))
@@ -90,10 +90,11 @@ func TestObscuraTLSSelfNavigationAdmitted(t *testing.T) {
 // sent: the render ends with self_rate_limited, as on Chromium (SPEC §4), and hopb's
 // origin sees nothing.
 func TestObscuraTLSSelfNavigationRefused(t *testing.T) {
+	t.Parallel() // owns its origin and pool (parallelTests)
 	o := newExampleOrigin(t, chainPages)
 	p, _, _ := newTLSExamplePool(t, o, true, nil)
 	p.hops = refusingHops{} // the render's admitter, passed with the call, refuses
-	out := p.Render(context.Background(), getFixture(t).url("https://selfnav.example.com/"), nil, 30*time.Second)
+	out := p.Render(context.Background(), getFixture(t).url("https://selfnav.example.com/"), nil, safetyTimeout(t))
 	checkCause(t, out)
 	if out.FailReason != downloader.FailSelfRateLimited || out.Summary("selfnav.example.com").HasReachedOrigin {
 		t.Errorf("fail_reason=%s, want self_rate_limited with has_reached_origin=false", failReason(out))
@@ -107,10 +108,11 @@ func TestObscuraTLSSelfNavigationRefused(t *testing.T) {
 // are refused at our proxy by their fetch metadata, before anything is dialled: none
 // reaches the origin, skipped_request_count counts exactly them, the script goes out.
 func TestObscuraTLSSkipsAtProxy(t *testing.T) {
+	t.Parallel() // owns its origin and pool (parallelTests)
 	o := newExampleOrigin(t, skipPages)
 	p, _, _ := newTLSExamplePool(t, o, true, nil)
 	out := p.RenderWith(context.Background(), getFixture(t).url("https://media.example.com/"), nil, downloader.RenderOptions{
-		Timeout: 30 * time.Second, SkipResourceTypes: []downloader.ResourceType{downloader.ResourceImage, downloader.ResourceStylesheet}})
+		Timeout: safetyTimeout(t), SkipResourceTypes: []downloader.ResourceType{downloader.ResourceImage, downloader.ResourceStylesheet}})
 	if out.FailReason != "" {
 		t.Fatalf("fail_reason=%s", failReason(out))
 	}
@@ -139,13 +141,14 @@ func TestObscuraTLSSkipsAtProxy(t *testing.T) {
 // reach the other hosts (counted at the origins, none over 2), and the other 19 are
 // capped.
 func TestObscuraTLSCapsExact(t *testing.T) {
+	t.Parallel() // owns its origin and pool (parallelTests)
 	const perHost, total = 2, 5
 	o := newExampleOrigin(t, tunnelPages)
 	p, _, _ := newTLSExamplePool(t, o, true, func(c *Config) {
 		c.MaxHostSubrequestCount = perHost
 		c.MaxSubrequestCount = total
 	})
-	out := p.Render(context.Background(), getFixture(t).url("https://start.example.com/tunnels"), nil, 30*time.Second)
+	out := p.Render(context.Background(), getFixture(t).url("https://start.example.com/tunnels"), nil, safetyTimeout(t))
 	checkCause(t, out)
 	if out.FailReason != "" || out.HTTPStatus != 200 {
 		t.Fatalf("fail_reason=%s http_status=%d", failReason(out), out.HTTPStatus)
@@ -172,9 +175,10 @@ func TestObscuraTLSCapsExact(t *testing.T) {
 // never arrives, the endpoint is refused and the error names SSL_CERT_FILE; no origin
 // sees a request.
 func TestObscuraTLSCanaryRefusesUntrusted(t *testing.T) {
+	t.Parallel() // owns its origin and pool (parallelTests)
 	o := newExampleOrigin(t, chainPages)
 	p, _, ca := newTLSExamplePool(t, o, false, nil)
-	out := p.Render(context.Background(), getFixture(t).url("https://selfnav.example.com/"), nil, 30*time.Second)
+	out := p.Render(context.Background(), getFixture(t).url("https://selfnav.example.com/"), nil, safetyTimeout(t))
 	checkCause(t, out)
 	if out.FailReason != downloader.FailRendererUnavailable {
 		t.Errorf("fail_reason=%s, want renderer_unavailable", failReason(out))

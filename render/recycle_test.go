@@ -16,6 +16,7 @@ import (
 // in the browser, and closing the pool leaves no process, tab or temporary directory
 // (TestMain checks).
 func TestRenderHeapRecycling(t *testing.T) {
+	t.Parallel() // owns its origin and pool (parallelTests)
 	tests := []struct {
 		name        string
 		bound       int64

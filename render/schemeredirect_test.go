@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"strconv"
 	"testing"
-	"time"
 
 	"downloader"
 	"downloader/internal/testkit"
@@ -27,10 +26,11 @@ func checkSchemeRedirect(t *testing.T, out *downloader.Outcome, status int) {
 // to view-source:, javascript:, ftp:, file:, data: and the like is http_status_error with
 // the redirect's status, has_reached_origin=true, not a crash of ours.
 func TestRenderRedirectToOtherScheme(t *testing.T) {
+	t.Parallel() // owns its origin and pool (parallelTests)
 	e := newHopEnvWith(t, 0, testkit.SchemeRedirectPages)
 	for i, tt := range testkit.SchemeRedirects() {
 		t.Run(tt.Name, func(t *testing.T) {
-			out := e.render(t, "scheme.test/r/"+strconv.Itoa(i), 0, 20*time.Second)
+			out := e.render(t, "scheme.test/r/"+strconv.Itoa(i), 0, safetyTimeout(t))
 			want := tt.Status
 			if !tt.IsLocationURL {
 				// Chromium fails such a redirect (net::ERR_INVALID_REDIRECT) before any
@@ -47,6 +47,7 @@ func TestRenderRedirectToOtherScheme(t *testing.T) {
 // TestObscuraRedirectToOtherScheme: the same on Obscura's profile, where our own requests
 // resolve the redirect chain (resolveChain) and the server is never sent to the 3xx.
 func TestObscuraRedirectToOtherScheme(t *testing.T) {
+	t.Parallel() // owns its origin and pool (parallelTests)
 	o := newExampleOrigin(t, func(w http.ResponseWriter, r *http.Request) {
 		if hostOf(r) == "start" && r.URL.Path == "/hop" {
 			// One http(s) hop first: the chain's later answer is judged the same way.
@@ -59,7 +60,7 @@ func TestObscuraRedirectToOtherScheme(t *testing.T) {
 	for i, tt := range testkit.SchemeRedirects() {
 		for _, start := range []string{"http://start.example.com/r/", "https://hopa.example.com/r/", "http://start.example.com/hop?i="} {
 			navBefore := len(relay.navigated())
-			out := p.Render(context.Background(), getFixture(t).url(start+strconv.Itoa(i)), nil, 30*time.Second)
+			out := p.Render(context.Background(), getFixture(t).url(start+strconv.Itoa(i)), nil, safetyTimeout(t))
 			t.Run(tt.Name+" from "+start, func(t *testing.T) {
 				checkSchemeRedirect(t, out, tt.Status)
 				if navs := relay.navigated()[navBefore:]; len(navs) != 0 {

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"downloader"
 )
@@ -46,6 +45,7 @@ func isSkippedAsset(_, path string) bool {
 // sub-request would take it. (Without a pauser the proxy counts, and on plain HTTP it
 // cannot tell the main document from a sub-request: no cap there.)
 func TestRenderSkipsResourceTypes(t *testing.T) {
+	t.Parallel() // owns its origin and pool (parallelTests)
 	for _, hops := range []bool{true, false} {
 		t.Run(fmt.Sprintf("hops=%v", hops), func(t *testing.T) { testRenderSkips(t, hops) })
 	}
@@ -61,7 +61,7 @@ func testRenderSkips(t *testing.T, hops bool) {
 	f := getFixture(t)
 
 	mark := o.mark()
-	out := p.Render(context.Background(), f.url(siteName(1)+"/"), nil, 20*time.Second)
+	out := p.Render(context.Background(), f.url(siteName(1)+"/"), nil, safetyTimeout(t))
 	checkCause(t, out)
 	if out.FailReason != "" || !strings.Contains(out.Text, "The script ran.") {
 		t.Fatalf("fail_reason=%s text %q, want the page rendered with its script", failReason(out), out.Text)
@@ -96,7 +96,7 @@ func testRenderSkips(t *testing.T, hops bool) {
 
 	// An empty list skips nothing; the same tab switches per render.
 	mark = o.mark()
-	out = p.RenderWith(context.Background(), f.url(siteName(2)+"/"), nil, downloader.RenderOptions{Timeout: 20 * time.Second, SkipResourceTypes: []downloader.ResourceType{}})
+	out = p.RenderWith(context.Background(), f.url(siteName(2)+"/"), nil, downloader.RenderOptions{Timeout: safetyTimeout(t), SkipResourceTypes: []downloader.ResourceType{}})
 	if out.FailReason != "" {
 		t.Fatalf("fail_reason=%s", failReason(out))
 	}
@@ -115,7 +115,7 @@ func testRenderSkips(t *testing.T, hops bool) {
 
 	// Skipping scripts too: the page renders without its script's text.
 	mark = o.mark()
-	out = p.RenderWith(context.Background(), f.url(siteName(3)+"/"), nil, downloader.RenderOptions{Timeout: 20 * time.Second,
+	out = p.RenderWith(context.Background(), f.url(siteName(3)+"/"), nil, downloader.RenderOptions{Timeout: safetyTimeout(t),
 		SkipResourceTypes: []downloader.ResourceType{downloader.ResourceScript, downloader.ResourceImage}})
 	if out.FailReason != "" || strings.Contains(out.Text, "The script ran.") {
 		t.Errorf("fail_reason=%s text %q, want the page without its script", failReason(out), out.Text)

@@ -113,7 +113,7 @@ func (r *stallRelay) isStalled(text string) bool {
 // pool that renders nothing while its browser answers everything else). A context per
 // render, one warm tab: each render takes the warm tab and starts its replacement.
 func TestWarmTabStartBounded(t *testing.T) {
-	t.Parallel()
+	t.Parallel() // owns its origin and pool (parallelTests)
 	f := getFixture(t)
 	relay := newStallRelay(t, startDebugBrowser(t, "stall-browser-", "--remote-allow-origins=*"))
 	p, err := newHopsPool(Config{

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"downloader/htmltext"
 	"downloader/netguard"
@@ -174,6 +173,7 @@ func todomvcURL(host, app string) string {
 // TestRenderTodoMVC: real framework apps render their own DOM, and text_length is what the
 // browser shows, less than every text node of that DOM (templates and hidden parts).
 func TestRenderTodoMVC(t *testing.T) {
+	t.Parallel() // owns its origin and pool (parallelTests)
 	dir := todomvcDir(t)
 	o := newCrawlOrigin(t, dir)
 	p, err := New(Config{Concurrency: 1, UserAgent: testUserAgent, Guard: o.guard, Logger: testLogger(t)})
@@ -184,7 +184,7 @@ func TestRenderTodoMVC(t *testing.T) {
 	f := getFixture(t)
 	fewer := 0
 	for i, app := range todomvcApps {
-		out := p.Render(context.Background(), f.url(todomvcURL(fmt.Sprintf("t%d.todo.test", i), app)), nil, 30*time.Second)
+		out := p.Render(context.Background(), f.url(todomvcURL(fmt.Sprintf("t%d.todo.test", i), app)), nil, safetyTimeout(t))
 		// Every text node of the rendered DOM, hidden ones and templates included.
 		domText, _ := htmltext.VisibleTextLength(strings.NewReader(string(out.Body)))
 		n := deref(out.TextLength)

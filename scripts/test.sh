@@ -4,13 +4,25 @@
 # need, promtool and the TodoMVC fixtures). This is what CI runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# phase stamps each phase with the wall clock and the seconds since the start, so that a
+# slow run shows where its time went (docs/reliability.md §10).
+phase() { echo "test.sh: $(date -u +%H:%M:%S) +${SECONDS}s $*" >&2; }
+trap 'phase "end, exit status $?"' EXIT
+phase setup
 bash scripts/setup.sh
+phase setup-test
 bash scripts/setup-test.sh
+phase vet
 go vet ./...
+phase "go test (compiles the race test binaries, then runs them)"
 # Packages run side by side, four at a time (go test's default is one per CPU, 2 on CI):
 # the heavy packages wait on browser starts, page loads and child processes far more than
 # they compute (an idle run kept 2 cores about half busy), so more lanes fill the idle CPU.
 # Their tests wait on notifications or a synctest bubble, not on the wall clock, bound a
 # render that is not about time by the test's own deadline, and count only their own
 # browsers, so a neighbour's load or Chromium does not fail them (docs/reliability.md §10).
-go test -race -count=1 -p 4 -timeout 25m ./...
+# The long packages are named first: go test compiles, links and runs packages in the order
+# given (./... adds the rest, each once), so the lanes that decide the wall time start at
+# once instead of behind thirty short packages.
+long=(./render ./cmd/downloader ./faults ./store/tikv)
+go test -race -count=1 -p 4 -timeout 25m "${long[@]}" ./...

@@ -26,23 +26,12 @@ import (
 
 // buildBinary returns this command built with `go build`: the tests that run the program
 // as an operator does (real signals, its own RSS, a crawl) use it. It is built once per
-// test binary, into the directory TestMain made and removes: every build after the first
-// was a link of ~2 s (more under load) that each such test paid again.
+// test binary, started by TestMain into a directory it makes and removes (every build
+// after the first was a link of ~2 s, more under load, that each such test paid again),
+// in the background, while the tests before the first that needs it run.
 func buildBinary(t testing.TB) string {
 	t.Helper()
-	pkgBinary.once.Do(func() {
-		bin := filepath.Join(pkgBinary.dir, "downloader")
-		cmd := exec.Command("go", "build", "-o", bin, ".")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			pkgBinary.err = fmt.Errorf("go build: %w\n%s", err, out)
-			return
-		}
-		pkgBinary.path = bin
-	})
-	if pkgBinary.err != nil {
-		t.Fatal(pkgBinary.err)
-	}
-	return pkgBinary.path
+	return pkgBinary.Path(t)
 }
 
 // TestCrawlOutputsSurviveSignals runs the built binary on a list, stops it with SIGINT or

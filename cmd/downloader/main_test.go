@@ -8,21 +8,29 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
 
+	"downloader/internal/testkit"
 	"downloader/store/tikv/tikvtest"
 )
 
-// pkgBinary is the command built once for the whole test binary (buildBinary).
-var pkgBinary struct {
-	dir  string // made by TestMain, removed after the run
-	once sync.Once
-	path string
-	err  error
+// pkgBinary is the command built once for the whole test binary, started by TestMain
+// (buildBinary).
+var pkgBinary *testkit.Build
+
+// buildFirst makes m.Run stop the build when the tests are done, before goleak looks for
+// goroutines left behind: a run that needed no binary cancels it.
+type buildFirst struct{ m *testing.M }
+
+func (b buildFirst) Run() int {
+	code := b.m.Run()
+	pkgBinary.Stop()
+	return code
 }
 
 func TestMain(m *testing.M) {
@@ -33,8 +41,8 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	pkgBinary.dir = dir
-	goleak.VerifyTestMain(m, tikvtest.IgnoreClosedCluster,
+	pkgBinary = testkit.StartBuild(".", ".", filepath.Join(dir, "downloader"))
+	goleak.VerifyTestMain(buildFirst{m}, tikvtest.IgnoreClosedCluster,
 		// Pebble's and chromedp's background workers end asynchronously after Close.
 		goleak.IgnoreTopFunction("github.com/cockroachdb/pebble/v2.(*DB).maybeScheduleCompaction"),
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),

@@ -13,14 +13,15 @@ import (
 // TestSoakSmoke runs the soak (soakload_test.go) for a few seconds; the 10-minute soak is
 // TestSoak, run by hand (docs/reliability.md §8): mixed A/B/C load with renders and a
 // browser kill, then the summary. Violations and lost tasks must be 0; flatness is only
-// printed, as a few seconds prove nothing about it. The drain may take 90 s: a busy
-// machine drains slowly (each render task behind a browser restart), and slow is not lost;
-// a task still not done then is reported with its state and every goroutine's stack.
+// printed, as a few seconds prove nothing about it. The drain may take 120 s: "lost tasks
+// 0" is about tasks never done, not about how soon a loaded machine does them (at load 20
+// the 15 s of load took 44-55 s, each render task behind a browser restart); a task still
+// not done then is reported with its state and every goroutine's stack, and fails it.
 func TestSoakSmoke(t *testing.T) {
 	var stdout, stderr syncBuffer
 	err := runSoak(context.Background(), []string{"--duration-seconds", "15", "--sample-seconds", "1",
 		"--domain-count", "20", "--tasks-per-second", "10", "--task-render-percent", "5", "--renders-per-second", "2",
-		"--probes-per-second", "5", "--kill-after-render-count", "3", "--drain-seconds", "90"}, noEnv, &stdout, &stderr)
+		"--probes-per-second", "5", "--kill-after-render-count", "3", "--drain-seconds", "120"}, noEnv, &stdout, &stderr)
 	out := squash(stdout.String())
 	t.Log(stdout.String())
 	if err != nil && (strings.Contains(err.Error(), "violations") || strings.Contains(err.Error(), "lost") ||

@@ -1,0 +1,68 @@
+package testkit
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"syscall"
+	"testing"
+)
+
+// Build is a `go build` of a command started in the background by TestMain, for the tests
+// that run the built program as a process of its own: linking the service takes tens of
+// seconds on a loaded machine, and a test that built it on first use paid that inside the
+// package's one sequential lane; started at once, it overlaps the tests before.
+type Build struct {
+	path   string
+	done   chan struct{}
+	err    error
+	cancel context.CancelFunc
+}
+
+// StartBuild starts `go build -o out pkg` in directory dir. The process (and os/exec's
+// goroutines) starts before it returns, so that a test's goroutine snapshot taken later
+// holds them; a build that cannot start is the error Path reports.
+func StartBuild(dir, pkg, out string) *Build {
+	ctx, cancel := context.WithCancel(context.Background())
+	b := &Build{path: out, done: make(chan struct{}), cancel: cancel}
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
+	cmd.Dir = dir
+	var output bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &output, &output
+	// Stop ends the go command and the compilers and linker it started.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	if err := cmd.Start(); err != nil {
+		b.err = fmt.Errorf("go build %s: %w", pkg, err)
+		close(b.done)
+		return b
+	}
+	go func() {
+		defer close(b.done)
+		if err := cmd.Wait(); err != nil {
+			b.err = fmt.Errorf("go build %s: %w\n%s", pkg, err, output.Bytes())
+		}
+	}()
+	return b
+}
+
+// Wait waits for the build to end, however it ended.
+func (b *Build) Wait() { <-b.done }
+
+// Path waits for the build and returns the program's path; t fails if the build did.
+func (b *Build) Path(t testing.TB) string {
+	t.Helper()
+	<-b.done
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.path
+}
+
+// Stop ends the build if it still runs (no test asked for the program) and waits for it,
+// so that TestMain leaves no process or goroutine behind.
+func (b *Build) Stop() {
+	b.cancel()
+	<-b.done
+}
