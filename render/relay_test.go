@@ -219,18 +219,10 @@ func (r *obscuraRelay) serve(client *websocket.Conn) {
 	r.mu.Unlock()
 	defer r.handlers.Done()
 	r.connCount.Add(1)
-	client.MaxPayloadBytes = 64 << 20
-	cfg, err := websocket.NewConfig(r.upstream, "http://127.0.0.1/")
-	if err != nil {
-		client.Close()
+	upstream, ok := dialUpstream(client, r.upstream)
+	if !ok {
 		return
 	}
-	upstream, err := websocket.DialConfig(cfg)
-	if err != nil {
-		client.Close()
-		return
-	}
-	upstream.MaxPayloadBytes = 64 << 20
 	c := &relayConn{
 		r: r, client: client, upstream: upstream,
 		fromClient: make(chan cdpMessage, 64), fromUpstream: make(chan cdpMessage, 64),
@@ -261,6 +253,24 @@ func (r *obscuraRelay) serve(client *websocket.Conn) {
 
 // dropConnections closes every client connection as a server that died would: no event,
 // no answer to what is pending.
+// dialUpstream opens a relay's connection to the browser at upstream for client, both
+// taking messages up to 64 MiB; on failure it closes client.
+func dialUpstream(client *websocket.Conn, upstream string) (*websocket.Conn, bool) {
+	client.MaxPayloadBytes = 64 << 20
+	cfg, err := websocket.NewConfig(upstream, "http://127.0.0.1/")
+	if err != nil {
+		client.Close()
+		return nil, false
+	}
+	up, err := websocket.DialConfig(cfg)
+	if err != nil {
+		client.Close()
+		return nil, false
+	}
+	up.MaxPayloadBytes = 64 << 20
+	return up, true
+}
+
 func (r *obscuraRelay) dropConnections() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()

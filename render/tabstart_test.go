@@ -56,17 +56,10 @@ func newStallRelay(t *testing.T, upstream string) *stallRelay {
 func (r *stallRelay) url() string { return "ws://" + r.ln.Addr().String() + "/devtools/browser" }
 
 func (r *stallRelay) serve(client *websocket.Conn) {
-	cfg, err := websocket.NewConfig(r.upstream, "http://127.0.0.1/")
-	if err != nil {
-		client.Close()
+	upstream, ok := dialUpstream(client, r.upstream)
+	if !ok {
 		return
 	}
-	upstream, err := websocket.DialConfig(cfg)
-	if err != nil {
-		client.Close()
-		return
-	}
-	client.MaxPayloadBytes, upstream.MaxPayloadBytes = 64<<20, 64<<20
 	r.mu.Lock()
 	r.conns = append(r.conns, client, upstream)
 	r.mu.Unlock()
