@@ -265,6 +265,7 @@ func (s *soak) run(ctx context.Context, stderr io.Writer) error {
 	counts := q.Counts()
 	// The tasks not done, as the task API shows them, and where every goroutine stands:
 	// what a lost task was waiting for.
+	leftCount := 0
 	for _, state := range []downloader.TaskState{downloader.TaskQueued, downloader.TaskLeased} {
 		left, _, err := q.ListTasks(context.Background(), state, "", 20)
 		if err != nil {
@@ -274,9 +275,10 @@ func (s *soak) run(ctx context.Context, stderr io.Writer) error {
 			b, _ := json.Marshal(st)
 			fmt.Fprintf(s.out, "soak: not done after the drain: %s\n", b)
 		}
-		if len(left) > 0 {
-			s.stacksAtDrain = allStacks()
-		}
+		leftCount += len(left)
+	}
+	if leftCount > 0 {
+		s.stacksAtDrain = allStacks()
 	}
 	var doneIDs int
 	if err := q.RangeDone(context.Background(), func(t *downloader.Task, r *downloader.Report) bool {
@@ -713,13 +715,20 @@ func (s *soak) report(counts localqueue.Counts, doneIDs int, interrupted bool) e
 	return nil
 }
 
-// allStacks is every goroutine's stack (runtime/pprof's debug=1 format: grouped).
-func allStacks() string {
+// goroutineProfile is every goroutine's stack, grouped (runtime/pprof's debug=1 format).
+func goroutineProfile() (string, error) {
 	var b bytes.Buffer
-	if err := pprof.Lookup("goroutine").WriteTo(&b, 1); err != nil {
+	err := pprof.Lookup("goroutine").WriteTo(&b, 1)
+	return b.String(), err
+}
+
+// allStacks is goroutineProfile for a report: its error, if any, in its place.
+func allStacks() string {
+	p, err := goroutineProfile()
+	if err != nil {
 		return err.Error()
 	}
-	return b.String()
+	return p
 }
 
 // goroutineGroup is a number of goroutines with the same stack.
@@ -731,12 +740,12 @@ type goroutineGroup struct {
 // goroutineGroups groups the live goroutines by stack (runtime/pprof's debug=1 format) and
 // returns the n largest groups.
 func goroutineGroups(n int) []goroutineGroup {
-	var b bytes.Buffer
-	if err := pprof.Lookup("goroutine").WriteTo(&b, 1); err != nil {
+	profile, err := goroutineProfile()
+	if err != nil {
 		return nil
 	}
 	byWhere := map[string]int{}
-	for block := range strings.SplitSeq(b.String(), "\n\n") {
+	for block := range strings.SplitSeq(profile, "\n\n") {
 		lines := strings.Split(strings.TrimSpace(block), "\n")
 		if len(lines) < 2 {
 			continue
