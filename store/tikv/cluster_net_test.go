@@ -411,7 +411,7 @@ func TestClusterFaultRestartFixedInstanceID(t *testing.T) {
 	expiry := rec.InFlightRequests[0].ExpiresAt.Add(clusterSkew)
 
 	restarted := startNode(t, nc.cluster, "node-1", nc.guard, 24)
-	testkit.WaitFor(t, clusterWait, "the restarted node-1 registered", func() bool { return restarted.rt.inc.Load() != 0 && restarted.gate.Capacity() > 0 })
+	restarted.waitJoined(t) // its Start waits for the dead one's heartbeat record to expire
 	if restarted.rt.inc.Load() == old.rt.inc.Load() {
 		t.Fatal("the restarted process has its predecessor's incarnation")
 	}
