@@ -392,26 +392,48 @@ func TestClusterFaultRestartFixedInstanceID(t *testing.T) {
 		}
 		return !slices.ContainsFunc(req.BatchGet().GetKeys(), func(k []byte) bool { return string(k) == lossKey })
 	})
+	// The render is sent again while it comes back at once: node 1 rightly refuses it, or
+	// fails closed, when its heartbeat is late (a loaded machine); the test needs one held.
 	var holding sync.WaitGroup
+	stopHolding := make(chan struct{})
 	holding.Go(func() {
-		_, _, _ = old.post("/v1/render", fmt.Sprintf(`{"url":"http://%s/hold","min_interval_ms":100,"should_render":false,"timeout_ms":%d}`,
-			held, heldTimeout.Milliseconds()))
+		for {
+			_, m, err := old.post("/v1/render", fmt.Sprintf(`{"url":"http://%s/hold","min_interval_ms":100,"should_render":false,"timeout_ms":%d}`,
+				held, heldTimeout.Milliseconds()))
+			if err != nil || m["has_reached_origin"] == true {
+				return
+			}
+			select {
+			case <-stopHolding:
+				return
+			default:
+			}
+		}
 	})
 	defer holding.Wait()
 	defer nc.origin.releaseAll()
+	defer close(stopHolding)
 	testkit.WaitFor(t, clusterWait, "the held request at the origin", func() bool { h, _, _ := nc.origin.state(); return h == 1 })
 	close(nc.stop[1])
 	old.client.SetDown(true) // it dies: no write-back, no heartbeat, no goodbye
 	old.stop()
 	v, ok, err := nc.nodes[0].store.get(t.Context(), domainKey(held))
 	var rec domainRecord
-	if err != nil || !ok || json.Unmarshal(v, &rec) != nil || len(rec.InFlightRequests) != 1 || !rec.InFlightRequests[0].WireAt.IsZero() {
-		t.Fatalf("the dead process's entry: %s %v %v; want one, not wired", v, ok, err)
+	// The held request's entry is the last; an earlier attempt admitted and then not sent
+	// (its instance fenced after the commit) left one too, which only expires.
+	if err != nil || !ok || json.Unmarshal(v, &rec) != nil || len(rec.InFlightRequests) == 0 ||
+		slices.ContainsFunc(rec.InFlightRequests, func(f inFlight) bool { return !f.WireAt.IsZero() }) {
+		t.Fatalf("the dead process's entries: %s %v %v; want them not wired", v, ok, err)
 	}
-	expiry := rec.InFlightRequests[0].ExpiresAt.Add(clusterSkew)
+	var expiry time.Time
+	for _, f := range rec.InFlightRequests {
+		if e := f.ExpiresAt.Add(clusterSkew); e.After(expiry) {
+			expiry = e
+		}
+	}
 
 	restarted := startNode(t, nc.cluster, "node-1", nc.guard, 24)
-	testkit.WaitFor(t, clusterWait, "the restarted node-1 registered", func() bool { return restarted.rt.inc.Load() != 0 && restarted.gate.Capacity() > 0 })
+	restarted.waitJoined(t) // its Start waits for the dead one's heartbeat record to expire
 	if restarted.rt.inc.Load() == old.rt.inc.Load() {
 		t.Fatal("the restarted process has its predecessor's incarnation")
 	}

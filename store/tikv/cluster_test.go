@@ -56,7 +56,8 @@ type node struct {
 	fetch  *fetch.Fetcher
 	http   *httptest.Server
 	stop   context.CancelFunc
-	done   chan struct{} // Run returned
+	joined chan struct{} // Start returned nil: the node is registered and has its share
+	done   chan struct{} // Start failed, or Run returned
 }
 
 func startNode(t *testing.T, c *tikvtest.Cluster, id string, guard *netguard.Guard, capacity int) *node {
@@ -88,7 +89,7 @@ func startNodeOn(t *testing.T, c *tikvtest.Cluster, id string, guard *netguard.G
 	srv := server.New(server.Config{Probe: eng, Render: eng, Settings: eng, Domains: lim, Slots: gate, Cluster: rt, Guard: guard, Clock: clk, Results: st, Pages: st})
 	srv.SetReady(true)
 	n := &node{id: id, client: cl, store: st, rt: rt, gate: gate, eng: eng, fetch: f, http: httptest.NewServer(srv),
-		done: make(chan struct{})}
+		joined: make(chan struct{}), done: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.stop = cancel
 	if err := eng.LoadSettings(ctx); err != nil {
@@ -100,6 +101,7 @@ func startNodeOn(t *testing.T, c *tikvtest.Cluster, id string, guard *netguard.G
 			t.Errorf("%s: Start: %v", id, err)
 			return
 		}
+		close(n.joined)
 		_ = rt.Run(ctx)
 	}()
 	t.Cleanup(func() { n.close() })
@@ -116,9 +118,30 @@ func (n *node) close() {
 	n.fetch.Close()
 }
 
+// waitJoined waits until n's Start returned, and fails the test unless it joined the
+// cluster: a node whose Start failed serves with no share of the cap and no heartbeat.
+func (n *node) waitJoined(t *testing.T) {
+	t.Helper()
+	limit := time.NewTimer(clusterWait)
+	defer limit.Stop()
+	select {
+	case <-n.joined:
+	case <-n.done:
+		select {
+		case <-n.joined: // it joined, then stopped
+		default:
+			t.Fatalf("%s did not join the cluster: its Start failed", n.id)
+		}
+	case <-limit.C:
+		t.Fatalf("after %v: %s still starting", clusterWait, n.id)
+	}
+}
+
 // post sends one B or C request to n and returns the HTTP status and the JSON answer.
+// It gives up after clusterWait: a broken test fails, never hangs.
 func (n *node) post(path, body string) (int, map[string]any, error) {
-	resp, err := http.Post(n.http.URL+path, "application/json", strings.NewReader(body))
+	c := http.Client{Timeout: clusterWait}
+	resp, err := c.Post(n.http.URL+path, "application/json", strings.NewReader(body))
 	if err != nil {
 		return 0, nil, err
 	}

@@ -514,7 +514,7 @@ func (m *membership) copyForView() viewState {
 func (r *Runtime) viewIn(ctx context.Context, txn *transaction.KVTxn, inc uint64, st viewState) (heartbeatView, error) {
 	v := heartbeatView{now: r.clk.Now(), clusterCap: st.clusterCap, skew: r.cfg.MaxClockSkew,
 		inherited: st.inherited, inheritedUntil: st.inheritedUntil}
-	insts, err := r.scanInstances(txn.StartTS())
+	insts, err := r.scanInstances(ctx, txn.StartTS())
 	if err != nil {
 		return v, err
 	}
@@ -581,27 +581,30 @@ func (r *Runtime) viewIn(ctx context.Context, txn *transaction.KVTxn, inc uint64
 // another instance in progress (or one left half-committed by an instance that died) holds
 // a lock on its record for up to TiKV's lock TTL, and a snapshot read would wait for it,
 // delaying this heartbeat past its lease. The last committed record is what counts: the
-// instance's own record is checked by the write conflict on it.
-func (r *Runtime) scanInstances(ts uint64) ([]instanceRecord, error) {
+// instance's own record is checked by the write conflict on it. It gives up when ctx ends
+// (scanWithin).
+func (r *Runtime) scanInstances(ctx context.Context, ts uint64) ([]instanceRecord, error) {
 	snap := r.s.kv.GetSnapshot(ts)
 	snap.SetIsolationLevel(txnsnapshot.RC)
-	it, err := snap.Iter([]byte(instancePrefix), keys.PrefixEnd(instancePrefix))
-	if err != nil {
-		return nil, err
-	}
-	defer it.Close()
-	var out []instanceRecord
-	for it.Valid() {
-		var in instanceRecord
-		if err := json.Unmarshal(it.Value(), &in); err != nil {
-			return nil, fmt.Errorf("decode %s: %w", it.Key(), err)
-		}
-		out = append(out, in)
-		if err := it.Next(); err != nil {
+	return scanWithin(ctx, snap, func() ([]instanceRecord, error) {
+		it, err := snap.Iter([]byte(instancePrefix), keys.PrefixEnd(instancePrefix))
+		if err != nil {
 			return nil, err
 		}
-	}
-	return out, nil
+		defer it.Close()
+		var out []instanceRecord
+		for it.Valid() {
+			var in instanceRecord
+			if err := json.Unmarshal(it.Value(), &in); err != nil {
+				return nil, fmt.Errorf("decode %s: %w", it.Key(), err)
+			}
+			out = append(out, in)
+			if err := it.Next(); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	})
 }
 
 // instances reads every instance record, as last committed.
@@ -610,7 +613,7 @@ func (r *Runtime) instances(ctx context.Context) ([]instanceRecord, error) {
 	if err != nil {
 		return nil, err
 	}
-	return r.scanInstances(ts)
+	return r.scanInstances(ctx, ts)
 }
 
 // Instance is one downloader instance as the cluster sees it.

@@ -3,6 +3,7 @@ package tikv
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -99,28 +100,39 @@ func (s *Store) FetchResults(ctx context.Context, domain string, limit int, curs
 	if limit+1 < 256 {
 		snap.SetScanBatchSize(limit + 1)
 	}
-	it, err := snap.Iter(lower, keys.PrefixEnd(prefix))
-	if err != nil {
+	type page struct {
+		ids    []string
+		values [][]byte
+	}
+	pg, err := scanWithin(ctx, snap, func() (page, error) {
+		it, err := snap.Iter(lower, keys.PrefixEnd(prefix))
+		if err != nil {
+			return page{}, unavailable("list fetch results", err)
+		}
+		defer it.Close()
+		pg := page{ids: make([]string, 0, limit+1), values: make([][]byte, 0, limit+1)}
+		for it.Valid() && len(pg.ids) < limit+1 {
+			k := it.Key()
+			if len(k) != len(prefix)+keys.IDLen {
+				return page{}, fmt.Errorf("tikv store: unexpected key %q under %q", k, prefix)
+			}
+			pg.ids = append(pg.ids, string(k[len(prefix):]))
+			if domain == "" {
+				pg.values = append(pg.values, append([]byte(nil), it.Value()...))
+			}
+			if err := it.Next(); err != nil {
+				return page{}, unavailable("list fetch results", err)
+			}
+		}
+		return pg, nil
+	})
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return nil, "", unavailable("list fetch results", err)
 	}
-	ids := make([]string, 0, limit+1)
-	values := make([][]byte, 0, limit+1)
-	for it.Valid() && len(ids) < limit+1 {
-		k := it.Key()
-		if len(k) != len(prefix)+keys.IDLen {
-			it.Close()
-			return nil, "", fmt.Errorf("tikv store: unexpected key %q under %q", k, prefix)
-		}
-		ids = append(ids, string(k[len(prefix):]))
-		if domain == "" {
-			values = append(values, append([]byte(nil), it.Value()...))
-		}
-		if err := it.Next(); err != nil {
-			it.Close()
-			return nil, "", unavailable("list fetch results", err)
-		}
+	if err != nil {
+		return nil, "", err
 	}
-	it.Close()
+	ids, values := pg.ids, pg.values
 	next := ""
 	if len(ids) > limit {
 		ids = ids[:limit]

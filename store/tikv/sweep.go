@@ -53,32 +53,45 @@ func (r *Runtime) sweepBatch(ctx context.Context, start, end []byte, now time.Ti
 	n := 0
 	err = r.s.update(ctx, func(txn *transaction.KVTxn) error {
 		n, *last = 0, nil
-		var doomed [][]byte
-		it, err := txn.Iter(start, end)
+		// The snapshot's iterator, not the transaction's: the scan may outlive this call
+		// (scanWithin), and the transaction has written nothing yet.
+		snap := txn.GetSnapshot()
+		type seen struct {
+			doomed [][]byte
+			last   []byte
+		}
+		got, err := scanWithin(ctx, snap, func() (seen, error) {
+			var sn seen
+			it, err := snap.Iter(start, end)
+			if err != nil {
+				return sn, err
+			}
+			defer it.Close()
+			for i := 0; it.Valid() && i < sweepBatch; i++ {
+				k := append([]byte(nil), it.Key()...)
+				sn.last = k
+				if len(k) > len(domainRuntimePrefix) && k[len(domainRuntimePrefix)] != ':' {
+					var rec domainRecord
+					if json.Unmarshal(it.Value(), &rec) == nil && r.sweepable(&rec, now, horizon) {
+						sn.doomed = append(sn.doomed, k)
+					}
+				}
+				if err := it.Next(); err != nil {
+					return sn, err
+				}
+			}
+			return sn, nil
+		})
 		if err != nil {
 			return err
 		}
-		for seen := 0; it.Valid() && seen < sweepBatch; seen++ {
-			k := append([]byte(nil), it.Key()...)
-			*last = k
-			if len(k) > len(domainRuntimePrefix) && k[len(domainRuntimePrefix)] != ':' {
-				var rec domainRecord
-				if json.Unmarshal(it.Value(), &rec) == nil && r.sweepable(&rec, now, horizon) {
-					doomed = append(doomed, k)
-				}
-			}
-			if err := it.Next(); err != nil {
-				it.Close()
-				return err
-			}
-		}
-		it.Close()
-		for _, k := range doomed {
+		*last = got.last
+		for _, k := range got.doomed {
 			if err := txn.Delete(k); err != nil {
 				return err
 			}
 		}
-		n = len(doomed)
+		n = len(got.doomed)
 		return nil
 	})
 	if err != nil {

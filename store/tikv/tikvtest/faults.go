@@ -208,7 +208,7 @@ func (f *faultyRPC) sendWithFaults(ctx context.Context, addr string, req *tikvrp
 	}
 	kind, delay, ok := f.inj.fault(req)
 	if !ok {
-		return f.Client.SendRequest(ctx, addr, req, timeout)
+		return f.serve(ctx, addr, req, timeout)
 	}
 	switch kind {
 	case FaultRegionError:
@@ -221,10 +221,40 @@ func (f *faultyRPC) sendWithFaults(ctx context.Context, addr string, req *tikvrp
 		}
 		return nil, ErrInjectedTimeout
 	default: // FaultUndetermined
-		if _, err := f.Client.SendRequest(ctx, addr, req, timeout); err != nil {
+		if _, err := f.serve(ctx, addr, req, timeout); err != nil {
 			return nil, err
 		}
 		return nil, ErrInjectedLostAnswer
+	}
+}
+
+// serve has the mock cluster serve req and returns its answer, or ctx's error as soon as
+// ctx ends, as a real client's RPC does (gRPC returns at the caller's deadline while TiKV
+// goes on with the request, whose answer is then lost). The mock serves each request to
+// its end under one store-wide lock, checking ctx only on entry: called directly, a caller
+// queued behind a long scan would wait past its own deadline for as long as the lock is
+// taken, which no real cluster does to it. The request still runs to its end (it may be
+// applied); the cluster closes only after it.
+func (f *faultyRPC) serve(ctx context.Context, addr string, req *tikvrpc.Request, timeout time.Duration) (*tikvrpc.Response, error) {
+	if ctx.Done() == nil {
+		return f.Client.SendRequest(ctx, addr, req, timeout)
+	}
+	type answer struct {
+		resp *tikvrpc.Response
+		err  error
+	}
+	got := make(chan answer, 1)
+	f.serving.add(1)
+	go func() {
+		defer f.serving.add(-1)
+		resp, err := f.Client.SendRequest(ctx, addr, req, timeout)
+		got <- answer{resp, err}
+	}()
+	select {
+	case a := <-got:
+		return a.resp, a.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
 }
 

@@ -42,6 +42,9 @@ var ErrUnreachable = errors.New("tikvtest: TiKV unreachable (injected)")
 type Cluster struct {
 	rpc *testutils.MockClient
 	pd  pd.Client
+	// serving counts the requests the mock serves (faults.go: serve), their callers gone
+	// or not: the cluster closes after them.
+	serving inService
 
 	mu      sync.Mutex
 	clients []*Client
@@ -103,6 +106,7 @@ func NewCluster(tb testing.TB) *Cluster {
 		for _, cl := range clients {
 			_ = cl.close()
 		}
+		c.serving.wait()
 		if err := rpc.Close(); err != nil {
 			tb.Errorf("close mock TiKV: %v", err)
 		}
@@ -131,7 +135,7 @@ func (c *Cluster) NewClient(tb testing.TB) *Client {
 	inj := newInjector()
 	kv, err := tikvclient.NewTestTiKVStore(c.rpc, c.pd,
 		func(inner tikvclient.Client) tikvclient.Client {
-			return &faultyRPC{Client: inner, down: down, n: n, inj: inj}
+			return &faultyRPC{Client: inner, down: down, n: n, inj: inj, serving: &c.serving}
 		},
 		func(inner pd.Client) pd.Client { return &faultyPD{Client: inner, down: down, n: n, inj: inj} },
 		0)
@@ -213,9 +217,38 @@ func (cl *Client) Close() error { return cl.close() }
 // (faults.go) and never closes the shared mock.
 type faultyRPC struct {
 	tikvclient.Client
-	down *atomic.Bool
-	n    *counters
-	inj  *injector
+	down    *atomic.Bool
+	n       *counters
+	inj     *injector
+	serving *inService // the cluster's
+}
+
+// inService counts requests being served and waits for none. Unlike a sync.WaitGroup it
+// may be waited on while a late request (a closed client's background commit) starts.
+type inService struct {
+	mu   sync.Mutex
+	n    int
+	idle *sync.Cond // signalled when n drops to 0; nil until first used
+}
+
+func (s *inService) add(d int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.n += d
+	if s.n == 0 && s.idle != nil {
+		s.idle.Broadcast()
+	}
+}
+
+func (s *inService) wait() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.idle == nil {
+		s.idle = sync.NewCond(&s.mu)
+	}
+	for s.n > 0 {
+		s.idle.Wait()
+	}
 }
 
 func (f *faultyRPC) SendRequest(ctx context.Context, addr string, req *tikvrpc.Request, timeout time.Duration) (*tikvrpc.Response, error) {
