@@ -116,6 +116,10 @@ type Store struct {
 	pageWriteCount atomic.Int64
 	// pageLookupSkipCount counts the PutPage calls whose lookup the page filter skipped.
 	pageLookupSkipCount atomic.Int64
+	// urls (urlfilter.go): the URLs with an entry in the page store's URL index, so that
+	// LatestPage skips the read for a URL never indexed; urlLookupSkipCount counts those.
+	urls               *urlFilter
+	urlLookupSkipCount atomic.Int64
 
 	// mu guards closed: every operation holds it for reading so Close cannot close the
 	// database under it (Pebble panics on use after close).
@@ -188,6 +192,9 @@ func open(dir string, logger *slog.Logger, o options) (*Store, error) {
 	if err := s.migrate(); err != nil {
 		_ = s.Close()
 		return nil, err
+	}
+	if s.urls, err = buildURLFilter(db); err != nil {
+		logger.Warn("URL index filter not built: every conditional request reads the index", "error", err)
 	}
 	return s, nil
 }
