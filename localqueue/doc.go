@@ -27,12 +27,14 @@
 // Durability: Submit commits synchronously (a submitted task is never lost). A task's end
 // committed by the queue (CommitTask, the lease loop's Committer) is synchronous too, with
 // the task's page and fetch_result in the same batch: the task is done once all are
-// durable. Leasing, releasing, expiring and a report handed in by Report (from the lease
-// loop's outbox, which keeps it until the queue took it) are not synced: if a power loss
-// drops the last of them, the tasks concerned are pending or leased again and run again
-// (at least once). After a restart every lease of the previous process is returned to
-// pending at once (only one process can open the data directory, so those leases are
-// dead).
+// durable. A lease writes nothing: it lives in memory, and the task's stored record and
+// pending index entry stay as they were, so that after a crash (only one process can
+// open the data directory, so its leases died with it) the task is simply pending. A
+// lease's end is written with its record, counted in lease_count: in the task's end, at
+// a release or at its expiry; a lease lost in a crash is not counted. Releasing,
+// expiring and a report handed in by Report (from the lease loop's outbox, which keeps it
+// until the queue took it) are not synced: if a power loss drops the last of them, the
+// tasks concerned are pending again and run again (at least once).
 //
 // The files, by job, each calling only those below it: queue.go, report.go, list.go and
 // check.go are the operations; expiry.go returns expired leases and finished backoffs to

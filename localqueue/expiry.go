@@ -11,7 +11,9 @@ import (
 	"downloader/store/keys"
 )
 
-// requeueStale returns every stored lease to pending. Requires q.mu held.
+// requeueStale returns to pending every lease stored by a version of the queue that
+// stored its leases (local_queue:leased:, records in state leased); the queue keeps its
+// leases in memory now (Lease), so a data directory it wrote has none. Requires q.mu held.
 func (q *Queue) requeueStale(ctx context.Context) (int, error) {
 	iter, err := q.ks.NewIter(ctx, []byte(queueLeasPrefix), keys.PrefixEnd(queueLeasPrefix))
 	if err != nil {
@@ -44,6 +46,10 @@ func (q *Queue) requeueStale(ctx context.Context) (int, error) {
 			next.LeasedCount--
 			continue
 		}
+		// Such a lease had its pending key deleted.
+		if err := b.Set(pendingKey(rec.Domain, rec.Seq), []byte(rec.TaskID), nil); err != nil {
+			return 0, fmt.Errorf("local queue: requeue %s: %w", rec.TaskID, err)
+		}
 		if err := q.toPending(b, rec, &next); err != nil {
 			return 0, err
 		}
@@ -60,35 +66,24 @@ func (q *Queue) requeueStale(ctx context.Context) (int, error) {
 
 // expireLocked returns the leases that expired by now to pending. Requires q.mu held.
 func (q *Queue) expireLocked(now time.Time) error {
-	var ids []string
+	var back []*queueRecord
 	for q.expiry.Len() > 0 && !q.expiry[0].expiresAt.After(now) {
 		e := heap.Pop(&q.expiry).(leaseEntry)
 		if l, ok := q.leased[e.taskID]; ok && l.expiresAt.Equal(e.expiresAt) {
-			ids = append(ids, e.taskID)
+			rec := *l.rec
+			back = append(back, &rec)
 		}
 	}
-	if len(ids) == 0 {
+	if len(back) == 0 {
 		return nil
 	}
 	b := q.ks.NewBatch()
 	defer b.Close()
 	next := q.counts
-	var back []*queueRecord
-	for _, id := range ids {
-		rec, ok, err := q.record(b, id)
-		if err != nil {
-			return err
-		}
-		if !ok || rec.State != TaskLeased {
-			continue
-		}
-		if err := b.Delete([]byte(queueLeasPrefix+id), nil); err != nil {
-			return fmt.Errorf("local queue: expire: %w", err)
-		}
+	for _, rec := range back {
 		if err := q.toPending(b, rec, &next); err != nil {
 			return err
 		}
-		back = append(back, rec)
 	}
 	if err := q.commit(b, next, pebble.NoSync); err != nil {
 		return err
@@ -97,21 +92,17 @@ func (q *Queue) expireLocked(now time.Time) error {
 		delete(q.leased, rec.TaskID)
 		q.addPendingLocked(rec.Domain, rec.Seq, rec.TaskID, time.Time{})
 	}
-	if len(back) > 0 {
-		q.log.Warn("leases expired: tasks handed out again", "task_count", len(back))
-	}
+	q.log.Warn("leases expired: tasks handed out again", "task_count", len(back))
 	return nil
 }
 
-// toPending adds to b the writes that return the leased rec to pending.
+// toPending adds to b the record of the leased rec returned to pending, its lease
+// counted (Lease keeps the task's pending key stored while it is leased).
 func (q *Queue) toPending(b *pebble.Batch, rec *queueRecord, next *Counts) error {
 	rec.State = TaskPending
 	rec.LeaseExpiresAt = time.Time{}
 	if err := q.putRecord(b, rec); err != nil {
 		return err
-	}
-	if err := b.Set(pendingKey(rec.Domain, rec.Seq), []byte(rec.TaskID), nil); err != nil {
-		return fmt.Errorf("local queue: requeue %s: %w", rec.TaskID, err)
 	}
 	next.LeasedCount--
 	next.PendingCount++

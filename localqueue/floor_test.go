@@ -14,10 +14,12 @@ import (
 	"downloader/store/keys"
 )
 
-// checkPendingIndex fails t unless the in-memory index holds exactly the stored pending
-// index: every domain's tasks are its stored entries (seq and id), the counts match, and
-// no domain the queue does not know of has an entry. A task missing from memory would
-// never be leased; one in memory only would be leased from nothing.
+// checkPendingIndex fails t unless the in-memory index and this process's leases hold
+// exactly the stored pending index: every domain's tasks are its stored entries (seq and
+// id) but those of the tasks leased now, every leased task has its entry (a lease is in
+// memory only: after a crash the entry makes it pending), the counts match, and no
+// domain the queue does not know of has an entry. A task missing from memory would never
+// be leased; one in memory only would be leased from nothing.
 func checkPendingIndex(t *testing.T, q *Queue, step string) {
 	t.Helper()
 	q.mu.Lock()
@@ -28,6 +30,7 @@ func checkPendingIndex(t *testing.T, q *Queue, step string) {
 	}
 	defer iter.Close()
 	entries := map[string][]string{}
+	leasedStored := map[string]bool{}
 	for ok := iter.First(); ok; ok = iter.Next() {
 		k := string(iter.Key()[len(queuePendPrefix):])
 		i := strings.LastIndexByte(k, ':')
@@ -36,7 +39,19 @@ func checkPendingIndex(t *testing.T, q *Queue, step string) {
 			t.Fatalf("%s: key %q: %v", step, iter.Key(), err)
 		}
 		name := keys.UnescapeDomain(k[:i])
+		if l, ok := q.leased[string(iter.Value())]; ok {
+			if l.rec.Seq != seq || l.rec.Domain != name {
+				t.Fatalf("%s: leased %s (%s, %d) has the pending entry %q", step, iter.Value(), l.rec.Domain, l.rec.Seq, iter.Key())
+			}
+			leasedStored[string(iter.Value())] = true
+			continue
+		}
 		entries[name] = append(entries[name], fmt.Sprintf("%d=%s", seq, iter.Value()))
+	}
+	for id := range q.leased {
+		if !leasedStored[id] {
+			t.Fatalf("%s: leased %s has no stored pending entry: a crash would lose it", step, id)
+		}
 	}
 	total := 0
 	for name, stored := range entries {

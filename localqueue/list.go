@@ -62,7 +62,7 @@ func (q *Queue) ListTasks(ctx context.Context, state downloader.TaskState, curso
 		if err := decodeQueueRecord(v, &rec); err != nil {
 			return nil, "", fmt.Errorf("local queue: decode task %s: %w", id, err)
 		}
-		st := rec.taskRecord().TaskStatus()
+		st := q.live(&rec).taskRecord().TaskStatus()
 		if state == "" || st.State == state {
 			out = append(out, st)
 		}
@@ -131,7 +131,7 @@ type TaskRecord struct {
 	downloader.Task
 	State       string             `json:"state"` // as stored: TaskPending, ...; Status for the API
 	SubmittedAt time.Time          `json:"submitted_at"`
-	LeaseCount  int                `json:"lease_count"`
+	LeaseCount  int                `json:"lease_count"`      // queueRecord.LeaseCount
 	Report      *downloader.Report `json:"report,omitempty"` // the last report
 	// AttemptCount counts the attempts that reached the origin; OwnFailureCount the
 	// failures of our own that were retried in place.
@@ -204,7 +204,20 @@ func (q *Queue) Task(ctx context.Context, taskID string) (*TaskRecord, error) {
 	if !ok {
 		return nil, downloader.Errorf(downloader.ENOTFOUND, "task %q is not in the local queue", taskID)
 	}
-	return rec.taskRecord(), nil
+	return q.live(rec).taskRecord(), nil
+}
+
+// live returns the task as it is now: its lease's record while this process holds a
+// lease of it (Lease stores nothing, so the stored record still says pending), else
+// stored, the record read. The lease's record is copied under q.mu.
+func (q *Queue) live(stored *queueRecord) *queueRecord {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if l, ok := q.leased[stored.TaskID]; ok {
+		rec := *l.rec
+		return &rec
+	}
+	return stored
 }
 
 // RangeDone calls f for every finished task's report (done or skipped), in task id order,

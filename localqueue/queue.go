@@ -238,7 +238,9 @@ func (q *Queue) SubmitAtDepth(ctx context.Context, tasks []downloader.Task, dept
 			return nil, err
 		} else if ok {
 			res := SubmitResult{TaskID: string(id), URL: t.URL, IsDuplicate: true}
-			if rec, ok, err := q.record(b, string(id)); err != nil {
+			if l, ok := q.leased[string(id)]; ok {
+				res.State = string(l.rec.taskRecord().Status())
+			} else if rec, ok, err := q.record(b, string(id)); err != nil {
 				return nil, err
 			} else if ok {
 				res.State = string(rec.taskRecord().Status())
@@ -293,6 +295,12 @@ func (q *Queue) SubmitAtDepth(ctx context.Context, tasks []downloader.Task, dept
 // Lease hands out up to maxTaskCount tasks whose domains are due within the lookahead,
 // earliest due first, each with a lease of LeaseDuration. Leases that expired are
 // returned to pending first. workerID is recorded in the log only.
+//
+// A lease is kept in memory only (q.leased): nothing is written, and the stored record
+// and pending key stay as they were, so that a crash, which voids every lease of this
+// process (one process opens the data directory), leaves the task pending with nothing
+// to undo on open. The lease's record is written when the lease ends: in the task's end
+// (CommitTask, Report), at Release or at its expiry, each with the lease counted.
 func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([]downloader.Task, error) {
 	if maxTaskCount <= 0 {
 		return nil, nil
@@ -316,11 +324,17 @@ func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([
 		return nil, nil
 	}
 
-	b := q.ks.NewBatch()
-	defer b.Close()
+	// stale: the pending keys of index entries whose record is not pending, dropped
+	// below; the only writes of a lease call, and rare.
+	var stale *pebble.Batch
+	defer func() {
+		if stale != nil {
+			stale.Close()
+		}
+	}()
 	next := q.counts // Lease changes only the pending and leased counts, not the map
 	expires := now.Add(q.cfg.LeaseDuration).UTC()
-	// The index is changed as tasks are picked; undo puts it back if the batch fails.
+	// The index is changed as tasks are picked; undo puts it back if a read fails.
 	type undo struct {
 		d      *queueDomain
 		seq    uint64
@@ -352,7 +366,7 @@ func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([
 		rec, ok := q.fresh[id]
 		var err error
 		if ok {
-			delete(q.fresh, id) // leased now, or dropped below: not pending as stored
+			delete(q.fresh, id) // leased now, or dropped below: the lease holds the record
 		} else {
 			rec, ok, err = q.record(nil, id)
 		}
@@ -363,29 +377,24 @@ func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([
 			rollback()
 			return nil, err
 		}
-		err = b.Delete(pendingKey(d.name, seq), nil)
-		if err == nil && (rec.State != TaskPending || !rec.NextAttemptAt.IsZero()) {
+		if rec.State != TaskPending || !rec.NextAttemptAt.IsZero() {
 			// The index said pending, the record says otherwise: the record is the truth.
 			// Drop the entry (its key too) and hand nothing out for it.
 			q.log.Warn("pending index entry of a task not pending dropped", "task_id", id, "state", rec.State)
+			if stale == nil {
+				stale = q.ks.NewBatch()
+			}
+			if err := stale.Delete(pendingKey(d.name, seq), nil); err != nil {
+				rollback()
+				return nil, fmt.Errorf("local queue: lease: %w", err)
+			}
 			next.PendingCount--
 			q.dropIfEmptyLocked(d)
 			continue
 		}
-		if err == nil {
-			err = b.Set([]byte(queueLeasPrefix+rec.TaskID), nil, nil)
-		}
-		if err != nil {
-			rollback()
-			return nil, fmt.Errorf("local queue: lease: %w", err)
-		}
 		rec.State = TaskLeased
 		rec.LeaseExpiresAt = expires
 		rec.LeaseCount++
-		if err := q.putRecord(b, rec); err != nil {
-			rollback()
-			return nil, err
-		}
 		next.PendingCount--
 		next.LeasedCount++
 		due := d.nextAt
@@ -402,10 +411,13 @@ func (q *Queue) Lease(ctx context.Context, workerID string, maxTaskCount int) ([
 	if len(undos) == 0 {
 		return nil, nil
 	}
-	if err := q.commit(b, next, pebble.NoSync); err != nil {
-		rollback()
-		return nil, err
+	if stale != nil {
+		if err := q.commit(stale, next, pebble.NoSync); err != nil {
+			rollback()
+			return nil, err
+		}
 	}
+	q.counts = next
 	for _, u := range undos {
 		delete(q.otherIDs, u.seq) // out of the pending index (handed out or dropped)
 	}
@@ -428,23 +440,20 @@ func (q *Queue) Release(ctx context.Context, taskID string, retryAfter time.Dura
 	defer release()
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	b := q.ks.NewBatch()
-	defer b.Close()
-	rec, ok, err := q.record(b, taskID)
-	if err != nil {
-		return err
-	}
+	l, ok := q.leased[taskID]
 	if !ok {
-		return downloader.Errorf(downloader.ENOTFOUND, "task %q is not in the local queue", taskID)
-	}
-	if rec.State != TaskLeased {
+		if _, ok, err := q.record(nil, taskID); err != nil {
+			return err
+		} else if !ok {
+			return downloader.Errorf(downloader.ENOTFOUND, "task %q is not in the local queue", taskID)
+		}
 		return nil
 	}
+	b := q.ks.NewBatch()
+	defer b.Close()
 	next := q.counts
-	if err := b.Delete([]byte(queueLeasPrefix+taskID), nil); err != nil {
-		return fmt.Errorf("local queue: release: %w", err)
-	}
-	if err := q.toPending(b, rec, &next); err != nil {
+	rec := *l.rec
+	if err := q.toPending(b, &rec, &next); err != nil {
 		return err
 	}
 	if err := q.commit(b, next, pebble.NoSync); err != nil {

@@ -23,14 +23,16 @@ import (
 //	    The counts no index gives back (Counts without pending_count and leased_count),
 //	    JSON, rewritten in the same batch as every report that changes them.
 //	local_queue:task:{task_id}
-//	    One task record, JSON: the task, its sequence number, its state (pending, leased,
-//	    done), its lease and, once done, the report it ended with.
+//	    One task record, JSON: the task, its sequence number, its state (pending, done,
+//	    skipped), the leases that ended and, once done, the report it ended with. A lease
+//	    is not stored (Lease): a leased task's record says pending until the lease ends.
 //	local_queue:pending:{domain}:{seq}
 //	    Index of the pending tasks by domain, in submission order; the value is the task
-//	    id. {domain} is escaped like the fetch_result index, {seq} is 16 hex digits.
+//	    id. {domain} is escaped like the fetch_result index, {seq} is 16 hex digits. A
+//	    leased task keeps its entry, so that a crash leaves it pending.
 //	local_queue:leased:{task_id}
-//	    Index of the leased tasks (empty value), so that leases left by a stopped process
-//	    are found at once when the queue is opened again.
+//	    Written by versions that stored their leases (records in state leased): returned
+//	    to pending and deleted on open (requeueStale); no longer written.
 //	local_queue:url:{sha256}
 //	    Deduplication: the hex SHA-256 of a task's canonical URL → its task id.
 //	local_queue:retry:{task_id}
@@ -50,11 +52,13 @@ const (
 // queueRecord is the stored form of one task.
 type queueRecord struct {
 	downloader.Task
-	Seq         uint64             `json:"seq"`
-	State       string             `json:"state"`
-	SubmittedAt time.Time          `json:"submitted_at"`
-	LeaseCount  int                `json:"lease_count"`
-	Report      *downloader.Report `json:"report,omitempty"` // the last one
+	Seq         uint64    `json:"seq"`
+	State       string    `json:"state"`
+	SubmittedAt time.Time `json:"submitted_at"`
+	// LeaseCount counts the leases that ended (a task's end, a release, an expiry) and,
+	// in memory, the one held now; a lease lost in a crash is not counted.
+	LeaseCount int                `json:"lease_count"`
+	Report     *downloader.Report `json:"report,omitempty"` // the last one
 	// AttemptCount counts the attempts that reached the origin; OwnFailureCount the
 	// failures of our own retried in place (not attempts, seed 002).
 	AttemptCount    int `json:"attempt_count"`

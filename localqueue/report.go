@@ -123,30 +123,28 @@ func (q *Queue) reportLocked(b *pebble.Batch, r *downloader.Report) (apply func(
 	now := q.clk.Now()
 	next = q.counts // shares the failed counts' map: finishRecord copies it before a change
 	prev := rec.State
+	// A leased task's pending key is stored, as is a pending one's (Lease writes nothing):
+	// it goes unless the task stays pending in place, where it stays as it is.
 	switch prev {
 	case TaskLeased:
-		if err := b.Delete([]byte(queueLeasPrefix+rec.TaskID), nil); err != nil {
-			return nil, next, fmt.Errorf("local queue: report: %w", err)
-		}
 		next.LeasedCount--
 	case TaskPending:
-		if err := b.Delete(pendingKey(rec.Domain, rec.Seq), nil); err != nil {
-			return nil, next, fmt.Errorf("local queue: report: %w", err)
-		}
 		next.PendingCount--
 	}
 	rep := *r
 	rec.Report = &rep
 	rec.LeaseExpiresAt = time.Time{}
 	d := q.decideLocked(rec, r, now)
+	if d.action != actionRetryInPlace {
+		if err := b.Delete(pendingKey(rec.Domain, rec.Seq), nil); err != nil {
+			return nil, next, fmt.Errorf("local queue: report: %w", err)
+		}
+	}
 	switch d.action {
 	case actionFinish:
 		finishRecord(rec, r, &next)
 	case actionRetryInPlace:
 		rec.State = TaskPending
-		if err := b.Set(pendingKey(rec.Domain, rec.Seq), []byte(rec.TaskID), nil); err != nil {
-			return nil, next, fmt.Errorf("local queue: report: %w", err)
-		}
 		next.PendingCount++
 		next.RetryCount++
 	case actionRetryLater:

@@ -35,6 +35,7 @@ func (s *Store) indexPage(ctx context.Context, p *downloader.Page, key string) e
 	if err != nil {
 		return fmt.Errorf("embedded store: index page of %s: %w", p.URL, err)
 	}
+	s.urls.add(p.URL)
 	if err := s.db.Set(k, v, pebble.NoSync); err != nil {
 		return fmt.Errorf("embedded store: index page of %s: %w", p.URL, err)
 	}
@@ -42,13 +43,17 @@ func (s *Store) indexPage(ctx context.Context, p *downloader.Page, key string) e
 }
 
 // LatestPage returns the page last stored for url with validators, when that page is
-// stored.
+// stored. A URL never indexed is answered from memory (urlFilter).
 func (s *Store) LatestPage(ctx context.Context, url string) (downloader.PageRef, bool, error) {
 	release, err := s.acquire(ctx, "latest page")
 	if err != nil {
 		return downloader.PageRef{}, false, err
 	}
 	defer release()
+	if !s.urls.mayHave(url) {
+		s.urlLookupSkipCount.Add(1)
+		return downloader.PageRef{}, false, nil
+	}
 	v, ok, err := s.get(keys.PageByURLKey(url))
 	if err != nil || !ok {
 		return downloader.PageRef{}, false, err

@@ -62,7 +62,9 @@ func encodeFetchResult(r *downloader.FetchResult) ([]byte, error) {
 	}
 	rec := *r
 	rec.FetchedAt = rec.FetchedAt.UTC()
-	v, err := rec.AppendJSON(make([]byte, 0, 512)) // json.Marshal's bytes, without its reflection
+	// json.Marshal's bytes, without its reflection. A plain fetch's result is 700–850 bytes
+	// (its health_signal alone about 500): room for it at once, not a 512-byte start grown.
+	v, err := rec.AppendJSON(make([]byte, 0, 1024))
 	if err != nil {
 		return nil, fmt.Errorf("embedded store: encode fetch result: %w", err)
 	}

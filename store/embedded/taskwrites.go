@@ -47,7 +47,7 @@ func (s *Store) stageTaskEnd(ctx context.Context, b *pebble.Batch, end *download
 				s.endPageWrite(key, w)
 			}
 		}
-		if err := stagePageIndex(b, end.Page, key); err != nil {
+		if err := s.stagePageIndex(b, end.Page, key); err != nil {
 			done(err)
 			return nil, err
 		}
@@ -98,7 +98,7 @@ func (s *Store) stagePage(ctx context.Context, b *pebble.Batch, p *downloader.Pa
 }
 
 // stagePageIndex adds to b the URL index entry of p stored under key (pageindex.go).
-func stagePageIndex(b *pebble.Batch, p *downloader.Page, key string) error {
+func (s *Store) stagePageIndex(b *pebble.Batch, p *downloader.Page, key string) error {
 	k := keys.PageByURLKey(p.URL)
 	if p.Validators.IsZero() {
 		if err := b.Delete(k, nil); err != nil {
@@ -108,6 +108,7 @@ func stagePageIndex(b *pebble.Batch, p *downloader.Page, key string) error {
 	}
 	v, err := json.Marshal(downloader.PageRef{PageKey: key, Validators: p.Validators})
 	if err == nil {
+		s.urls.add(p.URL) // before the commit: the filter never says no for a stored entry
 		err = b.Set(k, v, nil)
 	}
 	if err != nil {
