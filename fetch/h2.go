@@ -185,7 +185,10 @@ func (c *h2Conn) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t == nil {
 		return nil, errNotOurConn // a request that is not one of hop's: nothing goes out
 	}
-	if !c.cc.CanTakeNewRequest() {
+	// A connection that closed before its first stream still says it can take one (x/net
+	// lets that request fail, to surface the error), but nothing would be written: the
+	// gate's write must not be spent on it, and the request's own connection may be coming.
+	if !c.cc.CanTakeNewRequest() || c.cc.State().Closed {
 		return c.noStream(req, t)
 	}
 	// net/http calls GotConn for HTTP/1.1 only, and a ClientConn's RoundTrip does not:

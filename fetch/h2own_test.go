@@ -15,6 +15,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"golang.org/x/net/http2"
+
 	"downloader"
 	"downloader/netguard"
 )
@@ -127,16 +129,23 @@ func withDialer(d netguard.ContextDialer) envOption {
 func TestH2OwnConnectionAfterAPooledOneTakesNoStream(t *testing.T) {
 	ca, leaf := testLeaf(t)
 	now := time.Now() // the certificates' time; a bubble's clock starts in 2000
+	// The pooled connection takes no new stream: it received GOAWAY (here: marked not to
+	// be reused, the state GOAWAY leaves), or it closed before its first stream (x/net then
+	// still says it can take a request, which fails unsent).
+	noReuse := func(cc *http2.ClientConn) { cc.SetDoNotReuse() }
+	closeIt := func(cc *http2.ClientConn) { cc.Close() }
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
 	cases := []struct {
 		name       string
-		ownDial    error // the fetch's own dial fails with it; nil: it connects
+		pooled     func(cc *http2.ClientConn) // what happened to the pooled connection
+		ownDial    error                      // the fetch's own dial fails with it; nil: it connects
 		wantReason downloader.FailReason
 		wantStatus int
 		wantConns  int64
 	}{
-		{"its own connection comes", nil, "", 200, 2},
-		{"its own connection is refused", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED},
-			downloader.FailConnectRefused, 0, 1},
+		{"GOAWAY, its own connection comes", noReuse, nil, "", 200, 2},
+		{"GOAWAY, its own connection is refused", noReuse, refused, downloader.FailConnectRefused, 0, 1},
+		{"closed unused, its own connection comes", closeIt, nil, "", 200, 2},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -198,9 +207,9 @@ func TestH2OwnConnectionAfterAPooledOneTakesNoStream(t *testing.T) {
 				done := make(chan *downloader.Outcome, 1)
 				go func() { done <- e.fetch(context.Background(), "https://www.example.com/") }()
 				<-held
-				first.cc.SetDoNotReuse() // no new stream on it, as after a GOAWAY
-				close(pool)              // net/http pools it and hands it to the waiting fetch
-				synctest.Wait()          // the fetch did what it does with it
+				tc.pooled(first.cc)
+				close(pool)     // net/http pools it and hands it to the waiting fetch
+				synctest.Wait() // the fetch did what it does with it
 				close(release)
 				out := <-done
 				synctest.Wait() // its own dial, if still going, is done too
