@@ -15,8 +15,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"golang.org/x/net/http2"
-
 	"downloader"
 	"downloader/netguard"
 )
@@ -132,13 +130,13 @@ func TestH2OwnConnectionAfterAPooledOneTakesNoStream(t *testing.T) {
 	// The pooled connection takes no new stream: it received GOAWAY (here: marked not to
 	// be reused, the state GOAWAY leaves), or it closed before its first stream (x/net then
 	// still says it can take a request, which fails unsent).
-	noReuse := func(cc *http2.ClientConn) { cc.SetDoNotReuse() }
-	closeIt := func(cc *http2.ClientConn) { cc.Close() }
+	noReuse := func(c *h2Conn) { c.cc.SetDoNotReuse() }
+	closeIt := func(c *h2Conn) { c.cc.Close() }
 	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
 	cases := []struct {
 		name       string
-		pooled     func(cc *http2.ClientConn) // what happened to the pooled connection
-		ownDial    error                      // the fetch's own dial fails with it; nil: it connects
+		pooled     func(c *h2Conn) // what happened to the pooled connection
+		ownDial    error           // the fetch's own dial fails with it; nil: it connects
 		wantReason downloader.FailReason
 		wantStatus int
 		wantConns  int64
@@ -168,12 +166,12 @@ func TestH2OwnConnectionAfterAPooledOneTakesNoStream(t *testing.T) {
 					},
 					serve: func(c net.Conn, n int) {
 						o.accepts.Add(1)
-						tc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{leaf.TLS}, NextProtos: []string{"h2"}})
-						defer tc.Close()
-						if err := tc.Handshake(); err != nil {
+						sc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{leaf.TLS}, NextProtos: []string{"h2"}})
+						defer sc.Close()
+						if err := sc.Handshake(); err != nil {
 							return
 						}
-						o.serve(tc, nil, n)
+						o.serve(sc, nil, n)
 					},
 				}
 				t.Cleanup(d.wg.Wait) // after the fetcher's Close (cleanups run last first)
@@ -207,7 +205,7 @@ func TestH2OwnConnectionAfterAPooledOneTakesNoStream(t *testing.T) {
 				done := make(chan *downloader.Outcome, 1)
 				go func() { done <- e.fetch(context.Background(), "https://www.example.com/") }()
 				<-held
-				tc.pooled(first.cc)
+				tc.pooled(first)
 				close(pool)     // net/http pools it and hands it to the waiting fetch
 				synctest.Wait() // the fetch did what it does with it
 				close(release)
