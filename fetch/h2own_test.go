@@ -137,13 +137,15 @@ func TestH2OwnConnectionAfterAPooledOneTakesNoStream(t *testing.T) {
 		name       string
 		pooled     func(c *h2Conn) // what happened to the pooled connection
 		ownDial    error           // the fetch's own dial fails with it; nil: it connects
+		isTLSCut   bool            // the origin closes the fetch's own connection in its handshake
 		wantReason downloader.FailReason
 		wantStatus int
 		wantConns  int64
 	}{
-		{"GOAWAY, its own connection comes", noReuse, nil, "", 200, 2},
-		{"GOAWAY, its own connection is refused", noReuse, refused, downloader.FailConnectRefused, 0, 1},
-		{"closed unused, its own connection comes", closeIt, nil, "", 200, 2},
+		{"GOAWAY, its own connection comes", noReuse, nil, false, "", 200, 2},
+		{"GOAWAY, its own connection is refused", noReuse, refused, false, downloader.FailConnectRefused, 0, 1},
+		{"GOAWAY, its own handshake is cut", noReuse, nil, true, downloader.FailTLSFailed, 0, 2},
+		{"closed unused, its own connection comes", closeIt, nil, false, "", 200, 2},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -166,6 +168,10 @@ func TestH2OwnConnectionAfterAPooledOneTakesNoStream(t *testing.T) {
 					},
 					serve: func(c net.Conn, n int) {
 						o.accepts.Add(1)
+						if n == 2 && tc.isTLSCut {
+							c.Close()
+							return
+						}
 						sc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{leaf.TLS}, NextProtos: []string{"h2"}})
 						defer sc.Close()
 						if err := sc.Handshake(); err != nil {
