@@ -37,8 +37,9 @@ import (
 // stream): the retry then is the request's first write, on another connection, through
 // the same gate. When the request's own dial is under way (net/http handed it a pooled
 // connection meanwhile), it does not ask again, which would be a second connection
-// attempt: it waits for its own connection and opens the stream there (owndial.go). Any other second send meets the gate, which lets out one attempt and
-// one first write per admission, and is refused before a byte goes out. A refused or
+// attempt: it waits for its own connection and opens the stream there (owndial.go). Any
+// other second send meets the gate, which lets out one attempt and one first write per
+// admission, and is refused before a byte goes out. A refused or
 // unprocessed stream is therefore reported (connection_reset: the origin's side ended
 // it), and retrying is the caller's decision, as on HTTP/1.1.
 //
