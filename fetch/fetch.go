@@ -192,7 +192,13 @@ func New(cfg Config) *Fetcher {
 			if err != nil {
 				return nil, err
 			}
-			return &wireConn{Conn: c}, nil
+			wc := &wireConn{Conn: c}
+			if t := ticketOf(ctx); t != nil {
+				// The dial passed t's gate (its one attempt): the hop waits for this
+				// connection if net/http hands it another that takes no stream (owndial.go).
+				wc.own.Store(t.own)
+			}
+			return wc, nil
 		},
 		TLSClientConfig:        tlsCfg,
 		TLSHandshakeTimeout:    cfg.TLSTimeout,
@@ -352,10 +358,11 @@ func (f *Fetcher) hop(ctx context.Context, hop int, u *url.URL, adm *limiter.Adm
 	ticket := newWireTicket(hopCtx, adm)
 	trace := &httptrace.ClientTrace{
 		TLSHandshakeStart: func() { st.tlsStarted.Store(true) },
-		TLSHandshakeDone: func(_ tls.ConnectionState, err error) {
+		TLSHandshakeDone: func(cs tls.ConnectionState, err error) {
 			if err == nil {
 				st.tlsDone.Store(true)
 			}
+			ticket.own.tlsDone(cs, err)
 		},
 		GotConn: func(info httptrace.GotConnInfo) {
 			st.connected.Store(true)

@@ -35,8 +35,11 @@ import (
 // retries an HTTP/2 request only on a "no cached connection" answer, which h2Conn gives
 // only before anything of the request was written (the connection can take no new
 // stream): the retry then is the request's first write, on another connection, through
-// the same gate. Any other second send meets the gate, which lets out one attempt and
-// one first write per admission, and is refused before a byte goes out. A refused or
+// the same gate. When the request's own dial is under way (net/http handed it a pooled
+// connection meanwhile), it does not ask again, which would be a second connection
+// attempt: it waits for its own connection and opens the stream there (owndial.go). Any
+// other second send meets the gate, which lets out one attempt and one first write per
+// admission, and is refused before a byte goes out. A refused or
 // unprocessed stream is therefore reported (connection_reset: the origin's side ended
 // it), and retrying is the caller's decision, as on HTTP/1.1.
 //
@@ -118,7 +121,8 @@ func newH2Pool(responseTimeout time.Duration) *h2Pool {
 
 // upgrade is TLSNextProto["h2"]: c, dialled through the guard, negotiated h2.
 func (p *h2Pool) upgrade(_ string, c *tls.Conn) http.RoundTripper {
-	if wc := wireConnOf(c); wc != nil {
+	wc := wireConnOf(c)
+	if wc != nil {
 		// Its writes are frames of many streams: no request arms it (GotConn); each
 		// stream passes its gate in h2Conn.RoundTrip instead.
 		wc.isH2.Store(true)
@@ -144,7 +148,13 @@ func (p *h2Pool) upgrade(_ string, c *tls.Conn) http.RoundTripper {
 	}
 	p.conns[cc] = struct{}{}
 	p.mu.Unlock()
-	return &h2Conn{cc: cc, conn: c, responseTimeout: p.responseTimeout}
+	hc := &h2Conn{cc: cc, conn: c, responseTimeout: p.responseTimeout}
+	if wc != nil {
+		if o := wc.own.Swap(nil); o != nil {
+			o.ready(hc) // the hop that dialled it may be waiting for it (owndial.go)
+		}
+	}
+	return hc
 }
 
 // close closes every HTTP/2 connection with no stream open or reserved, and any made
@@ -176,8 +186,11 @@ func (c *h2Conn) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t == nil {
 		return nil, errNotOurConn // a request that is not one of hop's: nothing goes out
 	}
-	if !c.cc.CanTakeNewRequest() {
-		return nil, errConnTakesNoStream{}
+	// A connection that closed before its first stream still says it can take one (x/net
+	// lets that request fail, to surface the error), but nothing would be written: the
+	// gate's write must not be spent on it, and the request's own connection may be coming.
+	if !c.cc.CanTakeNewRequest() || c.cc.State().Closed {
+		return c.noStream(req, t)
 	}
 	// net/http calls GotConn for HTTP/1.1 only, and a ClientConn's RoundTrip does not:
 	// the hop's trace learns of the connection here.

@@ -29,12 +29,17 @@ var (
 // wireTicket is one hop's passage to the wire: its gate. Safe for concurrent use: the dial goroutine, the
 // transport's write loop and the request's goroutine all use it.
 type wireTicket struct {
-	// The gate's Connecting and Connected are netguard's ConnectHook.
+	// The gate's Connecting and Connected are netguard's ConnectHook (owndial.go tells
+	// own of them too).
 	*limiter.WireGate
+	// own is the connection the hop's own attempt makes (owndial.go). Apart from the
+	// ticket: the connection it dials points to it until it is ready or in use, and must
+	// not keep the hop's context alive while it idles in the pool.
+	own *ownDial
 }
 
 func newWireTicket(ctx context.Context, adm *limiter.Admission) *wireTicket {
-	return &wireTicket{WireGate: limiter.NewWireGate(ctx, adm)}
+	return &wireTicket{WireGate: limiter.NewWireGate(ctx, adm), own: &ownDial{}}
 }
 
 // write writes p, the request's first bytes, to c once the limiter lets them out, and
@@ -58,6 +63,9 @@ type wireConn struct {
 	// isH2: the connection speaks HTTP/2 (h2.go): its writes are frames of many streams,
 	// so no request arms it; each stream passes its own gate.
 	isH2 atomic.Bool
+	// own is the attempt of the hop that dialled it, told when the connection is ready
+	// for HTTP/2 (h2Pool.upgrade) or closes before (owndial.go); nil after.
+	own atomic.Pointer[ownDial]
 
 	mu    sync.Mutex
 	armed *wireTicket // guarded by mu
@@ -66,6 +74,7 @@ type wireConn struct {
 // arm makes the next Write go through t. GotConn arms the connection it hands a request;
 // the TLS handshake's writes come before and pass freely.
 func (c *wireConn) arm(t *wireTicket) {
+	c.own.Store(nil) // an HTTP/1.1 connection in use: no hop waits for it (owndial.go)
 	c.mu.Lock()
 	c.armed = t
 	c.mu.Unlock()
@@ -80,6 +89,15 @@ func (c *wireConn) Write(p []byte) (int, error) {
 		return c.Conn.Write(p)
 	}
 	return t.write(c.Conn, p)
+}
+
+// Close closes the connection; before it was ready for HTTP/2, that ends the attempt of
+// the hop that dialled it.
+func (c *wireConn) Close() error {
+	if o := c.own.Swap(nil); o != nil {
+		o.end(errOwnConnClosed)
+	}
+	return c.Conn.Close()
 }
 
 // wireConnOf finds our wrapper under a connection handed to GotConn.
