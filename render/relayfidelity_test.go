@@ -84,7 +84,7 @@ func bodyText(t *testing.T, ctx context.Context) string {
 // TestRelayIgnoresProxyServer: a context created with our proxy as its proxyServer
 // sends its requests through the server's own proxy instead; ours is never dialled.
 func TestRelayIgnoresProxyServer(t *testing.T) {
-	t.Parallel() // owns its fixture and pool (parallelTests)
+	t.Parallel() // owns its fixture and browser (parallelTests)
 	ownFixture(t)
 	s := newRelaySetup(t)
 	ours, err := net.Listen("tcp", "127.0.0.1:0")
@@ -123,7 +123,7 @@ func TestRelayIgnoresProxyServer(t *testing.T) {
 // external script is failed without a pause, the document is not paused, and the XHR is
 // paused though no pattern asked for it.
 func TestRelayFetchEnableAsObscura(t *testing.T) {
-	t.Parallel() // owns its fixture and pool (parallelTests)
+	t.Parallel() // owns its fixture and browser (parallelTests)
 	ownFixture(t)
 	s := newRelaySetup(t)
 	paused := make(chan network.ResourceType, 16)
@@ -170,7 +170,7 @@ func documentPatternsForTest() []*fetch.RequestPattern {
 // tab's commands are held back (the excess answered "Server busy"), and go on once the
 // navigation has loaded.
 func TestRelaySerialisesNavigations(t *testing.T) {
-	t.Parallel() // owns its fixture and pool (parallelTests)
+	t.Parallel() // owns its fixture and browser (parallelTests)
 	ownFixture(t)
 	s := newRelaySetup(t)
 	s.relay.maxDeferred = 1
@@ -215,7 +215,7 @@ func TestRelaySerialisesNavigations(t *testing.T) {
 // TestRelayUserAgentNoop: Emulation.setUserAgentOverride answers {} and the origin sees
 // the browser's own user agent.
 func TestRelayUserAgentNoop(t *testing.T) {
-	t.Parallel() // owns its fixture and pool (parallelTests)
+	t.Parallel() // owns its fixture and browser (parallelTests)
 	ownFixture(t)
 	s := newRelaySetup(t)
 	ctx := s.tab(t, "")
@@ -236,7 +236,7 @@ func TestRelayUserAgentNoop(t *testing.T) {
 // TestRelayNavigationErrors: a navigation that fails is a CDP error to Page.navigate,
 // not an errorText in a successful answer.
 func TestRelayNavigationErrors(t *testing.T) {
-	t.Parallel() // owns its fixture and pool (parallelTests)
+	t.Parallel() // owns its fixture and browser (parallelTests)
 	ownFixture(t)
 	s := newRelaySetup(t)
 	ctx := s.tab(t, "")
@@ -257,7 +257,7 @@ func TestRelayNavigationErrors(t *testing.T) {
 // TestRelayNeverSendsFailureEvents: a request that fails and a tab that crashes reach the
 // client as Obscura sends them: no Network.loadingFailed, no Inspector.targetCrashed.
 func TestRelayNeverSendsFailureEvents(t *testing.T) {
-	t.Parallel() // owns its fixture and pool (parallelTests)
+	t.Parallel() // owns its fixture and browser (parallelTests)
 	ownFixture(t)
 	s := newRelaySetup(t)
 	var failed, crashed atomic.Int64
@@ -304,7 +304,7 @@ func waitUnsent(t *testing.T, r *obscuraRelay, method string) {
 // JavaScript of the connection's other page (Chromium says so: Debugger.paused) until
 // the navigation is done; then it runs again.
 func TestRelaySuspendsOtherPages(t *testing.T) {
-	t.Parallel() // owns its fixture and pool (parallelTests)
+	t.Parallel() // owns its fixture and browser (parallelTests)
 	ownFixture(t)
 	s := newRelaySetup(t)
 	a, b := s.tab(t, ""), s.tab(t, "")
@@ -360,7 +360,7 @@ type relayEvent struct {
 // only once finished: its requestWillBeSent, responseReceived and loadingFinished
 // come with no other request's event between them.
 func TestRelayBatchesEvents(t *testing.T) {
-	t.Parallel() // owns its fixture and pool (parallelTests)
+	t.Parallel() // owns its fixture and browser (parallelTests)
 	ownFixture(t)
 	s := newRelaySetup(t)
 	var mu sync.Mutex
