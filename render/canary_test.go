@@ -76,6 +76,8 @@ func TestCanaryRefusesBypass(t *testing.T) {
 // (`obscura serve --proxy`), the Obscura profile's canary passes, and still nothing
 // reaches an origin around the guard.
 func TestCanaryAcceptsGuardedServer(t *testing.T) {
+	t.Parallel() // owns its fixture and browser (parallelTests)
+	ownFixture(t)
 	n := newOpenNetwork(t)
 	ln := listenLoopback(t)
 	g := renderproxy.NewGuard(ln, slog.New(slog.DiscardHandler))
@@ -100,6 +102,8 @@ func TestCanaryAcceptsGuardedServer(t *testing.T) {
 // and this Chromium, with none of its own, would ask the system resolver for the canary's
 // name.)
 func TestCanaryChromium(t *testing.T) {
+	t.Parallel() // owns its fixture and browser (parallelTests)
+	ownFixture(t)
 	bctx := browserCtxOn(t, startRemoteBrowser(t))
 	g := renderproxy.NewGuard(listenLoopback(t), slog.New(slog.DiscardHandler))
 	defer g.Close()

@@ -32,7 +32,8 @@ func (p *proxyCounter) DialContext(ctx context.Context, network, address string)
 // dials to origins go through the operator's egress proxy (real squid): the page and its
 // XHRs arrive, and a target the proxy cannot connect to is the site's connect_refused.
 func TestObscuraGuardProxyThroughEgressProxy(t *testing.T) {
-	f := getFixture(t)
+	t.Parallel() // owns its fixture and pool (parallelTests)
+	f := ownFixture(t)
 	sq := proxytest.Squid(t, proxytest.SquidOptions{})
 	pc := &proxyCounter{d: loopbackOnly{f}}
 	d, err := egressproxy.New(egressproxy.Config{URL: sq.URL, Dialer: pc, Resolver: fakeResolver{}})

@@ -197,7 +197,15 @@ var (
 // virtualHosts are the origin's names, each mapped to the listener by --connect-to.
 var virtualHosts = []string{"js.test", "frames.test", "widget.test", "empty.test", "hang.test", "slowxhr.test", "status.test", "blocked.test", "redirect.test", "cookie.test", "dialog.test", "busy.test", "huge.test"}
 
+// ownFixtures are the fixtures tests own (ownFixture), by top-level test name.
+var ownFixtures sync.Map
+
+// getFixture returns the test's own fixture (ownFixture) if it has one, else the shared
+// one.
 func getFixture(t testing.TB) *fixture {
+	if f, ok := ownFixtures.Load(topTestName(t)); ok {
+		return f.(*fixture)
+	}
 	fxOnce.Do(func() { fx = newFixture() })
 	if fx == nil {
 		t.Fatal("no fixture")
@@ -241,15 +249,73 @@ func newFixture() *fixture {
 	return f
 }
 
+// ownFixture gives the test an origin and guard of its own, closed when it ends: from then
+// on getFixture answers it for the test, its subtests and the helpers they call (the
+// relay's open network serves the fixture's pages, obscuraSetup and render() read it), so
+// the test reads a request log, hang and slow channels and a violation list no other test
+// writes to, and can run in parallel (parallelTests). Call it before anything else that
+// calls getFixture.
+func ownFixture(t *testing.T) *fixture {
+	t.Helper()
+	name := topTestName(t)
+	if name != t.Name() {
+		t.Fatal("ownFixture is for a top-level test")
+	}
+	f := newFixture()
+	ownFixtures.Store(name, f)
+	t.Cleanup(func() {
+		ownFixtures.Delete(name)
+		f.close()
+	})
+	return f
+}
+
+// topTestName is the name of t's top-level test.
+func topTestName(t testing.TB) string {
+	name, _, _ := strings.Cut(t.Name(), "/")
+	return name
+}
+
+func (f *fixture) close() {
+	close(f.closing)
+	f.srv.Close()
+	f.tls.Close()
+}
+
+// pool is a pool on f configured as the shared one (sharedPool), closed when the test
+// ends. At its end the pool's browser has made no connection outside a render (its
+// default context points at a proxy that refuses everything): what
+// TestRenderNoStrayRequests checks of the shared pool, checked of every such pool.
+func (f *fixture) pool(t *testing.T) hopsPool {
+	t.Helper()
+	p, err := newHopsPool(Config{
+		Clock:       clock.Real{},
+		Logger:      testLogger(t),
+		Concurrency: 2,
+		QueueLength: 4,
+		WarmTabs:    2,
+		UserAgent:   testUserAgent,
+		Guard:       f.guard,
+	}, seams{}, limiterHops{l: limiter.New(clock.Real{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if n := p.deniedConn.Load(); n != 0 {
+			t.Errorf("the browser made %d connections outside any render", n)
+		}
+		p.Close()
+	})
+	return p
+}
+
 func closeFixture() {
 	poolOnce.Do(func() {})
 	if shared.Pool != nil {
 		shared.Close()
 	}
 	if fx != nil {
-		close(fx.closing)
-		fx.srv.Close()
-		fx.tls.Close()
+		fx.close()
 	}
 }
 
@@ -485,11 +551,13 @@ func (p *Pool) browserProcess(t testing.TB) *os.Process {
 // uses only the URL parser, the shared guard and the guard's violation list) and asserts
 // nothing about time that a neighbour's load can break calls t.Parallel(): the suite waits
 // on browser starts and page loads far more than it computes, so two such tests side by
-// side take little more than one. The testing package holds parallel tests until every
-// sequential one has finished, so the tests that read the shared origin's request log,
-// use the shared pool or its slowHit/hangHit channels, or count browser processes stay
-// sequential and never overlap one. -parallel (defaultParallel, 4, unless given) bounds how
-// many of their browsers run at once.
+// side take little more than one. A test that reads the fixture's request log or its
+// slowHit/hangHit channels owns a fixture (ownFixture) and a pool on it (fixture.pool)
+// to be one of them. The testing package holds parallel tests until every sequential one
+// has finished, so the few tests left on the shared pool (those that time a render against
+// a short bound, kill or crash its browser, or check it after the others), or that count
+// browser processes, stay sequential and never overlap one. -parallel (defaultParallel, 4,
+// unless given) bounds how many of their browsers run at once.
 
 // safetyTimeout bounds a render (or a wait) in a test whose assertion is not about time:
 // most of what is left of the test binary's own deadline (go test -timeout), or ten

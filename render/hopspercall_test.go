@@ -19,7 +19,8 @@ import (
 // (RenderInSlot, the engine's per request); a render given none sends nothing to the
 // hop's host and answers self_rate_limited (fail closed).
 func TestRenderHopsPerCall(t *testing.T) {
-	f := getFixture(t)
+	t.Parallel() // owns its fixture and pool (parallelTests)
+	f := ownFixture(t)
 	o := origintest.New(http.HandlerFunc(hopOrigin))
 	t.Cleanup(o.Close)
 	rule, err := netguard.ParseConnectTo(o.ConnectTo())

@@ -54,7 +54,8 @@ func newObscuraSetup(t *testing.T, isGuarded bool, concurrency int) *obscuraSetu
 // renderer_unavailable at once, the stats say why, and not one request reached an origin
 // (counted at the open network's origin, and at ours).
 func TestObscuraRefusedAroundTheGuard(t *testing.T) {
-	f := getFixture(t)
+	t.Parallel() // owns its fixture and pool (parallelTests)
+	f := ownFixture(t)
 	s := newObscuraSetup(t, false, 1)
 	mark := f.mark()
 	for range 2 {
@@ -83,7 +84,8 @@ func TestObscuraRefusedAroundTheGuard(t *testing.T) {
 // Emulation user agent is sent, failures are classified (a refused connection is the
 // origin's, not a crash), and nothing goes around the guard.
 func TestObscuraRenders(t *testing.T) {
-	f := getFixture(t)
+	t.Parallel() // owns its fixture and pool (parallelTests)
+	f := ownFixture(t)
 	s := newObscuraSetup(t, true, 2)
 	mark := f.mark()
 	out := render(t, s.p, "js.test/", 20*time.Second)
@@ -152,7 +154,8 @@ func TestObscuraRenders(t *testing.T) {
 // while one of its navigations runs; with a connection per render, a render whose page
 // never answers does not hold up another.
 func TestObscuraConcurrentRendersDoNotFreeze(t *testing.T) {
-	f := getFixture(t)
+	t.Parallel() // owns its fixture and pool (parallelTests)
+	f := ownFixture(t)
 	s := newObscuraSetup(t, true, 2)
 	if out := render(t, s.p, "js.test/", 20*time.Second); out.FailReason != "" { // warm up
 		t.Fatalf("first render: fail_reason=%s", failReason(out))
@@ -191,7 +194,8 @@ func TestObscuraConcurrentRendersDoNotFreeze(t *testing.T) {
 // renderer_unavailable, SPEC §4) at once, not at its timeout, and the next render gets a
 // connection of its own and the page.
 func TestObscuraConnectionDropped(t *testing.T) {
-	f := getFixture(t)
+	t.Parallel() // owns its fixture and pool (parallelTests)
+	f := ownFixture(t)
 	s := newObscuraSetup(t, true, 1)
 	if out := render(t, s.p, "js.test/", 20*time.Second); out.FailReason != "" { // connected, canary passed
 		t.Fatalf("first render: fail_reason=%s", failReason(out))

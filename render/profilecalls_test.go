@@ -15,6 +15,8 @@ import (
 // classified as the page's failure, never renderer_crashed. With Chromium's profile on
 // the same relay the user agent is lost: the profile is what makes the difference.
 func TestProfileCallsOnRelay(t *testing.T) {
+	t.Parallel() // owns its fixture and browser (parallelTests)
+	ownFixture(t)
 	s := newRelaySetup(t)
 	p := &Pool{cfg: poolConfig{Config: Config{UserAgent: testUserAgent}}}
 	for _, tt := range []struct {

@@ -84,6 +84,8 @@ func bodyText(t *testing.T, ctx context.Context) string {
 // TestRelayIgnoresProxyServer: a context created with our proxy as its proxyServer
 // sends its requests through the server's own proxy instead; ours is never dialled.
 func TestRelayIgnoresProxyServer(t *testing.T) {
+	t.Parallel() // owns its fixture and browser (parallelTests)
+	ownFixture(t)
 	s := newRelaySetup(t)
 	ours, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -121,6 +123,8 @@ func TestRelayIgnoresProxyServer(t *testing.T) {
 // external script is failed without a pause, the document is not paused, and the XHR is
 // paused though no pattern asked for it.
 func TestRelayFetchEnableAsObscura(t *testing.T) {
+	t.Parallel() // owns its fixture and browser (parallelTests)
+	ownFixture(t)
 	s := newRelaySetup(t)
 	paused := make(chan network.ResourceType, 16)
 	var ctx context.Context
@@ -166,6 +170,8 @@ func documentPatternsForTest() []*fetch.RequestPattern {
 // tab's commands are held back (the excess answered "Server busy"), and go on once the
 // navigation has loaded.
 func TestRelaySerialisesNavigations(t *testing.T) {
+	t.Parallel() // owns its fixture and browser (parallelTests)
+	ownFixture(t)
 	s := newRelaySetup(t)
 	s.relay.maxDeferred = 1
 	a, b := s.tab(t, ""), s.tab(t, "")
@@ -209,6 +215,8 @@ func TestRelaySerialisesNavigations(t *testing.T) {
 // TestRelayUserAgentNoop: Emulation.setUserAgentOverride answers {} and the origin sees
 // the browser's own user agent.
 func TestRelayUserAgentNoop(t *testing.T) {
+	t.Parallel() // owns its fixture and browser (parallelTests)
+	ownFixture(t)
 	s := newRelaySetup(t)
 	ctx := s.tab(t, "")
 	if _, err := chromedp.Call(ctx, emulation.SetUserAgentOverride, emulation.SetUserAgentOverrideParams{UserAgent: "ours/1.0"}); err != nil {
@@ -228,6 +236,8 @@ func TestRelayUserAgentNoop(t *testing.T) {
 // TestRelayNavigationErrors: a navigation that fails is a CDP error to Page.navigate,
 // not an errorText in a successful answer.
 func TestRelayNavigationErrors(t *testing.T) {
+	t.Parallel() // owns its fixture and browser (parallelTests)
+	ownFixture(t)
 	s := newRelaySetup(t)
 	ctx := s.tab(t, "")
 	nav, err := chromedp.Call(ctx, page.Navigate, page.NavigateParams{URL: "https://refused.test/"})
@@ -247,6 +257,8 @@ func TestRelayNavigationErrors(t *testing.T) {
 // TestRelayNeverSendsFailureEvents: a request that fails and a tab that crashes reach the
 // client as Obscura sends them: no Network.loadingFailed, no Inspector.targetCrashed.
 func TestRelayNeverSendsFailureEvents(t *testing.T) {
+	t.Parallel() // owns its fixture and browser (parallelTests)
+	ownFixture(t)
 	s := newRelaySetup(t)
 	var failed, crashed atomic.Int64
 	ctx := s.tab(t, "", chromedp.WithListener(func(ev any) {
@@ -292,6 +304,8 @@ func waitUnsent(t *testing.T, r *obscuraRelay, method string) {
 // JavaScript of the connection's other page (Chromium says so: Debugger.paused) until
 // the navigation is done; then it runs again.
 func TestRelaySuspendsOtherPages(t *testing.T) {
+	t.Parallel() // owns its fixture and browser (parallelTests)
+	ownFixture(t)
 	s := newRelaySetup(t)
 	a, b := s.tab(t, ""), s.tab(t, "")
 	if err := chromedp.Do(b, chromedp.Navigate(`data:text/html,<p>ticks</p><script>window.n = 0; setInterval(() => n++, 5);</script>`)); err != nil {
@@ -346,6 +360,8 @@ type relayEvent struct {
 // only once finished: its requestWillBeSent, responseReceived and loadingFinished
 // come with no other request's event between them.
 func TestRelayBatchesEvents(t *testing.T) {
+	t.Parallel() // owns its fixture and browser (parallelTests)
+	ownFixture(t)
 	s := newRelaySetup(t)
 	var mu sync.Mutex
 	var events []relayEvent

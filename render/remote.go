@@ -22,7 +22,13 @@ type remoteAllocator struct {
 	endpoint    string
 	dialTimeout time.Duration
 
-	wg sync.WaitGroup
+	// mu orders Allocate's wg.Go before Wait, or refuses it after: a pool closing (or a
+	// launch timing out) during a connect calls Wait while Allocate runs, and a
+	// WaitGroup's Add from zero must happen before its Wait (the race detector found the
+	// two side by side; a connection added after Wait returned would outlive Close).
+	mu      sync.Mutex
+	waiting bool
+	wg      sync.WaitGroup
 }
 
 var (
@@ -33,8 +39,14 @@ var (
 // Attaches tells chromedp that the browser is not ours to start or stop.
 func (a *remoteAllocator) Attaches() bool { return true }
 
-// Wait blocks until every connection made by Allocate is closed.
-func (a *remoteAllocator) Wait() { a.wg.Wait() }
+// Wait blocks until every connection made by Allocate is closed; an Allocate after it
+// fails.
+func (a *remoteAllocator) Wait() {
+	a.mu.Lock()
+	a.waiting = true
+	a.mu.Unlock()
+	a.wg.Wait()
+}
 
 // Allocate dials the endpoint and returns a browser over the connection. The connection
 // closes when ctx ends, after the tabs of ctx are closed.
@@ -52,12 +64,20 @@ func (a *remoteAllocator) Allocate(ctx context.Context, opts ...chromedp.Browser
 	tr := &trackedConn{Conn: conn, closed: make(chan struct{})}
 	// The connection has its own context, so that the tabs are closed before it is.
 	wctx, wcancel := context.WithCancel(context.Background())
+	a.mu.Lock()
+	if a.waiting {
+		a.mu.Unlock()
+		wcancel()
+		conn.Close()
+		return nil, fmt.Errorf("dial %s: the allocator was closed", wsURL)
+	}
 	a.wg.Go(func() {
 		<-ctx.Done()
 		chromedp.Cancel(ctx) // closes the tabs of ctx
 		wcancel()
 		<-tr.closed
 	})
+	a.mu.Unlock()
 	b, err := chromedp.NewBrowserTransport(wctx, tr, opts...)
 	if err != nil {
 		wcancel()

@@ -55,14 +55,15 @@ func deref(p *int) int {
 // much more text than it was served with, under our user agent, and its first request to
 // the page host is the limiter's on-the-wire moment.
 func TestRenderJSPage(t *testing.T) {
-	f := getFixture(t)
-	p := sharedPool(t)
+	t.Parallel() // owns its fixture and pool (parallelTests)
+	f := ownFixture(t)
+	p := f.pool(t)
 	l := limiter.New(clock.Real{})
 	adm, _ := l.Allow(time.Now(), "js.test", 0, downloader.IntervalSourceRequest, downloader.EntryRender)
 	admittedAt := adm.Slot()
 	mark := f.mark()
 
-	out := p.Render(context.Background(), f.url("js.test/"), &adm, 20*time.Second)
+	out := p.Render(context.Background(), f.url("js.test/"), &adm, safetyTimeout(t))
 	adm.Done()
 
 	if out.FailReason != "" || out.HTTPStatus != 200 {
@@ -117,8 +118,9 @@ func TestRenderJSPage(t *testing.T) {
 
 // TestRenderEmptyText: a 200 page that renders to no text is a success with text_length 0.
 func TestRenderEmptyText(t *testing.T) {
-	p := sharedPool(t)
-	out := render(t, p, "empty.test/", 20*time.Second)
+	t.Parallel() // owns its fixture and pool (parallelTests)
+	p := ownFixture(t).pool(t)
+	out := render(t, p, "empty.test/", safetyTimeout(t))
 	if out.FailReason != "" || out.HTTPStatus != 200 {
 		t.Fatalf("fail_reason=%s http_status=%d, want null and 200", failReason(out), out.HTTPStatus)
 	}
@@ -321,11 +323,12 @@ func TestRenderTabCrashed(t *testing.T) {
 // are refused by the guard before any dial, counted, and fail in the page; the page
 // itself renders. A page whose own host resolves there is destination_forbidden.
 func TestRenderBlockedSubrequest(t *testing.T) {
-	f := getFixture(t)
-	p := sharedPool(t)
+	t.Parallel() // owns its fixture and pool (parallelTests)
+	f := ownFixture(t)
+	p := f.pool(t)
 	mark := f.mark()
 	// Images are skipped by default; load them, for the guard to refuse.
-	out := p.RenderWith(context.Background(), f.url("blocked.test/"), nil, downloader.RenderOptions{Timeout: 20 * time.Second, SkipResourceTypes: []downloader.ResourceType{}})
+	out := p.RenderWith(context.Background(), f.url("blocked.test/"), nil, downloader.RenderOptions{Timeout: safetyTimeout(t), SkipResourceTypes: []downloader.ResourceType{}})
 	if out.FailReason != "" || out.HTTPStatus != 200 {
 		t.Fatalf("fail_reason=%s http_status=%d, want null and 200", failReason(out), out.HTTPStatus)
 	}
@@ -347,7 +350,7 @@ func TestRenderBlockedSubrequest(t *testing.T) {
 		t.Errorf("the page did not see its fetch fail: %q", out.Text)
 	}
 
-	out = render(t, p, "forbidden.test/", 20*time.Second)
+	out = render(t, p, "forbidden.test/", safetyTimeout(t))
 	if out.FailReason != downloader.FailDestinationForbidden || out.HTTPStatus != 0 {
 		t.Errorf("forbidden page host: fail_reason=%s http_status=%d, want destination_forbidden and none", failReason(out), out.HTTPStatus)
 	}
@@ -359,7 +362,8 @@ func TestRenderBlockedSubrequest(t *testing.T) {
 
 // TestRenderMainDocument: the main document's failures are classified like plain fetch.
 func TestRenderMainDocument(t *testing.T) {
-	p := sharedPool(t)
+	t.Parallel() // owns its fixture and pool (parallelTests)
+	p := ownFixture(t).pool(t)
 	tests := []struct {
 		name       string
 		url        string
@@ -381,7 +385,7 @@ func TestRenderMainDocument(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out := render(t, p, tt.url, 20*time.Second)
+			out := render(t, p, tt.url, safetyTimeout(t))
 			if out.FailReason != tt.wantReason || out.HTTPStatus != tt.wantStatus {
 				t.Fatalf("fail_reason=%s http_status=%d, want %q and %d", failReason(out), out.HTTPStatus, tt.wantReason, tt.wantStatus)
 			}
@@ -407,8 +411,9 @@ func TestRenderMainDocument(t *testing.T) {
 // TestRenderDialogs: JavaScript dialogs are dismissed instead of blocking the page, and a
 // download is refused.
 func TestRenderDialogs(t *testing.T) {
-	p := sharedPool(t)
-	out := render(t, p, "dialog.test/", 10*time.Second)
+	t.Parallel() // owns its fixture and pool (parallelTests)
+	p := ownFixture(t).pool(t)
+	out := render(t, p, "dialog.test/", safetyTimeout(t))
 	if out.FailReason != "" {
 		t.Fatalf("fail_reason=%s", failReason(out))
 	}
@@ -426,11 +431,12 @@ func TestRenderDialogs(t *testing.T) {
 // TestRenderIsolation: every render has a browser context of its own: cookies and storage
 // of one render are not seen by the next.
 func TestRenderIsolation(t *testing.T) {
-	f := getFixture(t)
-	p := sharedPool(t)
+	t.Parallel() // owns its fixture and pool (parallelTests)
+	f := ownFixture(t)
+	p := f.pool(t)
 	mark := f.mark()
 	for i := range 2 {
-		out := render(t, p, "cookie.test/", 20*time.Second)
+		out := render(t, p, "cookie.test/", safetyTimeout(t))
 		if out.FailReason != "" {
 			t.Fatalf("render %d: fail_reason=%s", i, failReason(out))
 		}
@@ -546,7 +552,8 @@ func startDebugBrowser(t testing.TB, dirPrefix string, extraFlags ...string) str
 // debugging port) renders through the same code path, obeys the guard through the
 // per-context proxy, and a full pool answers local_queue_full.
 func TestRenderRemoteEndpoint(t *testing.T) {
-	f := getFixture(t)
+	t.Parallel() // owns its fixture and pool (parallelTests)
+	f := ownFixture(t)
 	wsURL := startRemoteBrowser(t)
 	p, err := newHopsPool(Config{
 		Endpoint:    wsURL,
@@ -563,7 +570,7 @@ func TestRenderRemoteEndpoint(t *testing.T) {
 	defer p.Close()
 
 	mark := f.mark()
-	out := render(t, p, "js.test/", 20*time.Second)
+	out := render(t, p, "js.test/", safetyTimeout(t))
 	if out.FailReason != "" || deref(out.TextLength) <= deref(out.RawTextLength) || deref(out.HealthSignal.XHRCount) < 1 {
 		t.Fatalf("fail_reason=%s text_length=%d raw_text_length=%d xhr_count=%d, want a full render",
 			failReason(out), deref(out.TextLength), deref(out.RawTextLength), deref(out.HealthSignal.XHRCount))
@@ -573,7 +580,7 @@ func TestRenderRemoteEndpoint(t *testing.T) {
 			t.Errorf("User-Agent %q, want %q", ua, testUserAgent)
 		}
 	}
-	out = p.RenderWith(context.Background(), f.url("blocked.test/"), nil, downloader.RenderOptions{Timeout: 20 * time.Second, SkipResourceTypes: []downloader.ResourceType{}})
+	out = p.RenderWith(context.Background(), f.url("blocked.test/"), nil, downloader.RenderOptions{Timeout: safetyTimeout(t), SkipResourceTypes: []downloader.ResourceType{}})
 	if out.FailReason != "" {
 		t.Errorf("blocked.test: fail_reason=%s", failReason(out))
 	}

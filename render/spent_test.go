@@ -14,14 +14,17 @@ import (
 // document whose connection to the page's host is refused or whose TLS handshake fails
 // has spent the caller's admission (its connection attempt is the wire moment), while one
 // refused before any packet (NXDOMAIN, the SSRF guard) gives it back. In both isolation
-// modes: with IsolationWipe (the shared pool) the long-lived context's relay hands the
+// modes: with IsolationWipe (configured as the shared pool) the long-lived context's relay hands the
 // connection to the render's own proxy, whose dial carries the render's attempt hook.
 func TestRenderFailedConnectionSpendsTheSlot(t *testing.T) {
-	f := getFixture(t)
+	t.Parallel() // owns its fixture and pools (parallelTests)
+	f := ownFixture(t)
 	for _, iso := range []Isolation{IsolationWipe, IsolationContext} {
 		t.Run(string(iso), func(t *testing.T) {
-			p := sharedPool(t)
-			if iso == IsolationContext {
+			var p hopsPool
+			if iso == IsolationWipe {
+				p = f.pool(t) // as the shared pool
+			} else {
 				var err error
 				p, err = newHopsPool(Config{Concurrency: 1, WarmTabs: -1, UserAgent: testUserAgent, Guard: f.guard,
 					Isolation: IsolationContext, Logger: testLogger(t)}, seams{}, limiterHops{l: limiter.New(clock.Real{})})
@@ -59,7 +62,7 @@ func testFailedConnectionSpends(t *testing.T, f *fixture, p hopsPool) {
 			if wait != 0 {
 				t.Fatalf("not admitted: %v", wait)
 			}
-			out := p.Render(context.Background(), f.url(tt.url), &adm, 20*time.Second)
+			out := p.Render(context.Background(), f.url(tt.url), &adm, safetyTimeout(t))
 			checkCause(t, out)
 			adm.Cancel()
 			if out.FailReason != tt.reason {

@@ -16,6 +16,8 @@ import (
 // renders to the text a reader sees ("Loading"), while raw_text_length keeps the served
 // document's rule (htmltext: hidden CSS is not known before rendering).
 func TestRenderVisibleText(t *testing.T) {
+	t.Parallel() // owns its fixture and pool (parallelTests)
+	ownFixture(t)
 	o := newSiteOrigin(t, map[string]http.HandlerFunc{"/": serveFile("shell.html", "text/html; charset=utf-8")})
 	p := o.pool(t, Config{})
 	out := p.Render(context.Background(), getFixture(t).url(siteName(1)+"/"), nil, 20*time.Second)

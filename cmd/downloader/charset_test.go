@@ -24,6 +24,7 @@ import (
 // alike; raw_text_length counts the characters, and the page store's reader answers the
 // stored page in UTF-8.
 func TestPagesInTheSeedsCharsets(t *testing.T) {
+	t.Parallel() // owns its service, origin and data dir (longTests in main_test.go)
 	pages := []struct {
 		label string
 		enc   encoding.Encoding

@@ -110,6 +110,7 @@ func checkGlance(t *testing.T, b *browser, base, path string, charts int) {
 // the cap form needs the admin token; and a cross-site POST of the cap form from another
 // origin, with the admin session's cookie attached, is refused.
 func TestConsoleSignInInChromium(t *testing.T) {
+	t.Parallel() // owns its service, origin and data dir (longTests in main_test.go)
 	if _, err := os.Stat(chromiumPath); err != nil {
 		t.Skipf("no headless Chromium at %s (scripts/test.sh installs it)", chromiumPath)
 	}

@@ -33,6 +33,7 @@ const chromiumPath = "/usr/lib/chromium/chromium-headless-shell"
 // lowering the domain's interval; each page reads at a glance at 1280 px (checkGlance:
 // English notes, charts, no overflow). It saves a PNG of each page.
 func TestConsoleInChromium(t *testing.T) {
+	t.Parallel() // owns its service, origin and data dir (longTests in main_test.go)
 	if _, err := os.Stat(chromiumPath); err != nil {
 		t.Skipf("no headless Chromium at %s (scripts/test.sh installs it)", chromiumPath)
 	}

@@ -199,6 +199,7 @@ func TestCrawlFailsForOwnReasons(t *testing.T) {
 // the table shows two requests for the domain, a gap no smaller than its interval, and no
 // domain below it.
 func TestCrawlPolitenessCountsAdmittedRequests(t *testing.T) {
+	t.Parallel() // owns its service, origin and data dir (longTests in main_test.go)
 	if _, err := os.Stat(chromiumPath); err != nil {
 		t.Skipf("no headless Chromium at %s (scripts/test.sh installs it)", chromiumPath)
 	}

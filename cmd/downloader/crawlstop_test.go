@@ -42,6 +42,7 @@ func buildBinary(t testing.TB) string {
 // per stored page), that neither shrank, and that no temporary file is left. A last run
 // finishes the crawl, fetching no page twice.
 func TestCrawlOutputsSurviveSignals(t *testing.T) {
+	t.Parallel() // owns its service, origin and data dir (longTests in main_test.go)
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}

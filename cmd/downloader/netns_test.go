@@ -42,6 +42,7 @@ var netnsSpellings = []string{
 // It needs root and unshare(1): elsewhere it is skipped with a message, and in CI it
 // fails.
 func TestOneAddressOneKeyInANetworkNamespace(t *testing.T) {
+	t.Parallel() // owns its service, origin and data dir (longTests in main_test.go)
 	if os.Getenv(netnsChildEnv) == "" {
 		runInNetns(t)
 		return

@@ -19,6 +19,7 @@ import (
 // 200 domains with mixed intervals, some of them redirecting to other hosts, through the
 // real server and the real fetcher, checked where it matters: at the origin.
 func TestPolitenessAtTheOrigin(t *testing.T) {
+	t.Parallel() // owns its service, origin and data dir (longTests in main_test.go)
 	const (
 		domainCount     = 200
 		defaultInterval = 150 * time.Millisecond

@@ -17,11 +17,19 @@ import (
 // 0" is about tasks never done, not about how soon a loaded machine does them (at load 20
 // the 15 s of load took 44-55 s, each render task behind a browser restart); a task still
 // not done then is reported with its state and every goroutine's stack, and fails it.
+//
+// It runs beside the package's other long tests (t.Parallel): it owns its service, origin
+// and data dir, and its browser killer kills only its own service's browser, told by the
+// user agent given here (browserChildren); the samples of the process (RSS, goroutines,
+// fds, browser processes) then count the neighbours too, which is why flatness is only
+// printed.
 func TestSoakSmoke(t *testing.T) {
+	t.Parallel()
 	var stdout, stderr syncBuffer
 	err := runSoak(context.Background(), []string{"--duration-seconds", "15", "--sample-seconds", "1",
 		"--domain-count", "20", "--tasks-per-second", "10", "--task-render-percent", "5", "--renders-per-second", "2",
-		"--probes-per-second", "5", "--kill-after-render-count", "3", "--drain-seconds", "120"}, noEnv, &stdout, &stderr)
+		"--probes-per-second", "5", "--kill-after-render-count", "3", "--drain-seconds", "120",
+		"--user-agent", "downloader-soak-smoke/1.0 (+https://example.invalid/crawler)"}, noEnv, &stdout, &stderr)
 	out := squash(stdout.String())
 	t.Log(stdout.String())
 	if err != nil && (strings.Contains(err.Error(), "violations") || strings.Contains(err.Error(), "lost") ||

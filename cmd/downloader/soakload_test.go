@@ -477,7 +477,7 @@ func (s *soak) killer(ctx context.Context) {
 			continue
 		}
 		next = rendered + int64(s.sc.KillEvery)
-		for _, pid := range browserChildren() {
+		for _, pid := range browserChildren(s.cfg.UserAgent) {
 			// Our own child, started by the render pool: kill it as a crash would.
 			if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
 				s.killedCount.Add(1)
@@ -486,13 +486,20 @@ func (s *soak) killer(ctx context.Context) {
 	}
 }
 
-// browserChildren lists the browser processes this process started (their helpers are
-// the browser's children, and die with it).
-func browserChildren() []int {
+// browserChildren lists the browser processes this process started with the user agent
+// ua (their helpers are the browser's children, and die with it). The render pool gives
+// its browser --user-agent: the soak's own service's browser, not another one this
+// process runs beside it (the tests in parallel with the smoke: their services' render
+// pools, the console tests' Chromium).
+func browserChildren(ua string) []int {
 	self := strconv.Itoa(os.Getpid())
+	flag := []byte("\x00--user-agent=" + ua + "\x00")
 	var out []int
 	forEachProcess(func(pid int, ppid, pgrp string, exe string) {
-		if ppid == self && strings.Contains(filepath.Base(exe), "chrom") {
+		if ppid != self || !strings.Contains(filepath.Base(exe), "chrom") {
+			return
+		}
+		if cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); err == nil && bytes.Contains(append([]byte{0}, cmdline...), flag) {
 			out = append(out, pid)
 		}
 	})

@@ -15,6 +15,7 @@ import (
 // scripts/setup-test.sh unpacks) render their own DOM through POST /v1/render: the answer's
 // text is the app's visible text, and its HTML the DOM the framework built.
 func TestRenderTodoMVCEntryB(t *testing.T) {
+	t.Parallel() // owns its service, origin and data dir (longTests in main_test.go)
 	dir := filepath.Join("..", "..", ".cache", "todomvc", "package")
 	if _, err := os.Stat(filepath.Join(dir, "examples", "react", "index.html")); err != nil {
 		if os.Getenv("CI") != "" {

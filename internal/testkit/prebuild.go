@@ -3,6 +3,7 @@ package testkit
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"syscall"
@@ -65,4 +66,12 @@ func (b *Build) Path(t testing.TB) string {
 func (b *Build) Stop() {
 	b.cancel()
 	<-b.done
+}
+
+// NoBuild is a Build that was never started, for a test binary that needs no program (a
+// child process running one test): Stop returns at once, and Path fails the test.
+func NoBuild() *Build {
+	b := &Build{done: make(chan struct{}), cancel: func() {}, err: errors.New("no build was started in this process")}
+	close(b.done)
+	return b
 }
