@@ -288,15 +288,7 @@ func (f *fixture) close() {
 // TestRenderNoStrayRequests checks of the shared pool, checked of every such pool.
 func (f *fixture) pool(t *testing.T) hopsPool {
 	t.Helper()
-	p, err := newHopsPool(Config{
-		Clock:       clock.Real{},
-		Logger:      testLogger(t),
-		Concurrency: 2,
-		QueueLength: 4,
-		WarmTabs:    2,
-		UserAgent:   testUserAgent,
-		Guard:       f.guard,
-	}, seams{}, limiterHops{l: limiter.New(clock.Real{})})
+	p, err := newHopsPool(f.sharedConfig(testLogger(t)), seams{}, limiterHops{l: limiter.New(clock.Real{})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -510,21 +502,26 @@ func (w tlogWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// sharedConfig is the shared pool's configuration on f: a local browser, two slots, two
+// warm tabs; every document request is paused and decided on, as in the service.
+func (f *fixture) sharedConfig(log *slog.Logger) Config {
+	return Config{
+		Clock:       clock.Real{},
+		Logger:      log,
+		Concurrency: 2,
+		QueueLength: 4,
+		WarmTabs:    2,
+		UserAgent:   testUserAgent,
+		Guard:       f.guard,
+	}
+}
+
 // sharedPool is the pool most tests use: a local browser, two slots, hops admitted with
 // no interval.
 func sharedPool(t testing.TB) hopsPool {
 	f := getFixture(t)
 	poolOnce.Do(func() {
-		p, err := newHopsPool(Config{
-			Clock:       clock.Real{},
-			Logger:      slog.New(slog.DiscardHandler),
-			Concurrency: 2,
-			QueueLength: 4,
-			WarmTabs:    2,
-			UserAgent:   testUserAgent,
-			Guard:       f.guard,
-			// Every document request is paused and decided on, as in the service.
-		}, seams{}, limiterHops{l: limiter.New(clock.Real{})})
+		p, err := newHopsPool(f.sharedConfig(slog.New(slog.DiscardHandler)), seams{}, limiterHops{l: limiter.New(clock.Real{})})
 		if err != nil {
 			panic(err)
 		}
