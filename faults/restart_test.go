@@ -41,7 +41,7 @@ func startBuild() error {
 		return err
 	}
 	keptDirs[filepath.Base(dir)] = true
-	build = testkit.StartBuild("..", "downloader/cmd/downloader", filepath.Join(dir, "downloader"))
+	build = testkit.StartServiceBuild("..", filepath.Join(dir, "downloader"))
 	return nil
 }
 

@@ -7,19 +7,32 @@ cd "$(dirname "$0")/.."
 # phase stamps each phase with the wall clock and the seconds since the start, so that a
 # slow run shows where its time went (docs/reliability.md §10).
 phase() { echo "test.sh: $(date -u +%H:%M:%S) +${SECONDS}s $*" >&2; }
-trap 'phase "end, exit status $?"' EXIT
+bindir=
+trap 'status=$?; [[ -z $bindir ]] || rm -rf "$bindir"; phase "end, exit status $status"' EXIT
 phase setup
 bash scripts/setup.sh
 phase setup-test
 bash scripts/setup-test.sh
-# go vet runs beside go test, niced, its output kept for the end: it compiles every package
-# without -race (a clean clone's new directory misses the build cache), work go test does
-# not reuse (its binaries are built with -race); run first it held go test back 13-33 s,
-# beside it it takes CPU the waiting test lanes leave idle (docs/reliability.md §10).
-phase "vet (beside go test)"
-vetlog=$(mktemp)
-nice -n 10 go vet ./... >"$vetlog" 2>&1 &
+# The service's program is built once, at the start, for the packages whose tests run it
+# (faults, cmd/downloader: testkit.StartServiceBuild waits for it through a shared lock on
+# its ".lock", which this script holds until the build ends); go vet follows it, niced, and
+# reuses its compiled packages. Built by each package beside vet, the module was compiled
+# without -race three times at once on CI's two cores (docs/reliability.md §10). Both run
+# beside go test, vet's output kept for the end, its failure still this script's.
+bindir=$(mktemp -d)
+vetlog="$bindir/vet.log"
+export DOWNLOADER_TEST_BINARY="$bindir/downloader"
+exec 9>"$DOWNLOADER_TEST_BINARY.lock"
+flock 9
+phase "service build, then vet (beside go test)"
+(
+	go build -ldflags=-w -o "$DOWNLOADER_TEST_BINARY" ./cmd/downloader \
+		>"$DOWNLOADER_TEST_BINARY.log" 2>&1 9>&- || cat "$DOWNLOADER_TEST_BINARY.log" >&2
+	exec 9>&- # the lock's last holder: the tests' waits return
+	nice -n 10 go vet ./... >"$vetlog" 2>&1
+) &
 vetpid=$!
+exec 9>&-
 phase "go test (compiles the race test binaries, then runs them)"
 # Packages run side by side, four at a time (go test's default is one per CPU, 2 on CI):
 # the heavy packages wait on browser starts, page loads and child processes far more than
@@ -44,5 +57,4 @@ else
 	echo "test.sh: go vet failed" >&2
 	status=1
 fi
-rm -f "$vetlog"
 exit "$status"

@@ -42,7 +42,7 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	if os.Getenv(netnsChildEnv) == "" {
-		pkgBinary = testkit.StartBuild(".", ".", filepath.Join(dir, "downloader"))
+		pkgBinary = testkit.StartServiceBuild(".", filepath.Join(dir, "downloader"))
 	} else {
 		// The network namespace's child runs one test, which needs no binary: a build
 		// there was a second link of the service beside the parent's.

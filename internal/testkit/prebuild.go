@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"syscall"
 	"testing"
@@ -74,5 +75,46 @@ func (b *Build) Stop() {
 func NoBuild() *Build {
 	b := &Build{done: make(chan struct{}), cancel: func() {}, err: errors.New("no build was started in this process")}
 	close(b.done)
+	return b
+}
+
+// ServiceBinaryEnv names the environment variable through which scripts/test.sh hands the
+// packages whose tests run the service (faults, cmd/downloader) the program it builds once
+// for the whole suite: each package building its own, at the same moment and beside go vet,
+// compiled the module without -race three times on CI's two cores (docs/reliability.md §10).
+// test.sh holds an exclusive flock(2) on the program's path + ".lock" while it builds, and
+// writes the build's output to its path + ".log".
+const ServiceBinaryEnv = "DOWNLOADER_TEST_BINARY"
+
+// StartServiceBuild returns the service's program (cmd/downloader) for a package's tests:
+// the one named by ServiceBinaryEnv when set, waited for by a shared lock on its ".lock"
+// (flock(1), a process of its own, so that Stop can end the wait), else a build of its own
+// into out, started now (StartBuild; dir is any directory of the module).
+func StartServiceBuild(dir, out string) *Build {
+	prebuilt := os.Getenv(ServiceBinaryEnv)
+	if prebuilt == "" {
+		return StartBuild(dir, "downloader/cmd/downloader", out)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b := &Build{path: prebuilt, done: make(chan struct{}), cancel: cancel}
+	cmd := exec.CommandContext(ctx, "flock", "--shared", prebuilt+".lock", "true")
+	var output bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &output, &output
+	if err := cmd.Start(); err != nil {
+		b.err = fmt.Errorf("waiting for %s: %w", prebuilt, err)
+		close(b.done)
+		return b
+	}
+	go func() {
+		defer close(b.done)
+		if err := cmd.Wait(); err != nil {
+			b.err = fmt.Errorf("waiting for %s: flock: %w\n%s", prebuilt, err, output.Bytes())
+			return
+		}
+		if _, err := os.Stat(prebuilt); err != nil {
+			log, _ := os.ReadFile(prebuilt + ".log")
+			b.err = fmt.Errorf("the suite's build of the service failed: %w\n%s", err, log)
+		}
+	}()
 	return b
 }
