@@ -521,6 +521,7 @@ type procSampler struct {
 	done    chan struct{}
 	start   time.Duration // this process's CPU at the start
 	sampled time.Duration // the sampler's own CPU, once done is closed
+	samples chan struct{} // told after each sample, when someone listens (tests)
 	procs   map[int]*procCPU
 	ticks   int
 	peakRSS int64 // bytes
@@ -539,7 +540,7 @@ type procCPU struct {
 }
 
 func startProcSampler() *procSampler {
-	s := &procSampler{stopc: make(chan struct{}), done: make(chan struct{}), procs: make(map[int]*procCPU)}
+	s := &procSampler{stopc: make(chan struct{}), done: make(chan struct{}), samples: make(chan struct{}), procs: make(map[int]*procCPU)}
 	s.sample(true)
 	s.start = selfCPU()
 	go func() {
@@ -556,6 +557,10 @@ func startProcSampler() *procSampler {
 			select {
 			case <-tick.C:
 				s.sample(false)
+				select {
+				case s.samples <- struct{}{}:
+				default:
+				}
 			case <-s.stopc:
 				s.sample(false)
 				return
