@@ -501,7 +501,7 @@ func runBench(b *testing.B, c int, one func() error) {
 // procSampler follows the browser's processes over a benchmark run, every 100 ms: their
 // memory (peak of the sum of RSS, and of PSS, which counts shared pages once) and their CPU
 // time by process type, and this test process's CPU (the origin, the proxies, chromedp,
-// and this sampling). Processes alive at the end count from their first sample (or from
+// not this sampling: below). Processes alive at the end count from their first sample (or from
 // the start) to the end; those that exited during the run are counted exactly through
 // their parent's reaped CPU (cutime and cstime: the zygote reaps the renderers), less what
 // they had used before the start, under the type of the parent's children (zygote:
