@@ -43,7 +43,8 @@ import (
 // (Crawlee's default: one shared browser context, a new tab per page, closed after);
 // service (below). Concurrency 1, 4 and 8. Reported per run: pages/s, p50_ms, cpu_ms/page (every process
 // of the variant's browser, exited renderers included through the reaping zygote, and
-// this process), origin_requests/page, peak_pss_MB; for the pool also cdp_calls/page (the
+// this process but its sampling of /proc, sampler_cpu_ms/page), origin_requests/page,
+// peak_pss_MB; for the pool also cdp_calls/page (the
 // CDP commands sent, the tabs' upkeep included; by method with RENDER_BENCH_CDP set) and
 // wipe_ms (the mean wipe between two renders of a tab) and tab_wait_ms (the mean time a
 // render waited for its tab: a wipe on the critical path shows here). pool-spare is the
