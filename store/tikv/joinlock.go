@@ -59,11 +59,11 @@ func (r *Runtime) clearLeftLock(ctx context.Context, startTS uint64) error {
 			return nil // no lock (or an error the heartbeat's own write meets again)
 		}
 		lock := txnlock.NewLock(get.GetError().GetLocked())
+		r.log.Warn("this instance id's heartbeat record is locked by a transaction of a process that holds no lease: resolving it",
+			"lock_start_ts", lock.TxnID, "lock_ttl_ms", lock.TTL)
 		// TTL 0 is client-go's "resolve unconditionally": its lock resolver then asks
 		// TiKV for the transaction's status as if the lock's TTL had passed.
 		lock.TTL = 0
-		r.log.Warn("this instance id's heartbeat record is locked by a transaction of a process that holds no lease: resolving it",
-			"lock_start_ts", lock.TxnID)
 		if _, err := r.s.kv.GetLockResolver().ResolveLocks(bo, startTS, []*txnlock.Lock{lock}); err != nil {
 			return fmt.Errorf("resolve the lock of %s: %w", key, err)
 		}
