@@ -29,8 +29,9 @@ import (
 // lease the caller has already found expired.
 //
 // A lock of TiKV's async commit is not rolled back this way (client-go decides its fate
-// from the lock's own TTL whatever the caller asks); with one-phase commit, which a
-// heartbeat of one key takes on TiKV 5.0 and later, no lock is left to clear.
+// from the lock's own TTL whatever the caller asks); a heartbeat that TiKV committed in
+// one phase (Store.begin asks for it) leaves no lock to clear. The mock cluster commits
+// every transaction in two phases, as TiKV does when it declines one-phase commit.
 func (r *Runtime) clearLeftLock(ctx context.Context, startTS uint64) error {
 	key := []byte(instancePrefix + r.id)
 	bo := tikvclient.NewBackofferWithVars(ctx, tsoMaxBackoffMs, nil)
