@@ -20,6 +20,7 @@ import (
 	"downloader/clock"
 	"downloader/internal/testkit"
 	"downloader/netguard"
+	"downloader/origintest"
 	"downloader/store/tikv/tikvtest"
 )
 
@@ -199,6 +200,21 @@ func (nc *netCluster) check() {
 	}, clusterTolerance)
 	for _, x := range v {
 		nc.t.Errorf("violation: %v", x)
+	}
+	// Every arrival at a host that saw one, in order: which node and entry sent the pair
+	// (the path names both).
+	for _, host := range slices.Compact(slices.Sorted(func(yield func(string) bool) {
+		for _, x := range v {
+			if !yield(x.Host) {
+				return
+			}
+		}
+	})) {
+		arrivals := slices.DeleteFunc(nc.origin.Arrivals(), func(a origintest.Arrival) bool { return a.Host != host })
+		slices.SortFunc(arrivals, func(a, b origintest.Arrival) int { return a.At.Compare(b.At) })
+		for _, a := range arrivals {
+			nc.t.Logf("arrival at %s: %s %s", host, a.At.Format("15:04:05.000000"), a.Path)
+		}
 	}
 	nc.t.Logf("reached the origin per node %d %d %d; refused %d %d %d; failed closed %d %d %d; arrivals %d; violations %d",
 		nc.sent[0].Load(), nc.sent[1].Load(), nc.sent[2].Load(), nc.refused[0].Load(), nc.refused[1].Load(), nc.refused[2].Load(),

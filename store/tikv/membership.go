@@ -423,6 +423,13 @@ func (r *Runtime) Heartbeat(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		// Joining, the record is held by no live incarnation (viewIn refuses otherwise):
+		// a lock a dead one left on it would hold this write for up to its TTL.
+		if !registered {
+			if err := r.clearLeftLock(ctx, txn.StartTS()); err != nil {
+				return err
+			}
+		}
 		// Shrinking applies before the record says so, growing after it is committed: the
 		// record never claims less than the gate allows.
 		if v.capacity < r.cfg.Gate.Capacity() {
