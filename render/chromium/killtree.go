@@ -5,8 +5,10 @@ import (
 	"os/exec"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/chromedp/chromedp"
+	"golang.org/x/sys/unix"
 
 	"downloader/internal/procstat"
 )
@@ -32,16 +34,110 @@ func KillTreeOnCancel() chromedp.ExecAllocatorOption {
 	})
 }
 
-// killTree sends SIGKILL to pid and every descendant of it.
+// killTree kills pid and every process below it, and returns once each has exited (or
+// exitBound has passed). A tree killed from one listing of /proc kept a helper forked
+// between the listing and the kills: orphaned, it outlived the service (seen under load by
+// faults' TestSIGTERMDuringLoad). So the tree is first stopped, listed again and again
+// until a listing finds no process not yet stopped (a stopped process cannot fork, and one
+// inside fork has finished it once it shows as stopped), and only then killed. Each
+// process is held by a pidfd from the moment it is stopped: the kill cannot reach a
+// recycled pid, and its exit is waited for without polling.
 func killTree(pid int) error {
-	pids := append(descendants(pid), pid)
+	var held []int // pidfds, in the order the processes were stopped
+	defer func() {
+		for _, fd := range held {
+			unix.Close(fd)
+		}
+	}()
+	seen := map[int]bool{}
 	var first error
-	for _, p := range pids {
-		if err := syscall.Kill(p, syscall.SIGKILL); err != nil && err != syscall.ESRCH && first == nil {
+	note := func(err error) {
+		if err != nil && err != unix.ESRCH && first == nil {
 			first = err
 		}
 	}
+	for {
+		var stopped []int
+		for _, p := range append([]int{pid}, descendants(pid)...) {
+			if seen[p] {
+				continue
+			}
+			seen[p] = true
+			fd, err := unix.PidfdOpen(p, 0)
+			if err != nil {
+				note(err) // ESRCH: gone already
+				continue
+			}
+			held = append(held, fd)
+			note(unix.PidfdSendSignal(fd, unix.SIGSTOP, nil, 0))
+			stopped = append(stopped, p)
+		}
+		if len(stopped) == 0 {
+			break
+		}
+		waitStopped(stopped, time.Now().Add(stopBound))
+	}
+	for _, fd := range held {
+		note(unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0))
+	}
+	waitExited(held, exitBound)
 	return first
+}
+
+// stopBound bounds the wait for one round of the tree to show as stopped, and exitBound
+// the wait for the killed tree to exit: a process in uninterruptible sleep (disk) takes
+// its signal late, and the close must not wait on it for ever.
+const (
+	stopBound = 2 * time.Second
+	exitBound = 10 * time.Second
+)
+
+// waitStopped waits until each of pids shows in /proc as stopped, a zombie or gone, or
+// until deadline. A SIGSTOP takes effect when the process next leaves the kernel, within
+// microseconds unless it is in uninterruptible sleep: a short yield between checks.
+func waitStopped(pids []int, deadline time.Time) {
+	for _, p := range pids {
+		for {
+			switch procState(p) {
+			case "", "T", "t", "Z", "X":
+			default:
+				if time.Now().Before(deadline) {
+					time.Sleep(100 * time.Microsecond)
+					continue
+				}
+			}
+			break
+		}
+	}
+}
+
+// waitExited waits until every pidfd in fds reports its process exited, or bound passes.
+func waitExited(fds []int, bound time.Duration) {
+	deadline := time.Now().Add(bound)
+	pending := make([]unix.PollFd, 0, len(fds))
+	for _, fd := range fds {
+		pending = append(pending, unix.PollFd{Fd: int32(fd), Events: unix.POLLIN})
+	}
+	for len(pending) > 0 {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return
+		}
+		n, err := unix.Poll(pending, int(left.Milliseconds())+1)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n == 0 {
+			return
+		}
+		rest := pending[:0]
+		for _, p := range pending {
+			if p.Revents == 0 {
+				rest = append(rest, p)
+			}
+		}
+		pending = rest
+	}
 }
 
 // descendants lists the processes below pid, from /proc.

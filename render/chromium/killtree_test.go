@@ -1,8 +1,12 @@
 package chromium
 
 import (
+	"os"
 	"os/exec"
 	"runtime"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -36,4 +40,46 @@ func TestKillTree(t *testing.T) {
 			runtime.Gosched()
 		}
 	}
+}
+
+// TestKillTreeWhileItForks: a tree that keeps forking while it is killed leaves no process
+// alive once killTree returns (killed from one listing, the children forked between the
+// listing and the kills were orphaned and lived on). The shell forks sleeps as fast as it
+// can; each sleep's argument marks it as this test's.
+func TestKillTreeWhileItForks(t *testing.T) {
+	const mark = "301.25"
+	cmd := exec.Command("sh", "-c", "while :; do sleep "+mark+" & done")
+	if err := cmd.Start(); err != nil {
+		t.Skipf("no sh: %v", err)
+	}
+	for len(descendants(cmd.Process.Pid)) < 50 {
+		runtime.Gosched()
+	}
+	if err := killTree(cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	if alive := processesWithArg(mark); len(alive) > 0 {
+		t.Errorf("%d processes of the tree alive after killTree: %v", len(alive), alive)
+	}
+	cmd.Wait()
+}
+
+// processesWithArg lists the live processes (not zombies) with arg in their command line.
+func processesWithArg(arg string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil || !slices.Contains(strings.Split(string(cmdline), "\x00"), arg) {
+			continue
+		}
+		if st := procState(pid); st != "" && st != "Z" && st != "X" {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
