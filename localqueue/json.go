@@ -10,13 +10,14 @@ import (
 	"downloader"
 )
 
-// encodeQueueRecord is json.Marshal(rec), byte for byte, written by hand: every Submit,
-// Lease and Report rewrites a task's record, and reflection over the record (with the
-// time fields' MarshalJSON) was the largest part of the queue's CPU. The report is
-// Report.AppendJSON's; a string or time that needs more than the plain form (escapes, a
-// year outside 0..9999) is left to encoding/json by the root package's helpers, so the
-// output stays exactly what json.Marshal gives (the table test in json_test.go
-// compares the two). It appends to b.
+// encodeQueueRecord is json.Marshal(rec), byte for byte, written by hand, but for the
+// report, which is in its stored form (Report.AppendStoredJSON: its zero and null fields
+// left out, read back the same by encoding/json): every Submit, Lease and Report rewrites
+// a task's record, and reflection over the record (with the time fields' MarshalJSON) was
+// the largest part of the queue's CPU. A string or time that needs more than the plain
+// form (escapes, a year outside 0..9999) is left to encoding/json by the root package's
+// helpers (the table test in json_test.go compares the output with json.Marshal's, and
+// what a record with a report decodes to). It appends to b.
 func encodeQueueRecord(b []byte, rec *queueRecord) ([]byte, error) {
 	if len(rec.RequestHeaders) > 0 {
 		// A map's keys in sorted order, escaped: rare enough to leave to encoding/json (the
@@ -57,7 +58,7 @@ func encodeQueueRecord(b []byte, rec *queueRecord) ([]byte, error) {
 	b = strconv.AppendInt(b, int64(rec.LeaseCount), 10)
 	if rec.Report != nil {
 		b = append(b, `,"report":`...)
-		if b, err = rec.Report.AppendJSON(b); err != nil {
+		if b, err = rec.Report.AppendStoredJSON(b); err != nil {
 			return nil, err
 		}
 	}
