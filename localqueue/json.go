@@ -10,17 +10,23 @@ import (
 	"downloader"
 )
 
-// encodeQueueRecord is json.Marshal(rec), byte for byte, written by hand: every Submit,
-// Lease and Report rewrites a task's record, and reflection over the record (with the
-// time fields' MarshalJSON) was the largest part of the queue's CPU. The report is
-// Report.AppendJSON's; a string or time that needs more than the plain form (escapes, a
-// year outside 0..9999) is left to encoding/json by the root package's helpers, so the
-// output stays exactly what json.Marshal gives (the table test in json_test.go
-// compares the two). It appends to b.
+// encodeQueueRecord is json.Marshal(rec) written by hand, less what a fresh decode gives
+// back by itself: the fields holding their zero value (false, 0, a zero time, a nil
+// min_interval_ms) are left out, and the report is in its stored form
+// (Report.AppendStoredJSON). Every Submit and Report writes a task's record, and
+// reflection over it (with the time fields' MarshalJSON) was the largest part of the
+// queue's CPU; every byte of it is written to the write-ahead log, then again by flushes
+// and compactions, and most records are a plain fetch's, whose zero fields were a fifth of
+// them. task_id, url, domain, seq, state and submitted_at are always written. A string or
+// time that needs more than the plain form (escapes, a year outside 0..9999) is left to
+// encoding/json by the root package's helpers. Every reader decodes into a fresh record
+// (decodeQueueRecord), so a record written in full by an earlier version reads as before;
+// the table tests in json_test.go compare what both forms decode to. It appends to b.
 func encodeQueueRecord(b []byte, rec *queueRecord) ([]byte, error) {
 	if len(rec.RequestHeaders) > 0 {
-		// A map's keys in sorted order, escaped: rare enough to leave to encoding/json (the
-		// plain decoder, not finding "seq" where it expects it, leaves it to encoding/json too).
+		// A map's keys in sorted order, escaped: rare enough to leave to encoding/json, in
+		// full (the plain decoder, not finding "seq" where it expects it, leaves it to
+		// encoding/json too).
 		v, err := json.Marshal(rec)
 		return append(b, v...), err
 	}
@@ -31,19 +37,21 @@ func encodeQueueRecord(b []byte, rec *queueRecord) ([]byte, error) {
 	b = downloader.AppendJSONString(b, rec.URL)
 	b = append(b, `,"domain":`...)
 	b = downloader.AppendJSONString(b, rec.Domain)
-	b = append(b, `,"min_interval_ms":`...)
-	if rec.MinIntervalMs == nil {
-		b = append(b, "null"...)
-	} else {
+	if rec.MinIntervalMs != nil {
+		b = append(b, `,"min_interval_ms":`...)
 		b = strconv.AppendInt(b, *rec.MinIntervalMs, 10)
 	}
-	b = append(b, `,"should_render":`...)
-	b = strconv.AppendBool(b, rec.ShouldRender)
-	b = append(b, `,"should_store":`...)
-	b = strconv.AppendBool(b, rec.ShouldStore)
-	b = append(b, `,"lease_expires_at":`...)
-	if b, err = downloader.AppendJSONTime(b, rec.LeaseExpiresAt); err != nil {
-		return nil, err
+	if rec.ShouldRender {
+		b = append(b, `,"should_render":true`...)
+	}
+	if rec.ShouldStore {
+		b = append(b, `,"should_store":true`...)
+	}
+	if !rec.LeaseExpiresAt.IsZero() {
+		b = append(b, `,"lease_expires_at":`...)
+		if b, err = downloader.AppendJSONTime(b, rec.LeaseExpiresAt); err != nil {
+			return nil, err
+		}
 	}
 	b = append(b, `,"seq":`...)
 	b = strconv.AppendUint(b, rec.Seq, 10)
@@ -53,65 +61,55 @@ func encodeQueueRecord(b []byte, rec *queueRecord) ([]byte, error) {
 	if b, err = downloader.AppendJSONTime(b, rec.SubmittedAt); err != nil {
 		return nil, err
 	}
-	b = append(b, `,"lease_count":`...)
-	b = strconv.AppendInt(b, int64(rec.LeaseCount), 10)
+	b = appendNonZeroInt(b, `,"lease_count":`, rec.LeaseCount)
 	if rec.Report != nil {
 		b = append(b, `,"report":`...)
-		if b, err = rec.Report.AppendJSON(b); err != nil {
+		if b, err = rec.Report.AppendStoredJSON(b); err != nil {
 			return nil, err
 		}
 	}
-	b = append(b, `,"attempt_count":`...)
-	b = strconv.AppendInt(b, int64(rec.AttemptCount), 10)
-	b = append(b, `,"own_failure_count":`...)
-	b = strconv.AppendInt(b, int64(rec.OwnFailureCount), 10)
+	b = appendNonZeroInt(b, `,"attempt_count":`, rec.AttemptCount)
+	b = appendNonZeroInt(b, `,"own_failure_count":`, rec.OwnFailureCount)
 	if !rec.NextAttemptAt.IsZero() {
 		b = append(b, `,"next_attempt_at":`...)
 		if b, err = downloader.AppendJSONTime(b, rec.NextAttemptAt); err != nil {
 			return nil, err
 		}
 	}
-	if rec.Depth != 0 {
-		b = append(b, `,"depth":`...)
-		b = strconv.AppendInt(b, int64(rec.Depth), 10)
-	}
+	b = appendNonZeroInt(b, `,"depth":`, rec.Depth)
 	return append(b, '}'), nil
 }
 
-// storedCounts is the stored form of Counts (queueCountsKey): the counts no index gives
-// back. appendStoredCounts writes json.Marshal's bytes of it by hand (a table test
-// compares the two): it is encoded with every report.
-type storedCounts struct {
-	DoneCount      int                           `json:"done_count"`
-	SucceededCount int                           `json:"succeeded_count"`
-	SkippedCount   int                           `json:"skipped_count"`
-	RetryCount     int                           `json:"retry_count"`
-	FailedCount    map[downloader.FailReason]int `json:"failed_count"`
-	PageCount      int                           `json:"page_count"`
+// appendNonZeroInt appends key and n unless n is 0.
+func appendNonZeroInt(b []byte, key string, n int) []byte {
+	if n == 0 {
+		return b
+	}
+	b = append(b, key...)
+	return strconv.AppendInt(b, int64(n), 10)
 }
 
-// appendStoredCounts appends the stored form of c to b, as json.Marshal(storedCounts)
-// would write it (map keys sorted).
+// appendStoredCounts appends the stored form of c (queueCountsKey) to b: the counts no
+// index gives back (Counts without pending_count and leased_count), as JSON, each left out
+// when it is 0 (failed_count when it has no reason), which Open's decode into a fresh
+// Counts gives back; the full form of earlier versions reads the same (json_test.go). It
+// is written with every report, so most of its fields, 0 for a crawl going well, were
+// bytes written for nothing.
 func appendStoredCounts(b []byte, c *Counts) []byte {
-	b = append(b, `{"done_count":`...)
-	b = strconv.AppendInt(b, int64(c.DoneCount), 10)
-	b = append(b, `,"succeeded_count":`...)
-	b = strconv.AppendInt(b, int64(c.SucceededCount), 10)
-	b = append(b, `,"skipped_count":`...)
-	b = strconv.AppendInt(b, int64(c.SkippedCount), 10)
-	b = append(b, `,"retry_count":`...)
-	b = strconv.AppendInt(b, int64(c.RetryCount), 10)
-	b = append(b, `,"failed_count":`...)
-	if c.FailedCount == nil {
-		b = append(b, "null"...)
-	} else {
+	n := len(b)
+	b = append(b, '{')
+	b = appendNonZeroInt(b, `,"done_count":`, c.DoneCount)
+	b = appendNonZeroInt(b, `,"succeeded_count":`, c.SucceededCount)
+	b = appendNonZeroInt(b, `,"skipped_count":`, c.SkippedCount)
+	b = appendNonZeroInt(b, `,"retry_count":`, c.RetryCount)
+	if len(c.FailedCount) > 0 {
 		var arr [16]string // no allocation for the usual handful of reasons
 		reasons := arr[:0]
 		for r := range c.FailedCount {
 			reasons = append(reasons, string(r))
 		}
 		slices.Sort(reasons)
-		b = append(b, '{')
+		b = append(b, `,"failed_count":{`...)
 		for i, r := range reasons {
 			if i > 0 {
 				b = append(b, ',')
@@ -122,8 +120,10 @@ func appendStoredCounts(b []byte, c *Counts) []byte {
 		}
 		b = append(b, '}')
 	}
-	b = append(b, `,"page_count":`...)
-	b = strconv.AppendInt(b, int64(c.PageCount), 10)
+	b = appendNonZeroInt(b, `,"page_count":`, c.PageCount)
+	if len(b) > n+1 {
+		b = append(b[:n+1], b[n+2:]...) // the first field's comma
+	}
 	return append(b, '}')
 }
 
@@ -143,39 +143,31 @@ func decodeQueueRecord(v []byte, rec *queueRecord) error {
 }
 
 // decodeQueueRecordPlain reads v into rec if v has exactly encodeQueueRecord's layout with
-// no report, and reports whether it did; on false rec holds garbage.
+// no report (each field it may leave out present or not, the full form of earlier
+// versions included), and reports whether it did; on false rec holds garbage.
 func decodeQueueRecordPlain(v []byte, rec *queueRecord) bool {
+	*rec = queueRecord{} // a field left out is its zero value, as in a fresh decode
 	d := plainDecoder{v: v}
 	var ms int64
 	hasMs := false
 	ok := d.key(`{"task_id":`) && d.str(&rec.TaskID) &&
 		d.key(`,"url":`) && d.str(&rec.URL) &&
 		d.key(`,"domain":`) && d.str(&rec.Domain) &&
-		d.key(`,"min_interval_ms":`) && d.nullableInt(&ms, &hasMs) &&
-		d.key(`,"should_render":`) && d.boolean(&rec.ShouldRender) &&
-		d.key(`,"should_store":`) && d.boolean(&rec.ShouldStore) &&
-		d.key(`,"lease_expires_at":`) && d.time(&rec.LeaseExpiresAt) &&
+		d.optional(`,"min_interval_ms":`, func() bool { return d.nullableInt(&ms, &hasMs) }) &&
+		d.optional(`,"should_render":`, func() bool { return d.boolean(&rec.ShouldRender) }) &&
+		d.optional(`,"should_store":`, func() bool { return d.boolean(&rec.ShouldStore) }) &&
+		d.optional(`,"lease_expires_at":`, func() bool { return d.time(&rec.LeaseExpiresAt) }) &&
 		d.key(`,"seq":`) && d.uint(&rec.Seq) &&
 		d.key(`,"state":`) && d.str(&rec.State) &&
 		d.key(`,"submitted_at":`) && d.time(&rec.SubmittedAt) &&
-		d.key(`,"lease_count":`) && d.int(&rec.LeaseCount) &&
-		d.key(`,"attempt_count":`) && d.int(&rec.AttemptCount) &&
-		d.key(`,"own_failure_count":`) && d.int(&rec.OwnFailureCount)
-	if !ok {
+		d.optional(`,"lease_count":`, func() bool { return d.int(&rec.LeaseCount) }) &&
+		d.optional(`,"attempt_count":`, func() bool { return d.int(&rec.AttemptCount) }) &&
+		d.optional(`,"own_failure_count":`, func() bool { return d.int(&rec.OwnFailureCount) }) &&
+		d.optional(`,"next_attempt_at":`, func() bool { return d.time(&rec.NextAttemptAt) }) &&
+		d.optional(`,"depth":`, func() bool { return d.int(&rec.Depth) })
+	if !ok || !d.key(`}`) || d.i != len(d.v) {
 		return false
 	}
-	if d.key(`,"next_attempt_at":`) && !d.time(&rec.NextAttemptAt) {
-		return false
-	}
-	rec.Depth = 0
-	if d.key(`,"depth":`) && !d.int(&rec.Depth) {
-		return false
-	}
-	if !d.key(`}`) || d.i != len(d.v) {
-		return false
-	}
-	rec.Report = nil
-	rec.MinIntervalMs = nil
 	if hasMs {
 		rec.MinIntervalMs = &ms
 	}
@@ -187,6 +179,15 @@ func decodeQueueRecordPlain(v []byte, rec *queueRecord) bool {
 type plainDecoder struct {
 	v []byte
 	i int
+}
+
+// optional reads k and its value with read when v has k at the cursor; without it, the
+// field is what a fresh decode leaves it: read is not called, and the caller's zero stands.
+func (d *plainDecoder) optional(k string, read func() bool) bool {
+	if !d.key(k) {
+		return true
+	}
+	return read()
 }
 
 func (d *plainDecoder) key(k string) bool {

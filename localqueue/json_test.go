@@ -11,12 +11,13 @@ import (
 	"downloader"
 )
 
-func TestEncodeQueueRecordIsJSONMarshal(t *testing.T) {
+func TestEncodeQueueRecordReadsBack(t *testing.T) {
 	at := time.Date(2026, 3, 4, 5, 6, 7, 890123000, time.UTC)
 	ms := int64(1500)
 	zero := int64(0)
 	status, n := 200, 1234
 	fail := downloader.FailReason("http_status_error")
+	h11 := "1.1"
 	var buf []byte // reused from case to case, as putRecord reuses its buffers
 	for _, tc := range []struct {
 		name string
@@ -32,6 +33,9 @@ func TestEncodeQueueRecordIsJSONMarshal(t *testing.T) {
 		{"discovered, depth", queueRecord{Task: downloader.Task{TaskID: "t-4", URL: "http://d.test/a", Domain: "d.test", MinIntervalMs: &ms, ShouldStore: true}, Seq: 9, State: "pending", SubmittedAt: at, Depth: 3}},
 		{"depth and backoff", queueRecord{State: "pending", NextAttemptAt: at.Add(time.Nanosecond), Depth: 1}},
 		{"done with a report", queueRecord{State: "done", Report: &downloader.Report{TaskID: "t-3", Summary: downloader.Summary{Domain: "c.test", HTTPStatus: &status, TextLength: &n, FailReason: &fail}, FetchedAt: at, PageKey: "ab"}}},
+		{"done with a plain fetch's report", queueRecord{Task: downloader.Task{TaskID: "t-5", URL: "http://e.test/", Domain: "e.test", MinIntervalMs: &ms}, Seq: 5, State: "done", SubmittedAt: at, LeaseCount: 1, AttemptCount: 1,
+			Report: &downloader.Report{TaskID: "t-5", Summary: downloader.Summary{Domain: "e.test", HTTPStatus: &status, RawTextLength: &n,
+				HealthSignal: &downloader.HealthSignal{ElapsedMs: 20, BodyBytes: 900, ContentType: "text/html", HTTPVersion: &h11}, HasReachedOrigin: true}, FetchedAt: at}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			want, err := json.Marshal(&tc.rec)
@@ -40,8 +44,29 @@ func TestEncodeQueueRecordIsJSONMarshal(t *testing.T) {
 			}
 			got, err := encodeQueueRecord(buf[:0], &tc.rec)
 			buf = got
-			if err != nil || !bytes.Equal(got, want) {
-				t.Fatalf("encodeQueueRecord =\n%s, %v\njson.Marshal =\n%s", got, err, want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(tc.rec.RequestHeaders) > 0 {
+				if !bytes.Equal(got, want) {
+					t.Fatalf("encodeQueueRecord =\n%s\njson.Marshal =\n%s", got, want)
+				}
+				return
+			}
+			// Zero fields left out, the report in its stored form: the record reads back as
+			// json.Marshal's full form (an earlier version's) does.
+			var fromGot, fromWant queueRecord
+			if err := decodeQueueRecord(got, &fromGot); err != nil {
+				t.Fatalf("decode %s: %v", got, err)
+			}
+			if err := json.Unmarshal(want, &fromWant); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(fromGot, fromWant) {
+				t.Fatalf("encodeQueueRecord = %s reads as\n%+v\njson.Marshal's as\n%+v", got, fromGot, fromWant)
+			}
+			if len(got) > len(want) {
+				t.Fatalf("encodeQueueRecord = %d bytes, json.Marshal's %d", len(got), len(want))
 			}
 		})
 	}
@@ -54,7 +79,7 @@ func TestEncodeQueueRecordIsJSONMarshal(t *testing.T) {
 	}
 }
 
-func TestAppendStoredCountsIsJSONMarshal(t *testing.T) {
+func TestAppendStoredCountsReadsBack(t *testing.T) {
 	many := map[downloader.FailReason]int{}
 	for i, r := range []downloader.FailReason{downloader.FailConnectTimeout, downloader.FailHTTPStatusError,
 		downloader.FailInvalidTask, downloader.FailConnectionReset, downloader.FailResponseTimeout} {
@@ -75,13 +100,32 @@ func TestAppendStoredCountsIsJSONMarshal(t *testing.T) {
 		{"a reason that needs escaping", Counts{FailedCount: map[downloader.FailReason]int{"a\"<b>": 1}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			want, err := json.Marshal(storedCounts{DoneCount: tc.c.DoneCount, SucceededCount: tc.c.SucceededCount,
-				SkippedCount: tc.c.SkippedCount, RetryCount: tc.c.RetryCount, FailedCount: tc.c.FailedCount, PageCount: tc.c.PageCount})
+			// What Open reads back: the full form earlier versions wrote, and the stored one.
+			full, err := json.Marshal(map[string]any{"done_count": tc.c.DoneCount, "succeeded_count": tc.c.SucceededCount,
+				"skipped_count": tc.c.SkippedCount, "retry_count": tc.c.RetryCount, "failed_count": tc.c.FailedCount, "page_count": tc.c.PageCount})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := appendStoredCounts(nil, &tc.c); !bytes.Equal(got, want) {
-				t.Fatalf("appendStoredCounts =\n%s\njson.Marshal =\n%s", got, want)
+			got := appendStoredCounts([]byte("x"), &tc.c)[1:]
+			var fromGot, fromFull Counts
+			if err := json.Unmarshal(got, &fromGot); err != nil {
+				t.Fatalf("decode %s: %v", got, err)
+			}
+			if err := json.Unmarshal(full, &fromFull); err != nil {
+				t.Fatal(err)
+			}
+			want := tc.c
+			want.PendingCount, want.LeasedCount = 0, 0
+			for _, c := range []*Counts{&fromGot, &fromFull, &want} {
+				if len(c.FailedCount) == 0 {
+					c.FailedCount = nil // Open makes either an empty map
+				}
+			}
+			if !reflect.DeepEqual(fromGot, want) || !reflect.DeepEqual(fromFull, want) {
+				t.Fatalf("appendStoredCounts = %s reads as %+v; the full form %s as %+v; want %+v", got, fromGot, full, fromFull, want)
+			}
+			if bytes.Contains(got, []byte(`_count":0`)) || bytes.Contains(got, []byte(`:{}`)) {
+				t.Fatalf("appendStoredCounts = %s: a zero written", got)
 			}
 		})
 	}

@@ -367,7 +367,7 @@ func TestQueueCountsStored(t *testing.T) {
 	if err := q.Report(t.Context(), okReport(got[0].TaskID, clk.Now(), "p")); err != nil {
 		t.Fatal(err)
 	}
-	want := `{"done_count":1,"succeeded_count":1,"skipped_count":0,"retry_count":0,"failed_count":{},"page_count":1}`
+	want := `{"done_count":1,"succeeded_count":1,"page_count":1}` // zero counts left out
 	if v := stored(); v != want {
 		t.Fatalf("stored counts after a report = %s, want %s", v, want)
 	}

@@ -21,11 +21,14 @@ import (
 //	    The last task sequence number handed out, 8 bytes big-endian.
 //	local_queue:meta:counts
 //	    The counts no index gives back (Counts without pending_count and leased_count),
-//	    JSON, rewritten in the same batch as every report that changes them.
+//	    JSON without the zero ones (appendStoredCounts), rewritten in the same batch as
+//	    every report that changes them.
 //	local_queue:task:{task_id}
-//	    One task record, JSON: the task, its sequence number, its state (pending, done,
-//	    skipped), the leases that ended and, once done, the report it ended with. A lease
-//	    is not stored (Lease): a leased task's record says pending until the lease ends.
+//	    One task record, JSON without its zero and null fields (encodeQueueRecord): the
+//	    task, its sequence number, its state (pending, done, skipped), the leases that
+//	    ended and, once done, the report it ended with (in its stored form,
+//	    Report.AppendStoredJSON). A lease is not stored (Lease): a leased task's record
+//	    says pending until the lease ends.
 //	local_queue:pending:{domain}:{seq}
 //	    Index of the pending tasks by domain, in submission order; the value is the task
 //	    id. {domain} is escaped like the fetch_result index, {seq} is 16 hex digits. A

@@ -316,7 +316,9 @@ func encodeReport(r *downloader.Report) ([]byte, error) {
 	v[0] = reportHeader
 	binary.BigEndian.PutUint64(v[1:9], uint64(r.FetchedAt.Unix()))
 	binary.BigEndian.PutUint32(v[9:13], uint32(r.FetchedAt.Nanosecond()))
-	return r.AppendJSON(v) // json.Marshal's bytes, without its reflection
+	// The stored form: json.Marshal's bytes without the null and zero fields, which
+	// decodeReport gives back as they were (the scheduler is sent the full form).
+	return r.AppendStoredJSON(v)
 }
 
 func decodeReport(v []byte, r *downloader.Report) error {

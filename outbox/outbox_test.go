@@ -201,3 +201,47 @@ func TestReportHeader(t *testing.T) {
 		}
 	}
 }
+
+// TestOutboxStoredFormSendsFullReport: a plain fetch's report is stored without its null
+// and zero fields, and what PendingReports hands the sender encodes, as the scheduler
+// client sends it (json.Marshal), to the very bytes of the report put: every field, the
+// render-only counts' nulls included (SPEC §3). A report stored in full by an earlier
+// version reads the same.
+func TestOutboxStoredFormSendsFullReport(t *testing.T) {
+	s := embeddedtest.Open(t, t.TempDir())
+	o := New(s)
+	status, raw, h11 := 200, 812, "1.1"
+	put := &downloader.Report{TaskID: "plain", Summary: downloader.Summary{Domain: "a.test", HTTPStatus: &status, RawTextLength: &raw,
+		HealthSignal: &downloader.HealthSignal{ElapsedMs: 21, BodyBytes: 2048, ContentType: "text/html", HTTPVersion: &h11}, HasReachedOrigin: true},
+		FetchedAt: queueStart}
+	want, err := json.Marshal(put)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.PutReport(t.Context(), put); err != nil {
+		t.Fatal(err)
+	}
+	stored, ok, err := s.OutboxKeyspace().Get(outboxKey("plain"))
+	if err != nil || !ok {
+		t.Fatalf("stored report: %v, %v", ok, err)
+	}
+	if bytes.Contains(stored, []byte("null")) || len(stored) >= len(want) {
+		t.Errorf("stored form (%d B) %s; the full form is %d B", len(stored), stored, len(want))
+	}
+	// As an earlier version stored it: the header, then json.Marshal's bytes.
+	full := append(append([]byte(nil), stored[:reportHeaderLen]...), want...)
+	if err := s.OutboxKeyspace().Set(outboxKey("full"), full, pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := o.PendingReports(t.Context(), "", 10)
+	if err != nil || len(rs) != 2 {
+		t.Fatalf("PendingReports: %+v, %v", rs, err)
+	}
+	for _, r := range rs {
+		r.TaskID = "plain"
+		got, err := json.Marshal(&r)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("sent %s, %v\nwant %s", got, err, want)
+		}
+	}
+}

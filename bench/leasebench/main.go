@@ -260,17 +260,19 @@ func runEntryA(w workload, maxConcurrent, heldPerSlot int) (result, error) {
 
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	start, cpu0 := time.Now(), processCPU()
+	start, cpu0, wal0 := time.Now(), processCPU(), st.WALBytesIn()
 	go func() { done <- loop.Run(runCtx) }()
 	for q.Counts().DoneCount < len(tasks) {
 		<-dc.done
 	}
 	res.total, res.cpu = time.Since(start), processCPU()-cpu0
+	wal := st.WALBytesIn() - wal0
 	stop()
 	if err := <-done; err != nil {
 		return res, err
 	}
 	c := q.Counts()
+	fmt.Fprintf(os.Stderr, "entry A, should_store=%t: %d B of write-ahead log per task end\n", w.shouldStore, wal/uint64(max(c.DoneCount, 1)))
 	res.failed = c.DoneCount - c.SucceededCount
 	o.measure(&res, w.interval)
 	return res, nil

@@ -103,6 +103,8 @@ type Store struct {
 	fsCloser io.Closer
 
 	codec *pagevalue.Codec
+	// resultBufs holds *[]byte buffers for encoding fetch_results (resultBuf).
+	resultBufs sync.Pool
 
 	// seq orders records with the same fetched_at; it starts at the wall-clock time of Open
 	// so that it keeps growing across restarts (see nextID).

@@ -53,7 +53,10 @@ func (s *Store) stageTaskEnd(ctx context.Context, b *pebble.Batch, end *download
 		}
 	}
 	if r := end.Result; r != nil {
-		v, err := encodeFetchResult(r)
+		buf := s.resultBuf()
+		defer s.resultBufs.Put(buf)
+		v, err := encodeFetchResult((*buf)[:0], r)
+		*buf = v[:0:cap(v)]
 		if err == nil {
 			err = s.addFetchResult(b, r.Domain, r.FetchedAt.UTC(), v)
 		}
