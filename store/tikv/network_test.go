@@ -378,16 +378,27 @@ func TestLatencySlowSweepKeepsHeartbeats(t *testing.T) {
 
 // TestFaultPDOutage: with PD unreachable (no timestamps) an instance cannot admit: it fails
 // closed at once, and admits again when PD is back.
+//
+// The instance keeps the rig's AdmitTimeout (2 s): a 200 ms one also bounded every
+// heartbeat, and the registration's, with PD up, met it on a loaded machine (load ≈ 30).
+// The calls with PD down are given their caller's 200 ms instead; the heartbeat returns
+// at it, the admission at its batch's AdmitTimeout (a batch decides its other callers'
+// admissions too: runAdmitBatch).
 func TestFaultPDOutage(t *testing.T) {
 	rg := newRig(t)
-	x := rg.instanceWith("x", 8, func(c *RuntimeConfig) { c.AdmitTimeout = 200 * time.Millisecond })
+	x := rg.instance("x", 8)
 	rg.clk.Advance(time.Hour)
 	x.renew(t)
 	x.client.SetPDDown(true)
-	if tk, _, err := x.rt.Admit(t.Context(), ask("pd.example", 0, rg.clk.Now())); tk != nil || downloader.ErrorCode(err) != downloader.EUNAVAILABLE {
+	short := func() context.Context {
+		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+		t.Cleanup(cancel)
+		return ctx
+	}
+	if tk, _, err := x.rt.Admit(short(), ask("pd.example", 0, rg.clk.Now())); tk != nil || downloader.ErrorCode(err) != downloader.EUNAVAILABLE {
 		t.Fatalf("Admit with PD down = %v, %v; want EUNAVAILABLE", tk, err)
 	}
-	if err := x.rt.Heartbeat(t.Context()); downloader.ErrorCode(err) != downloader.EUNAVAILABLE {
+	if err := x.rt.Heartbeat(short()); downloader.ErrorCode(err) != downloader.EUNAVAILABLE {
 		t.Errorf("Heartbeat with PD down = %v", err)
 	}
 	x.client.SetPDDown(false)
