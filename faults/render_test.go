@@ -73,7 +73,9 @@ const (
 func newPool(t *testing.T, guard *netguard.Guard, concurrency, queueLength int) *render.Pool {
 	t.Helper()
 	p, err := render.New(render.Config{
-		Logger:         slog.New(slog.DiscardHandler),
+		// Its warnings (a tab not started, a wipe failed, a hop not admitted in time) show
+		// when the test fails: where a render's time went.
+		Logger:         testkit.Logger(t, slog.LevelInfo),
 		Concurrency:    concurrency,
 		QueueLength:    queueLength,
 		WarmTabs:       1,

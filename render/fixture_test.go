@@ -26,6 +26,7 @@ import (
 
 	"downloader/clock"
 	"downloader/internal/procstat"
+	"downloader/internal/testkit"
 	"downloader/limiter"
 	"downloader/netguard"
 )
@@ -491,16 +492,7 @@ func (f *fixture) block(r *http.Request) {
 }
 
 // testLogger writes the pool's log to the test output only when the test fails.
-func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tlogWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-}
-
-type tlogWriter struct{ t testing.TB }
-
-func (w tlogWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
+func testLogger(t testing.TB) *slog.Logger { return testkit.Logger(t, slog.LevelInfo) }
 
 // sharedConfig is the shared pool's configuration on f: a local browser, two slots, two
 // warm tabs; every document request is paused and decided on, as in the service.
