@@ -28,23 +28,34 @@ type Build struct {
 // holds them; a build that cannot start is the error Path reports.
 func StartBuild(dir, pkg, out string) *Build {
 	ctx, cancel := context.WithCancel(context.Background())
-	b := &Build{path: out, done: make(chan struct{}), cancel: cancel}
 	cmd := exec.CommandContext(ctx, "go", "build", "-ldflags=-w", "-o", out, pkg)
 	cmd.Dir = dir
-	var output bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &output, &output
 	// Stop ends the go command and the compilers and linker it started.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	return start(out, cancel, cmd, "go build "+pkg, nil)
+}
+
+// start starts cmd (bound to the context cancel ends) and returns the Build of the program
+// at path that it makes or waits for: done once cmd has ended and then check, if any, has
+// run; cmd's failure, with its output, or check's is the error Path reports.
+func start(path string, cancel context.CancelFunc, cmd *exec.Cmd, what string, check func() error) *Build {
+	b := &Build{path: path, done: make(chan struct{}), cancel: cancel}
+	var output bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &output, &output
 	if err := cmd.Start(); err != nil {
-		b.err = fmt.Errorf("go build %s: %w", pkg, err)
+		b.err = fmt.Errorf("%s: %w", what, err)
 		close(b.done)
 		return b
 	}
 	go func() {
 		defer close(b.done)
 		if err := cmd.Wait(); err != nil {
-			b.err = fmt.Errorf("go build %s: %w\n%s", pkg, err, output.Bytes())
+			b.err = fmt.Errorf("%s: %w\n%s", what, err, output.Bytes())
+			return
+		}
+		if check != nil {
+			b.err = check()
 		}
 	}()
 	return b
@@ -96,25 +107,12 @@ func StartServiceBuild(dir, out string) *Build {
 		return StartBuild(dir, "downloader/cmd/downloader", out)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	b := &Build{path: prebuilt, done: make(chan struct{}), cancel: cancel}
 	cmd := exec.CommandContext(ctx, "flock", "--shared", prebuilt+".lock", "true")
-	var output bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &output, &output
-	if err := cmd.Start(); err != nil {
-		b.err = fmt.Errorf("waiting for %s: %w", prebuilt, err)
-		close(b.done)
-		return b
-	}
-	go func() {
-		defer close(b.done)
-		if err := cmd.Wait(); err != nil {
-			b.err = fmt.Errorf("waiting for %s: flock: %w\n%s", prebuilt, err, output.Bytes())
-			return
-		}
+	return start(prebuilt, cancel, cmd, "waiting for "+prebuilt+" (flock)", func() error {
 		if _, err := os.Stat(prebuilt); err != nil {
 			log, _ := os.ReadFile(prebuilt + ".log")
-			b.err = fmt.Errorf("the suite's build of the service failed: %w\n%s", err, log)
+			return fmt.Errorf("the suite's build of the service failed: %w\n%s", err, log)
 		}
-	}()
-	return b
+		return nil
+	})
 }
