@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -100,4 +101,71 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// TestStartRetriesWhileTiKVDoesNotAnswer: a process started while TiKV does not answer its
+// heartbeats waits, admitting nothing, and joins once TiKV answers: Start returns only
+// then, and with nil. (It used to return the first heartbeat's error, and the service
+// exited.)
+func TestStartRetriesWhileTiKVDoesNotAnswer(t *testing.T) {
+	rg := newRig(t)
+	s, cl := openStore(t, rg.cluster)
+	var logged lockedBuffer
+	rt, err := NewRuntime(s, RuntimeConfig{Share: engine.EvenShare, InstanceID: "x", Clock: rg.clk, Gate: limiter.NewGate(8, 16),
+		Logger:             slog.New(slog.NewTextHandler(&logged, nil)),
+		MaxConcurrentCount: 8, HeartbeatInterval: time.Second, InstanceTTL: 5 * time.Second, MaxClockSkew: 50 * time.Millisecond,
+		AdmitTimeout: time.Second, ExpirySlack: 2 * time.Second, TSOLag: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt.refNow = func(context.Context) (time.Time, error) { return rg.clk.Now(), nil }
+	cl.SetDown(true)
+	started := make(chan error, 1)
+	go func() { started <- rt.Start(t.Context()) }()
+	// awaitPause waits until Start sleeps on the rig's clock, then ends the sleep.
+	awaitPause := func(what string) {
+		t.Helper()
+		for rg.clk.TimerCount() == 0 {
+			ch := rg.clk.Changed()
+			if rg.clk.TimerCount() > 0 {
+				break
+			}
+			select {
+			case <-ch:
+			case err := <-started:
+				t.Fatalf("Start returned %v; want it waiting (%s)", err, what)
+			}
+		}
+		rg.clk.Advance(joinRetryMax)
+	}
+	for i := range 3 {
+		awaitPause(fmt.Sprintf("failed heartbeat %d", i+1))
+		if _, err := rt.fence(rg.clk.Now()); err == nil {
+			t.Errorf("after %d failed heartbeats the instance may admit; want it fenced until it joined", i+1)
+		}
+	}
+	cl.SetDown(false)
+	// Its pauses go on (a heartbeat may have failed as TiKV came back) until it registers,
+	// waits for its share and returns.
+	for joined := false; !joined; {
+		ch := rg.clk.Changed()
+		if rg.clk.TimerCount() > 0 {
+			rg.clk.Advance(joinRetryMax)
+			continue
+		}
+		select {
+		case err := <-started:
+			if err != nil {
+				t.Fatalf("Start: %v; want it joined once TiKV answered", err)
+			}
+			joined = true
+		case <-ch:
+		}
+	}
+	if _, err := rt.fence(rg.clk.Now()); err != nil {
+		t.Errorf("joined, the instance is fenced: %v", err)
+	}
+	if n := strings.Count(logged.String(), "TiKV did not answer the heartbeat; trying again"); n < 3 {
+		t.Errorf("%d retries logged; want at least 3 (log: %s)", n, logged.String())
+	}
 }

@@ -295,7 +295,7 @@ func (r *Runtime) Start(ctx context.Context) error {
 	var firstLook time.Time
 	for {
 		look := r.clk.Now()
-		err := r.Heartbeat(ctx)
+		err := r.joinHeartbeat(ctx)
 		var inUse *idInUseError
 		if !errors.As(err, &inUse) {
 			if err != nil {
@@ -317,7 +317,34 @@ func (r *Runtime) Start(ctx context.Context) error {
 	if err := r.sleep(ctx, 2*r.cfg.HeartbeatInterval); err != nil {
 		return err
 	}
-	return r.Heartbeat(ctx)
+	return r.joinHeartbeat(ctx)
+}
+
+// joinRetryMax bounds the pause between a joining instance's heartbeats while TiKV does
+// not answer.
+const joinRetryMax = 5 * time.Second
+
+// joinHeartbeat is Start's heartbeat: while TiKV does not answer (a region's leader being
+// elected, PD failing over, a client starved of CPU: "execution result undetermined" at
+// the heartbeat's deadline) it tries again, HeartbeatInterval apart and doubling up to
+// joinRetryMax, until ctx ends. A service that starts in such a moment then joins when
+// TiKV answers instead of exiting. Nothing is admitted meanwhile: an instance that has not
+// joined has no lease (fence) and a capacity share of 0. A retried heartbeat keeps the
+// incarnation its first attempt took, so a first attempt that was applied after all is
+// found as this process's own record, not another's.
+func (r *Runtime) joinHeartbeat(ctx context.Context) error {
+	pause := r.cfg.HeartbeatInterval
+	for {
+		err := r.Heartbeat(ctx)
+		if err == nil || !errors.Is(err, errNoAnswer) || ctx.Err() != nil {
+			return err
+		}
+		r.log.Warn("joining the cluster: TiKV did not answer the heartbeat; trying again", "retry_after", pause, "error", err)
+		if serr := r.sleep(ctx, pause); serr != nil {
+			return err
+		}
+		pause = min(2*pause, joinRetryMax)
+	}
 }
 
 // leave deletes this instance's heartbeat record (best effort), unless another process

@@ -179,8 +179,12 @@ func unavailable(op string, err error) error {
 		return fmt.Errorf("tikv store: %s: %w", op, err)
 	}
 	return fmt.Errorf("tikv store: %s: %w", op, errors.Join(
-		downloader.Errorf(downloader.EUNAVAILABLE, "the cluster store (TiKV) is unavailable"), err))
+		downloader.Errorf(downloader.EUNAVAILABLE, "the cluster store (TiKV) is unavailable"), errNoAnswer, err))
 }
+
+// errNoAnswer marks an operation that failed because TiKV or PD did not answer in time, or
+// answered with an error (unavailable): trying again later may succeed.
+var errNoAnswer = errors.New("TiKV did not answer")
 
 // timestamp returns a fresh timestamp from PD's TSO, giving up when ctx ends (client-go's
 // Begin would retry for 15 s whatever the caller's deadline).
