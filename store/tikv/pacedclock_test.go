@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"downloader/clock"
+	"downloader/engine"
+	"downloader/internal/testkit"
+	"downloader/limiter"
 )
 
 // pacedClock is the one clock of a cluster test whose instances serve real traffic: PD's
@@ -227,4 +230,62 @@ func (r *pacedRuntime) release() {
 	r.p.mu.Lock()
 	r.released = true
 	r.p.mu.Unlock()
+}
+
+// TestPacedClock checks the paced clock the cluster test relies on: held below an
+// instance's lease while its heartbeat is late, never held before a heartbeat timer has
+// come due, never faster than the real clock, and its timers never early.
+func TestPacedClock(t *testing.T) {
+	const interval, ttl = 100 * time.Millisecond, 2 * time.Second
+	p := newPacedClock(t)
+	rt, err := NewRuntime(nil, RuntimeConfig{Gate: limiter.NewGate(1, 1), Share: engine.EvenShare, Clock: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := p.runtime("x", interval, ttl)
+	rc.setRuntime(rt)
+	// A lease 3I+20ms away, no heartbeat timer yet: the clock stops 20 ms on.
+	start := p.Now()
+	lease := start.Add(3*interval + 20*time.Millisecond)
+	rt.standing.store(standing{leaseUntil: lease})
+	bound := lease.Add(-3 * interval)
+	testkit.WaitFor(t, clusterWait, "the clock held at the lease's bound", func() bool { return p.Now().Equal(bound) })
+	if held := p.held(); held <= 0 {
+		t.Errorf("held %v; want the time it stood still counted", held)
+	}
+	// A heartbeat timer due past the bound moves it there: the timer fires, on time.
+	tm := rc.NewTimer(50 * time.Millisecond)
+	limit := time.NewTimer(clusterWait) // a bound: a broken clock fails, never hangs
+	defer limit.Stop()
+	select {
+	case at := <-tm.C():
+		if want := bound.Add(50 * time.Millisecond); at.Before(want) {
+			t.Errorf("heartbeat timer fired at %v, before it came due at %v", at, want)
+		}
+	case <-limit.C:
+		t.Fatal("a heartbeat timer due past the lease's bound never fired: the clock deadlocked")
+	}
+	if now := p.Now(); now.After(bound.Add(50 * time.Millisecond)) {
+		t.Errorf("clock %v past the heartbeat timer's due %v while the lease did not move", now.Sub(start), bound.Add(50*time.Millisecond).Sub(start))
+	}
+	// The heartbeat commits a later lease: the clock runs again, no faster than the real one.
+	rt.standing.store(standing{leaseUntil: p.Now().Add(ttl)})
+	wall0, clk0 := time.Now(), p.Now()
+	tm = p.NewTimer(30 * time.Millisecond)
+	select {
+	case at := <-tm.C():
+		if at.Sub(clk0) < 30*time.Millisecond {
+			t.Errorf("timer fired %v after it was set, before its 30ms", at.Sub(clk0))
+		}
+	case <-limit.C:
+		t.Fatal("a timer within the lease never fired")
+	}
+	if clk, wall := p.Now().Sub(clk0), time.Since(wall0); clk > wall {
+		t.Errorf("the clock moved %v while the real one moved %v", clk, wall)
+	}
+	// Released, the instance bounds nothing.
+	rt.standing.store(standing{leaseUntil: p.Now().Add(3*interval + time.Millisecond)})
+	rc.release()
+	past := p.Now().Add(10 * time.Millisecond)
+	testkit.WaitFor(t, clusterWait, "the clock past a released instance's lease", func() bool { return p.Now().After(past) })
 }
