@@ -22,6 +22,9 @@ type Arrival struct {
 	At     time.Time
 	Remote string // the client's address: which connection the request came on
 	Proto  string // HTTP/1.1, HTTP/2.0
+	// IsHandlerTime: the kernel gave no receive time, and At is when the handler started
+	// (late on a loaded machine; counted by UnstampedCount).
+	IsHandlerTime bool
 }
 
 // Origin is a recording origin server. Safe for concurrent use.
@@ -94,7 +97,8 @@ func (o *Origin) record(r *http.Request) {
 		host = h
 	}
 	o.mu.Lock()
-	o.arrivals = append(o.arrivals, Arrival{Host: strings.ToLower(host), Path: r.URL.Path, At: now, Remote: r.RemoteAddr, Proto: r.Proto})
+	o.arrivals = append(o.arrivals, Arrival{Host: strings.ToLower(host), Path: r.URL.Path, At: now, Remote: r.RemoteAddr, Proto: r.Proto,
+		IsHandlerTime: !isKernelTime})
 	if !isKernelTime {
 		o.unstamped++
 	}

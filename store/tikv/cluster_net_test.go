@@ -220,7 +220,11 @@ func (nc *netCluster) check() {
 		arrivals := slices.DeleteFunc(nc.origin.Arrivals(), func(a origintest.Arrival) bool { return a.Host != host })
 		slices.SortFunc(arrivals, func(a, b origintest.Arrival) int { return a.At.Compare(b.At) })
 		for _, a := range arrivals {
-			nc.t.Logf("arrival at %s: %s %s from %s", host, a.At.Format("15:04:05.000000"), a.Path, a.Remote)
+			stamp := "kernel time"
+			if a.IsHandlerTime {
+				stamp = "handler time"
+			}
+			nc.t.Logf("arrival at %s: %s (%s) %s from %s", host, a.At.Format("15:04:05.000000"), stamp, a.Path, a.Remote)
 		}
 	}
 	nc.t.Logf("reached the origin per node %d %d %d; refused %d %d %d; failed closed %d %d %d; arrivals %d (%d without a kernel stamp); violations %d",
