@@ -105,6 +105,21 @@ func (g *WireGate) Connecting(dialCtx context.Context) error {
 		return err
 	}
 	g.attempted = true
+	// Most attempts may go out at once (the task waited for its slot before it fetched):
+	// ask without waiting first, so that only an attempt that has to wait pays for the
+	// context that ends the wait with either the dial or the request.
+	err := g.ctx.Err()
+	if err == nil {
+		err = dialCtx.Err()
+	}
+	if err != nil {
+		g.err = err
+		return err
+	}
+	if g.adm.wireNow(true, false) == 0 {
+		g.held = true
+		return nil
+	}
 	ctx, cancel := context.WithCancel(g.ctx)
 	defer cancel()
 	stop := context.AfterFunc(dialCtx, cancel) // the dial's own end (connect timeout, Close)

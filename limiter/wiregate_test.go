@@ -16,7 +16,7 @@ var errRefusedConn = errors.New("connection refused")
 // gateStep is one step of a WireGate test: op on the gate, after advancing the clock.
 type gateStep struct {
 	advance time.Duration
-	op      string // attempt, write (the forms that answer at once), connecting, send, sending (the waiting forms), wrote, failed, close
+	op      string // attempt, write (the forms that answer at once), connecting, connecting-ended (its dial over), send, sending (the waiting forms), wrote, failed, close
 	wantErr error
 }
 
@@ -45,6 +45,8 @@ func TestWireGate(t *testing.T) {
 		{"waiting forms: connecting then send",
 			[]gateStep{{0, "connecting", nil}, {40 * time.Millisecond, "send", nil}, {0, "send", ErrWireUsed},
 				{0, "connecting", ErrWireUsed}}, iv, 2},
+		{"a dial that already ended: refused, its attempt used up, the slot given back",
+			[]gateStep{{0, "connecting-ended", context.Canceled}, {0, "connecting", ErrWireUsed}}, 0, 1},
 		{"waiting forms: a failed attempt", []gateStep{{0, "connecting", nil}, {20 * time.Millisecond, "failed", nil}},
 			iv - 20*time.Millisecond, 0},
 		{"a stream's headers on a shared connection: spaced from their write",
@@ -92,6 +94,10 @@ func runGateStep(g *WireGate, op string, now time.Time) error {
 		d, err = g.WriteAt(now)
 	case "connecting":
 		err = g.Connecting(context.Background())
+	case "connecting-ended":
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		err = g.Connecting(ctx)
 	case "send":
 		_, err = g.Send(func() (int, error) { return 0, nil })
 	case "sending":
