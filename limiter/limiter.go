@@ -440,6 +440,14 @@ func (a *Admission) WaitWireAndHold(ctx context.Context) error { return a.waitWi
 // its first write (or Done).
 func (a *Admission) WaitWriteAndHold(ctx context.Context) error { return a.waitWire(ctx, true, true) }
 
+// wireNow is wire at the limiter's now: 0 for the zero Admission, which waits for nothing.
+func (a *Admission) wireNow(hold, again bool) time.Duration {
+	if a.l == nil {
+		return 0
+	}
+	return a.wire(a.l.clk.Now(), hold, again)
+}
+
 func (a *Admission) waitWire(ctx context.Context, hold, again bool) error {
 	if a.l == nil {
 		return nil

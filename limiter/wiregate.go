@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -41,8 +42,14 @@ var (
 // Admission is not safe for concurrent use), and the caller touches the admission again
 // only after Close, or under a lock of its own that it also holds around the gate.
 type WireGate struct {
-	ctx    context.Context // the request's: waits end with it
-	cancel context.CancelFunc
+	ctx      context.Context // the request's: waits end with it, or with Close
+	isClosed atomic.Bool     // Close began: a wait from now on fails at once
+
+	// A wait's context (ctx, ended by Close too) is made by the first step that has to
+	// wait: most steps may go out at once and need none. wmu is never held while waiting.
+	wmu     sync.Mutex
+	waitCtx context.Context
+	cancel  context.CancelFunc
 
 	mu        sync.Mutex
 	adm       *Admission
@@ -61,10 +68,55 @@ func NewWireGate(ctx context.Context, adm *Admission) *WireGate {
 	if adm == nil {
 		adm = &Admission{}
 	}
-	g := &WireGate{adm: adm}
-	g.ctx, g.cancel = context.WithCancel(ctx)
-	return g
+	return &WireGate{ctx: ctx, adm: adm}
 }
+
+// ended is why a wait would fail at once, if it would: the request or the dial (dialCtx,
+// when not nil) is over, or Close began.
+func (g *WireGate) ended(dialCtx context.Context) error {
+	if g.isClosed.Load() {
+		return context.Canceled
+	}
+	if err := g.ctx.Err(); err != nil {
+		return err
+	}
+	if dialCtx != nil {
+		return dialCtx.Err()
+	}
+	return nil
+}
+
+// waitContext is the context a wait ends with: the request's, ended by Close too.
+func (g *WireGate) waitContext() context.Context {
+	g.wmu.Lock()
+	defer g.wmu.Unlock()
+	if g.waitCtx == nil {
+		g.waitCtx, g.cancel = context.WithCancel(g.ctx)
+		if g.isClosed.Load() { // Close found no context to end: this one starts ended
+			g.cancel()
+		}
+	}
+	return g.waitCtx
+}
+
+// admitNow is the first look of a step that may wait (the wire moment with hold, again as
+// Admission.wire takes them): done (nil) when the step may go out now or the admission is
+// the zero one, else the error of a request, dial or gate already over, else errMustWait.
+func (g *WireGate) admitNow(dialCtx context.Context, again bool) error {
+	if !g.adm.Admitted() {
+		return nil
+	}
+	if err := g.ended(dialCtx); err != nil {
+		return err
+	}
+	if g.adm.wireNow(true, again) == 0 {
+		return nil
+	}
+	return errMustWait
+}
+
+// errMustWait: admitNow's step has to wait for the limiter.
+var errMustWait = errors.New("limiter: the step waits for its turn")
 
 // AwaitsAttempt reports whether a connection attempt would be this admission's: none went
 // out yet, nor a write, and the request is not over.
@@ -105,11 +157,18 @@ func (g *WireGate) Connecting(dialCtx context.Context) error {
 		return err
 	}
 	g.attempted = true
-	ctx, cancel := context.WithCancel(g.ctx)
-	defer cancel()
-	stop := context.AfterFunc(dialCtx, cancel) // the dial's own end (connect timeout, Close)
-	defer stop()
-	if err := g.adm.WaitWireAndHold(ctx); err != nil {
+	// Most attempts may go out at once (the task waited for its slot before it fetched):
+	// ask without waiting first, so that only an attempt that has to wait pays for the
+	// context that ends the wait with either the dial or the request.
+	err := g.admitNow(dialCtx, false)
+	if err == errMustWait {
+		ctx, cancel := context.WithCancel(g.waitContext())
+		stop := context.AfterFunc(dialCtx, cancel) // the dial's own end (connect timeout, Close)
+		err = g.adm.WaitWireAndHold(ctx)
+		stop()
+		cancel()
+	}
+	if err != nil {
 		g.err = err
 		return err
 	}
@@ -157,19 +216,27 @@ func (g *WireGate) Send(write func() (int, error)) (int, error) {
 		return 0, err
 	}
 	g.wrote = true
-	var err error
-	if g.attempted {
-		err = g.adm.WaitWriteAndHold(g.ctx)
-	} else {
-		err = g.adm.WaitWireAndHold(g.ctx)
-	}
-	if err != nil {
+	if err := g.waitWrite(); err != nil {
 		g.err = err
 		return 0, err
 	}
 	n, err := write()
 	g.wroteLocked()
 	return n, err
+}
+
+// waitWrite is the wait of a first write (Send, Sending): WriteAndHold after a connection
+// attempt of this admission, else WireAndHold, waiting only when it must. Requires g.mu
+// held.
+func (g *WireGate) waitWrite() error {
+	err := g.admitNow(nil, g.attempted)
+	if err != errMustWait {
+		return err
+	}
+	if g.attempted {
+		return g.adm.WaitWriteAndHold(g.waitContext())
+	}
+	return g.adm.WaitWireAndHold(g.waitContext())
 }
 
 // WriteAt is Send that does not wait and does not write: 0 when the first write may go
@@ -213,7 +280,12 @@ func (g *WireGate) wroteLocked() {
 // gate. It returns how many second sends were refused and the failed wait's error, if
 // any. The admission is the caller's again.
 func (g *WireGate) Close() (refused int, waitErr error) {
-	g.cancel() // ends a wait in progress, which holds mu
+	g.isClosed.Store(true)
+	g.wmu.Lock()
+	if g.cancel != nil {
+		g.cancel() // ends a wait in progress, which holds mu
+	}
+	g.wmu.Unlock()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.over = true

@@ -16,7 +16,7 @@ var errRefusedConn = errors.New("connection refused")
 // gateStep is one step of a WireGate test: op on the gate, after advancing the clock.
 type gateStep struct {
 	advance time.Duration
-	op      string // attempt, write (the forms that answer at once), connecting, send, sending (the waiting forms), wrote, failed, close
+	op      string // attempt, write (the forms that answer at once), connecting, connecting-ended (its dial over), send, sending (the waiting forms), wrote, failed, close
 	wantErr error
 }
 
@@ -45,6 +45,8 @@ func TestWireGate(t *testing.T) {
 		{"waiting forms: connecting then send",
 			[]gateStep{{0, "connecting", nil}, {40 * time.Millisecond, "send", nil}, {0, "send", ErrWireUsed},
 				{0, "connecting", ErrWireUsed}}, iv, 2},
+		{"a dial that already ended: refused, its attempt used up, the slot given back",
+			[]gateStep{{0, "connecting-ended", context.Canceled}, {0, "connecting", ErrWireUsed}}, 0, 1},
 		{"waiting forms: a failed attempt", []gateStep{{0, "connecting", nil}, {20 * time.Millisecond, "failed", nil}},
 			iv - 20*time.Millisecond, 0},
 		{"a stream's headers on a shared connection: spaced from their write",
@@ -92,6 +94,10 @@ func runGateStep(g *WireGate, op string, now time.Time) error {
 		d, err = g.WriteAt(now)
 	case "connecting":
 		err = g.Connecting(context.Background())
+	case "connecting-ended":
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		err = g.Connecting(ctx)
 	case "send":
 		_, err = g.Send(func() (int, error) { return 0, nil })
 	case "sending":
@@ -400,4 +406,68 @@ func TestWireGateConcurrent(t *testing.T) {
 		}
 		adm.Cancel()
 	}
+}
+
+// TestWireGateCloseEndsAWait: a step waiting for its admission's slot (a reservation whose
+// slot is ahead) ends when the gate closes, without going out, whether its wait began
+// before Close or Close came first; a step that may go out at once makes no wait.
+func TestWireGateCloseEndsAWait(t *testing.T) {
+	const iv = 100 * time.Millisecond
+	for _, op := range []string{"connecting", "send", "sending"} {
+		for _, closeFirst := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/close first %t", op, closeFirst), func(t *testing.T) {
+				l, clk := newFake()
+				clk.Advance(past)
+				first := mustAllow(t, l, clk.Now(), "w.test", iv)
+				first.Wire(clk.Now())
+				adm, delay, ok := l.Reserve(clk.Now(), "w.test", iv, srcRequest, entryA, time.Time{})
+				if !ok || delay != iv {
+					t.Fatalf("Reserve = %v, %v, want the slot an interval ahead", delay, ok)
+				}
+				g := NewWireGate(context.Background(), &adm)
+				if closeFirst {
+					g.Close()
+				}
+				done := make(chan error, 1)
+				go func() {
+					switch op {
+					case "connecting":
+						done <- g.Connecting(context.Background())
+					case "send":
+						_, err := g.Send(func() (int, error) { t.Error("written"); return 0, nil })
+						done <- err
+					case "sending":
+						done <- g.Sending()
+					}
+				}()
+				if !closeFirst {
+					clk.WaitTimers(1) // waiting for the slot
+					g.Close()
+				}
+				if err := <-done; err == nil {
+					t.Fatalf("%s after Close = nil, want an error", op)
+				}
+				if g.waitCtx != nil && !closeFirst && g.waitCtx.Err() == nil {
+					t.Error("the wait's context outlived Close")
+				}
+				adm.Cancel()
+				first.Done()
+			})
+		}
+	}
+	l, clk := newFake()
+	clk.Advance(past)
+	adm := mustAllow(t, l, clk.Now(), "w.test", iv)
+	g := NewWireGate(context.Background(), &adm)
+	if err := g.Connecting(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Send(func() (int, error) { return 0, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if g.waitCtx != nil {
+		t.Error("steps that went out at once made a wait's context")
+	}
+	g.Close()
+	adm.Cancel()
 }

@@ -16,13 +16,7 @@ func (g *WireGate) Sending() error {
 		return err
 	}
 	g.wrote = true
-	var err error
-	if g.attempted {
-		err = g.adm.WaitWriteAndHold(g.ctx)
-	} else {
-		err = g.adm.WaitWireAndHold(g.ctx)
-	}
-	if err != nil {
+	if err := g.waitWrite(); err != nil {
 		g.err = err
 		return err
 	}

@@ -10,7 +10,7 @@
 #       Scale: -host-count 1000 -page-count 5 -max-concurrent-count 1000 -only polite (and
 #       10000 × 2); -only probe -probe-domain-count 10000 (entry C beside a bare net/http
 #       client); -only cpu (CPU-seconds per 1,000 plain pages beside Colly and Colly + a
-#       visible-text extraction; -only cpu-a: entry A's rows alone, -only cpu-c: Colly's alone, for profiles); -only
+#       visible-text extraction; -only cpu-a: entry A's rows alone, -only cpu-c: Colly's alone, for profiles; -only polite-a, -only polite-c the same for the polite table); -only
 #       rss (RSS per task with 10^5 tasks queued over 10^4 hosts). Profiles of the whole
 #       run: -cpuprofile F -blockprofile F -mutexprofile F -memprofile F -trace F; split a CPU
 #       profile by component with: python3 bench/profsplit.py BINARY F (build the binary with: cd bench && go build -o /tmp/leasebench ./leasebench).

@@ -55,7 +55,7 @@ func main() {
 		concurrent = flag.Int("max-concurrent-count", 64, "requests in flight (max_concurrent_count; Colly's Parallelism)")
 	)
 	var opt options
-	flag.StringVar(&opt.only, "only", "", "run only this part: polite-a, polite, throughput, probe, probe-c, cpu, cpu-a (entry A's rows only, for profiles), cpu-c (Colly's rows only, for profiles), rss")
+	flag.StringVar(&opt.only, "only", "", "run only this part: polite-a (entry A's polite row only, for profiles), polite-c (Colly's polite rows only), polite, throughput, probe, probe-c, cpu, cpu-a (entry A's rows only, for profiles), cpu-c (Colly's rows only, for profiles), rss")
 	flag.IntVar(&opt.rssTasks, "rss-task-count", 100000, "memory workload: tasks queued")
 	flag.IntVar(&opt.rssHosts, "rss-host-count", 10000, "memory workload: hosts they are spread over")
 	flag.IntVar(&opt.probeDomains, "probe-domain-count", 10000, "probe workload: domains, one probe each")
@@ -115,6 +115,7 @@ type result struct {
 	minGap     time.Duration
 	failed     int
 	cpu        time.Duration // process CPU time (user + system, origin included) during the crawl
+	dials      int64         // connections the crawler dialled (a page on a reused one dials none)
 	load       float64       // the machine's 1-minute load average at the end of the run
 }
 
@@ -274,6 +275,7 @@ func runEntryA(w workload, maxConcurrent, heldPerSlot int) (result, error) {
 	c := q.Counts()
 	fmt.Fprintf(os.Stderr, "entry A, should_store=%t: %d B of write-ahead log per task end\n", w.shouldStore, wal/uint64(max(c.DoneCount, 1)))
 	res.failed = c.DoneCount - c.SucceededCount
+	res.dials = wr.dials.Load()
 	o.measure(&res, w.interval)
 	return res, nil
 }
@@ -315,8 +317,10 @@ func runCollyWith(w workload, delay time.Duration, maxConcurrent int, name strin
 	o := newOrigin(w.latency)
 	defer o.Close()
 	target := o.Addr()
+	var dials atomic.Int64
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			dials.Add(1)
 			var d net.Dialer
 			return d.DialContext(ctx, network, target)
 		},
@@ -348,6 +352,7 @@ func runCollyWith(w workload, delay time.Duration, maxConcurrent int, name strin
 	c.Wait()
 	res.total, res.cpu = time.Since(start), processCPU()-cpu0
 	res.failed = int(failed.Load())
+	res.dials = dials.Load()
 	o.measure(&res, w.interval)
 	return res, nil
 }
@@ -395,11 +400,13 @@ func (l *lateness) print() {
 // writeRecorder (LEASEBENCH_DEBUG) records when each request's bytes were handed to the
 // kernel (right after the write returned), per Host.
 type writeRecorder struct {
-	mu sync.Mutex
-	at map[string][]time.Time
+	dials atomic.Int64 // every dial, debug or not
+	mu    sync.Mutex
+	at    map[string][]time.Time
 }
 
 func (r *writeRecorder) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	r.dials.Add(1)
 	var d net.Dialer
 	c, err := d.DialContext(ctx, network, address)
 	if err != nil {
@@ -481,8 +488,11 @@ func run(opt options, hosts, pages int, interval, latency time.Duration, runs, t
 			return runColly(polite, interval-latency, concurrent, "")
 		}},
 	}
-	if opt.only == "polite-a" {
+	switch opt.only {
+	case "polite-a":
 		variants = variants[:1]
+	case "polite-c":
+		variants = variants[1:]
 	}
 	if opt.only != "" && !strings.HasPrefix(opt.only, "polite") {
 		variants = nil
@@ -505,9 +515,9 @@ func run(opt options, hosts, pages int, interval, latency time.Duration, runs, t
 			float64(m.wire)/float64(ideal), m.violations, m.minGap.Round(10*time.Microsecond), m.failed, cpuPerPage(m), loadRange(rs))
 		var all []string
 		for _, r := range rs {
-			all = append(all, fmt.Sprintf("%.3f/%.3f/%d/%.2fms", float64(r.total)/float64(ideal), float64(r.wire)/float64(ideal), r.violations, cpuPerPage(r)))
+			all = append(all, fmt.Sprintf("%.3f/%.3f/%d/%.2fms/%d", float64(r.total)/float64(ideal), float64(r.wire)/float64(ideal), r.violations, cpuPerPage(r), r.dials))
 		}
-		fmt.Fprintf(os.Stderr, "%s: runs (total÷ideal / wire÷ideal / violations / CPU per page): %s\n", v.name, strings.Join(all, "  "))
+		fmt.Fprintf(os.Stderr, "%s: runs (total÷ideal / wire÷ideal / violations / CPU per page / dials): %s\n", v.name, strings.Join(all, "  "))
 	}
 	if len(variants) == 3 {
 		// The target: entry A's makespan no longer than Colly's best polite setting's.
