@@ -226,6 +226,11 @@ func (nc *netCluster) check() {
 			}
 			nc.t.Logf("arrival at %s: %s (%s) %s from %s", host, a.At.Format("15:04:05.000000"), stamp, a.Path, a.Remote)
 		}
+		for _, n := range nc.nodes {
+			for _, at := range n.wires.of(host) {
+				nc.t.Logf("%s's limiter: a request to %s on the wire at %s", n.id, host, at.Format("15:04:05.000000"))
+			}
+		}
 	}
 	nc.t.Logf("reached the origin per node %d %d %d; refused %d %d %d; failed closed %d %d %d; arrivals %d (%d without a kernel stamp); violations %d",
 		nc.sent[0].Load(), nc.sent[1].Load(), nc.sent[2].Load(), nc.refused[0].Load(), nc.refused[1].Load(), nc.refused[2].Load(),

@@ -58,6 +58,38 @@ type node struct {
 	stop   context.CancelFunc
 	joined chan struct{} // Start returned nil: the node is registered and has its share
 	done   chan struct{} // Start failed, or Run returned
+	wires  *wireLog      // every wire moment its limiter told
+}
+
+// wireLog records the wire moments a node's limiter told (Limiter.ObserveWire), for the
+// report of a violation: the limiter's view beside the origin's.
+type wireLog struct {
+	mu  sync.Mutex
+	all []wireMoment
+}
+
+type wireMoment struct {
+	domain string
+	at     time.Time
+}
+
+func (w *wireLog) observe(domain string, _ time.Duration, at time.Time) {
+	w.mu.Lock()
+	w.all = append(w.all, wireMoment{domain, at})
+	w.mu.Unlock()
+}
+
+// of returns the wire moments told for domain.
+func (w *wireLog) of(domain string) []time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []time.Time
+	for _, m := range w.all {
+		if m.domain == domain {
+			out = append(out, m.at)
+		}
+	}
+	return out
 }
 
 func startNode(t *testing.T, c *tikvtest.Cluster, id string, guard *netguard.Guard, capacity int) *node {
@@ -94,6 +126,8 @@ func startNodeWith(t *testing.T, c *tikvtest.Cluster, id string, guard *netguard
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	lim := limiter.New(clk)
+	wires := &wireLog{}
+	lim.ObserveWire(wires.observe)
 	gate := limiter.NewGate(capacity, 16)
 	logger := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", id)
 	rt, err := NewRuntime(st, RuntimeConfig{Share: engine.EvenShare, InstanceID: id, Clock: rtClk, Logger: logger, Gate: gate, MaxConcurrentCount: capacity,
@@ -110,7 +144,7 @@ func startNodeWith(t *testing.T, c *tikvtest.Cluster, id string, guard *netguard
 		Settings: st, Shared: rt, DefaultMinInterval: clusterDefaultIval, DefaultTimeout: clusterTimeout})
 	srv := server.New(server.Config{Probe: eng, Render: eng, Settings: eng, Domains: lim, Slots: gate, Cluster: rt, Guard: guard, Clock: clk, Results: st, Pages: st})
 	srv.SetReady(true)
-	n := &node{id: id, client: cl, store: st, rt: rt, gate: gate, eng: eng, fetch: f, http: httptest.NewServer(srv),
+	n := &node{id: id, client: cl, store: st, rt: rt, gate: gate, eng: eng, fetch: f, http: httptest.NewServer(srv), wires: wires,
 		joined: make(chan struct{}), done: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.stop = cancel
