@@ -283,11 +283,28 @@ func (f *fixture) close() {
 	f.tls.Close()
 }
 
-// pool is a pool on f configured as the shared one (sharedPool), closed when the test
-// ends. At its end the pool's browser has made no connection outside a render (its
-// default context points at a proxy that refuses everything): what
-// TestRenderNoStrayRequests checks of the shared pool, checked of every such pool.
+// pool is a pool on f configured as the shared one (sharedPool), on the shared browser
+// (sharedBrowser), closed when the test ends. At its end the browser has made no
+// connection outside a render (its default context points at a proxy that refuses
+// everything): what TestRenderNoStrayRequests checks of the shared pool, checked of every
+// such pool.
 func (f *fixture) pool(t *testing.T) hopsPool {
+	t.Helper()
+	sm := onSharedBrowser(t, seams{})
+	p, err := newHopsPool(f.sharedConfig(testLogger(t)), sm, limiterHops{l: limiter.New(clock.Real{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.Close()
+		sharedBrowser(t).checkNoStray(t)
+	})
+	return p
+}
+
+// ownBrowserPool is pool on a browser of the pool's own, for a test that looks at the
+// browser itself (its process, contexts or targets).
+func (f *fixture) ownBrowserPool(t *testing.T) hopsPool {
 	t.Helper()
 	p, err := newHopsPool(f.sharedConfig(testLogger(t)), seams{}, limiterHops{l: limiter.New(clock.Real{})})
 	if err != nil {
@@ -309,6 +326,10 @@ func closeFixture() {
 	}
 	if fx != nil {
 		fx.close()
+	}
+	sharedBrowserOnce.Do(func() {})
+	if sharedBrowserVal != nil {
+		sharedBrowserVal.close()
 	}
 }
 

@@ -150,7 +150,7 @@ func newGuardEnv(t *testing.T, hops bool, caps subrequestCaps) guardEnv {
 	if hops {
 		admitter = rec
 	}
-	p, err := newHopsPool(cfg, seams{}, admitter)
+	p, err := newHopsPool(cfg, onSharedBrowser(t, seams{}), admitter)
 	if err != nil {
 		t.Fatal(err)
 	}

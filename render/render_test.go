@@ -731,10 +731,10 @@ func TestRenderHugeDOM(t *testing.T) {
 	t.Parallel() // owns its origin and pool (parallelTests)
 	f := getFixture(t)
 	logs := &lockedLog{}
-	p, err := New(Config{
+	p, err := newPool(Config{
 		Clock: clock.Real{}, Logger: slog.New(slog.NewJSONHandler(logs, nil)),
 		Concurrency: 1, WarmTabs: -1, UserAgent: testUserAgent, Guard: f.guard,
-	})
+	}, onSharedBrowser(t, seams{}))
 	if err != nil {
 		t.Fatal(err)
 	}

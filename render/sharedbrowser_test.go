@@ -1,0 +1,143 @@
+package render
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/remote"
+
+	"downloader/render/chromium"
+)
+
+// The parallel tests' pools run on one local browser (seams.browser), each pool on a
+// websocket of its own and in browser contexts of its own, instead of launching a browser
+// each: a launch costs about 2 CPU-seconds, and the render lane is CPU-bound
+// (docs/reliability.md §10). What a test owns stays its own: its origin, request log,
+// guard and violation list (ownFixture), its pool and that pool's configuration, slots,
+// tabs, contexts and proxies. Each context is created with DisposeOnDetach, so a pool's
+// Close leaves nothing of it in the browser. What the pools share is the process: a test
+// that kills, crashes or closes its browser, counts the browser's contexts or targets,
+// counts browser processes, or needs flags of its own (seams.extraFlags) launches its own.
+
+// testBrowser is the shared local browser: launched with the flags a pool gives its own
+// (localFlags, testUserAgent) and a debugging port on 127.0.0.1.
+type testBrowser struct {
+	url    string
+	deny   net.Listener
+	denied atomic.Int64 // connections the browser made outside any render
+	cancel context.CancelFunc
+	alloc  *chromium.Allocator
+	wg     sync.WaitGroup
+}
+
+var (
+	sharedBrowserOnce sync.Once
+	sharedBrowserVal  *testBrowser
+	sharedBrowserErr  error
+)
+
+func (b *testBrowser) websocketURL() string { return b.url }
+
+// sharedBrowser returns the shared browser, launching it at the first call; TestMain
+// closes it (closeFixture).
+func sharedBrowser(t testing.TB) *testBrowser {
+	t.Helper()
+	sharedBrowserOnce.Do(func() { sharedBrowserVal, sharedBrowserErr = launchTestBrowser() })
+	if sharedBrowserErr != nil {
+		t.Fatalf("shared browser: %v", sharedBrowserErr)
+	}
+	return sharedBrowserVal
+}
+
+// onSharedBrowser returns sm with the shared browser as the pool's (seams.browser).
+func onSharedBrowser(t testing.TB, sm seams) seams {
+	t.Helper()
+	if len(sm.extraFlags) > 0 {
+		t.Fatal("a pool with flags of its own needs a browser of its own")
+	}
+	sm.browser = sharedBrowser(t)
+	return sm
+}
+
+// checkNoStray fails t if the shared browser has made a connection outside any render (its
+// default context's proxy refuses everything): what fixture.pool checks of a pool's own
+// browser. The count is the browser's, not the test's: a stray connection fails whichever
+// test looks next.
+func (b *testBrowser) checkNoStray(t testing.TB) {
+	t.Helper()
+	if n := b.denied.Load(); n != 0 {
+		t.Errorf("the shared browser made %d connections outside any render", n)
+	}
+}
+
+func launchTestBrowser() (*testBrowser, error) {
+	deny, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("deny listener: %w", err)
+	}
+	b := &testBrowser{deny: deny}
+	b.wg.Go(func() {
+		for {
+			c, err := deny.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+			b.denied.Add(1)
+		}
+	})
+	opts := append(localFlags(DefaultBinaryPath, testUserAgent, deny.Addr().String(), nil),
+		chromedp.Flag("remote-debugging-address", "127.0.0.1"),
+		chromedp.Flag("remote-debugging-port", "0"),
+		remote.WebSocket) // the owner's connection too is a websocket, as the pools' are
+	a, err := chromium.NewAllocator(context.Background(), DefaultBinaryPath, time.Now(), opts...)
+	if err != nil {
+		b.closeDeny()
+		return nil, err
+	}
+	b.alloc = a
+	ctx, cancel := chromedp.NewContext(a.Ctx)
+	b.cancel = cancel
+	// The first call launches the browser and binds it to ctx (no deadline: the test
+	// binary's -timeout bounds it).
+	if _, err := chromedp.Targets(ctx); err != nil {
+		b.close()
+		return nil, fmt.Errorf("launch: %w", err)
+	}
+	// Chromium writes its port and browser path there once it listens; it has by now (the
+	// connection above is that listener's).
+	raw, err := os.ReadFile(filepath.Join(a.ProfilePath(), "DevToolsActivePort"))
+	if err != nil {
+		b.close()
+		return nil, err
+	}
+	port, path, ok := strings.Cut(strings.TrimSpace(string(raw)), "\n")
+	if !ok || !strings.HasPrefix(path, "/devtools/browser/") {
+		b.close()
+		return nil, fmt.Errorf("DevToolsActivePort: %q", raw)
+	}
+	b.url = "ws://" + net.JoinHostPort("127.0.0.1", strings.TrimSpace(port)) + strings.TrimSpace(path)
+	return b, nil
+}
+
+// close kills the browser and waits for it, removes its profile and closes the deny
+// listener.
+func (b *testBrowser) close() {
+	b.cancel()
+	b.alloc.Close()
+	b.closeDeny()
+}
+
+func (b *testBrowser) closeDeny() {
+	b.deny.Close()
+	b.wg.Wait()
+}
