@@ -327,10 +327,7 @@ func closeFixture() {
 	if fx != nil {
 		fx.close()
 	}
-	sharedBrowserOnce.Do(func() {})
-	if sharedBrowserVal != nil {
-		sharedBrowserVal.close()
-	}
+	closeSharedBrowsers()
 }
 
 // fakeResolver answers internal.test and forbidden.test with a private address and

@@ -26,7 +26,8 @@ import (
 // tabs, contexts and proxies. Each context is created with DisposeOnDetach, so a pool's
 // Close leaves nothing of it in the browser. What the pools share is the process: a test
 // that kills, crashes or closes its browser, counts the browser's contexts or targets,
-// counts browser processes, or needs flags of its own (seams.extraFlags) launches its own.
+// counts browser processes, or changes the browser's own settings launches its own. Pools
+// with extra flags (seams.extraFlags) share the browser launched with the same ones.
 
 // testBrowser is the shared local browser: launched with the flags a pool gives its own
 // (localFlags, testUserAgent) and a debugging port on 127.0.0.1.
@@ -39,32 +40,69 @@ type testBrowser struct {
 	wg     sync.WaitGroup
 }
 
-var (
-	sharedBrowserOnce sync.Once
-	sharedBrowserVal  *testBrowser
-	sharedBrowserErr  error
-)
+// sharedBrowsers are the shared browsers by their extra flags; TestMain closes them
+// (closeFixture).
+var sharedBrowsers struct {
+	mu     sync.Mutex
+	closed bool
+	m      map[string]*sharedLaunch
+}
+
+// sharedLaunch is one shared browser's launch, made once.
+type sharedLaunch struct {
+	once sync.Once
+	b    *testBrowser
+	err  error
+}
 
 func (b *testBrowser) websocketURL() string { return b.url }
 
-// sharedBrowser returns the shared browser, launching it at the first call; TestMain
-// closes it (closeFixture).
-func sharedBrowser(t testing.TB) *testBrowser {
+// sharedBrowser returns the shared browser with extra flags set, launching it at the
+// first call.
+func sharedBrowser(t testing.TB, extra ...string) *testBrowser {
 	t.Helper()
-	sharedBrowserOnce.Do(func() { sharedBrowserVal, sharedBrowserErr = launchTestBrowser() })
-	if sharedBrowserErr != nil {
-		t.Fatalf("shared browser: %v", sharedBrowserErr)
+	key := strings.Join(extra, " ")
+	sharedBrowsers.mu.Lock()
+	if sharedBrowsers.closed {
+		sharedBrowsers.mu.Unlock()
+		t.Fatal("the shared browsers are closed")
 	}
-	return sharedBrowserVal
+	if sharedBrowsers.m == nil {
+		sharedBrowsers.m = make(map[string]*sharedLaunch)
+	}
+	l := sharedBrowsers.m[key]
+	if l == nil {
+		l = &sharedLaunch{}
+		sharedBrowsers.m[key] = l
+	}
+	sharedBrowsers.mu.Unlock()
+	l.once.Do(func() { l.b, l.err = launchTestBrowser(extra) })
+	if l.err != nil {
+		t.Fatalf("shared browser %q: %v", key, l.err)
+	}
+	return l.b
 }
 
-// onSharedBrowser returns sm with the shared browser as the pool's (seams.browser).
+// closeSharedBrowsers closes every shared browser.
+func closeSharedBrowsers() {
+	sharedBrowsers.mu.Lock()
+	sharedBrowsers.closed = true
+	m := sharedBrowsers.m
+	sharedBrowsers.mu.Unlock()
+	for _, l := range m {
+		l.once.Do(func() {})
+		if l.b != nil {
+			l.b.close()
+		}
+	}
+}
+
+// onSharedBrowser returns sm with the shared browser of sm's extra flags as the pool's
+// (seams.browser).
 func onSharedBrowser(t testing.TB, sm seams) seams {
 	t.Helper()
-	if len(sm.extraFlags) > 0 {
-		t.Fatal("a pool with flags of its own needs a browser of its own")
-	}
-	sm.browser = sharedBrowser(t)
+	sm.browser = sharedBrowser(t, sm.extraFlags...)
+	sm.extraFlags = nil // the browser's, not the pool's (seams.browser)
 	return sm
 }
 
@@ -79,7 +117,7 @@ func (b *testBrowser) checkNoStray(t testing.TB) {
 	}
 }
 
-func launchTestBrowser() (*testBrowser, error) {
+func launchTestBrowser(extra []string) (*testBrowser, error) {
 	deny, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("deny listener: %w", err)
@@ -95,7 +133,7 @@ func launchTestBrowser() (*testBrowser, error) {
 			b.denied.Add(1)
 		}
 	})
-	opts := append(localFlags(DefaultBinaryPath, testUserAgent, deny.Addr().String(), nil),
+	opts := append(localFlags(DefaultBinaryPath, testUserAgent, deny.Addr().String(), extra),
 		chromedp.Flag("remote-debugging-address", "127.0.0.1"),
 		chromedp.Flag("remote-debugging-port", "0"),
 		remote.WebSocket) // the owner's connection too is a websocket, as the pools' are
