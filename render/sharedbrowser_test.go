@@ -6,15 +6,19 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/remote"
 
+	"downloader/internal/testkit"
 	"downloader/render/chromium"
 )
 
@@ -178,4 +182,74 @@ func (b *testBrowser) close() {
 func (b *testBrowser) closeDeny() {
 	b.deny.Close()
 	b.wg.Wait()
+}
+
+// TestSharedBrowserPoolLeavesNothing: a pool on the shared browser leaves none of its
+// browser contexts or tabs there once closed, which is what lets the parallel tests share
+// the browser. Sequential: no other pool is on the browser meanwhile (the sequential
+// tests' pool has a browser of its own).
+func TestSharedBrowserPoolLeavesNothing(t *testing.T) {
+	f := getFixture(t)
+	sb := sharedBrowser(t)
+	before := sb.contents(t)
+	p, err := newHopsPool(f.sharedConfig(testLogger(t)), onSharedBrowser(t, seams{}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if out := render(t, p, "js.test/", safetyTimeout(t)); out.FailReason != "" {
+		t.Fatalf("fail_reason=%s", failReason(out))
+	}
+	if during := sb.contents(t); len(during.contexts) <= len(before.contexts) {
+		t.Fatalf("contexts %v while the pool is up, before it %v: want the pool's there", during.contexts, before.contexts)
+	}
+	p.Close()
+	var after browserContents
+	// The browser disposes of a detached connection's contexts after the detach.
+	testkit.WaitFor(t, safetyTimeout(t), "the pool's contexts gone", func() bool {
+		after = sb.contents(t)
+		return slices.Equal(after.contexts, before.contexts) && after.pages == before.pages
+	})
+	sb.checkNoStray(t)
+}
+
+// browserContents is what a browser holds: its contexts (sorted) and its pages.
+type browserContents struct {
+	contexts []cdp.BrowserContextID
+	pages    int
+}
+
+// contents lists the browser's contexts and counts its pages, over a connection of its own.
+func (b *testBrowser) contents(t *testing.T) browserContents {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), safetyTimeout(t))
+	defer cancel()
+	a := &remoteAllocator{endpoint: b.url, dialTimeout: DefaultLaunchTimeout}
+	actx, acancel := chromedp.NewAllocatorContext(context.Background(), a)
+	bctx, bcancel := chromedp.NewContext(actx)
+	defer func() {
+		bcancel()
+		acancel()
+		a.Wait()
+	}()
+	if _, err := chromedp.Targets(bctx); err != nil {
+		t.Fatal(err)
+	}
+	br := chromedp.FromContext(bctx).Browser
+	res, err := cdp.Call(ctx, br, target.GetBrowserContexts, cdp.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	targets, err := cdp.Call(ctx, br, target.GetTargets, target.GetTargetsParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c browserContents
+	c.contexts = slices.Sorted(slices.Values(res.BrowserContextIDs))
+	for _, ti := range targets.TargetInfos {
+		if ti.Type == "page" {
+			c.pages++
+		}
+	}
+	return c
 }
