@@ -194,8 +194,12 @@ func (p *Pool) browserFor(ctx context.Context) (*browser, error) {
 func (p *Pool) launch(gen int) (*browser, error) {
 	var allocCtx context.Context
 	var allocCancel context.CancelFunc
-	if p.cfg.Endpoint != "" {
-		a := &remoteAllocator{endpoint: p.cfg.Endpoint, dialTimeout: p.cfg.LaunchTimeout}
+	if endpoint := p.cfg.Endpoint; endpoint != "" || p.cfg.browser != nil {
+		if endpoint == "" {
+			// A running local browser (seams): its own connection, the local profile.
+			endpoint = p.cfg.browser.websocketURL()
+		}
+		a := &remoteAllocator{endpoint: endpoint, dialTimeout: p.cfg.LaunchTimeout}
 		var cancel context.CancelFunc
 		allocCtx, cancel = chromedp.NewAllocatorContext(p.ctx, a)
 		allocCancel = func() {
@@ -263,6 +267,9 @@ func (p *Pool) launch(gen int) (*browser, error) {
 		if p.cfg.Endpoint != "" {
 			return nil, fmt.Errorf("connect to %s: %w", p.cfg.Endpoint, err)
 		}
+		if p.cfg.browser != nil {
+			return nil, fmt.Errorf("connect to the running browser %s: %w", p.cfg.browser.websocketURL(), err)
+		}
 		return nil, fmt.Errorf("launch %s: %w", p.cfg.BinaryPath, err)
 	}
 	c := chromedp.FromContext(rootCtx)
@@ -294,12 +301,18 @@ func (p *Pool) launch(gen int) (*browser, error) {
 // browser's default context at a proxy that refuses everything: only our per-render
 // contexts, each with its own guarded proxy, may reach the network.
 func (p *Pool) execOptions() []chromedp.ExecAllocatorOption {
-	opts := append(chromium.Flags(p.cfg.BinaryPath, p.cfg.UserAgent),
-		chromedp.Flag("proxy-server", "http://"+p.deny.Addr().String()),
+	return localFlags(p.cfg.BinaryPath, p.cfg.UserAgent, p.deny.Addr().String(), p.cfg.extraFlags)
+}
+
+// localFlags are a local browser's flags: binaryPath's, userAgent's, the default
+// context's proxy at denyAddr (a listener that refuses everything) and extra flags set.
+func localFlags(binaryPath, userAgent, denyAddr string, extra []string) []chromedp.ExecAllocatorOption {
+	opts := append(chromium.Flags(binaryPath, userAgent),
+		chromedp.Flag("proxy-server", "http://"+denyAddr),
 		chromedp.Flag("proxy-bypass-list", "<-loopback>"),
 		chromium.KillTreeOnCancel(),
 	)
-	for _, f := range p.cfg.extraFlags {
+	for _, f := range extra {
 		opts = append(opts, chromedp.Flag(f, true))
 	}
 	return opts

@@ -161,11 +161,11 @@ func newEveryConnEnv(t *testing.T, perHost int) *everyConnEnv {
 		NetworkIdleMax:         25 * time.Second,
 		Logger:                 testLogger(t),
 		MaxHostSubrequestCount: perHost,
-	}, seams{
+	}, onSharedBrowser(t, seams{
 		// The test server's certificate names no .test host: taken at the first
 		// handshake, as a real site's is.
 		extraFlags: []string{"ignore-certificate-errors"},
-	}, limiterHops{l: limiter.New(clock.Real{})})
+	}), limiterHops{l: limiter.New(clock.Real{})})
 	if err != nil {
 		t.Fatal(err)
 	}

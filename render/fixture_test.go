@@ -283,11 +283,28 @@ func (f *fixture) close() {
 	f.tls.Close()
 }
 
-// pool is a pool on f configured as the shared one (sharedPool), closed when the test
-// ends. At its end the pool's browser has made no connection outside a render (its
-// default context points at a proxy that refuses everything): what
-// TestRenderNoStrayRequests checks of the shared pool, checked of every such pool.
+// pool is a pool on f configured as the shared one (sharedPool), on the shared browser
+// (sharedBrowser), closed when the test ends. At its end the browser has made no
+// connection outside a render (its default context points at a proxy that refuses
+// everything): what TestRenderNoStrayRequests checks of the shared pool, checked of every
+// such pool.
 func (f *fixture) pool(t *testing.T) hopsPool {
+	t.Helper()
+	sm := onSharedBrowser(t, seams{})
+	p, err := newHopsPool(f.sharedConfig(testLogger(t)), sm, limiterHops{l: limiter.New(clock.Real{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.Close()
+		sharedBrowser(t).checkNoStray(t)
+	})
+	return p
+}
+
+// ownBrowserPool is pool on a browser of the pool's own, for a test that looks at the
+// browser itself (its process, contexts or targets).
+func (f *fixture) ownBrowserPool(t *testing.T) hopsPool {
 	t.Helper()
 	p, err := newHopsPool(f.sharedConfig(testLogger(t)), seams{}, limiterHops{l: limiter.New(clock.Real{})})
 	if err != nil {
@@ -310,6 +327,7 @@ func closeFixture() {
 	if fx != nil {
 		fx.close()
 	}
+	closeSharedBrowsers()
 }
 
 // fakeResolver answers internal.test and forbidden.test with a private address and
@@ -536,17 +554,19 @@ func (p *Pool) browserProcess(t testing.TB) *os.Process {
 	return b.proc
 }
 
-// parallelTests: a test that owns its origin, pool and browser (of the shared fixture it
-// uses only the URL parser, the shared guard and the guard's violation list) and asserts
-// nothing about time that a neighbour's load can break calls t.Parallel(): the suite waits
-// on browser starts and page loads far more than it computes, so two such tests side by
-// side take little more than one. A test that reads the fixture's request log or its
-// slowHit/hangHit channels owns a fixture (ownFixture) and a pool on it (fixture.pool)
-// to be one of them. The testing package holds parallel tests until every sequential one
-// has finished, so the few tests left on the shared pool (those that time a render against
-// a short bound, kill or crash its browser, or check it after the others), or that count
-// browser processes, stay sequential and never overlap one. -parallel (defaultParallel, 4,
-// unless given) bounds how many of their browsers run at once.
+// parallelTests: a test that owns its origin and pool (of the shared fixture it uses only
+// the URL parser, the shared guard and the guard's violation list) and asserts nothing
+// about time that a neighbour's load can break calls t.Parallel(): the suite waits on
+// page loads far more than it computes, so two such tests side by side take little more
+// than one. Their pools run on one shared browser (sharedBrowser: a websocket and
+// browser contexts per pool) unless the test looks at or changes the browser itself. A
+// test that reads the fixture's request log or its slowHit/hangHit channels owns a
+// fixture (ownFixture) and a pool on it (fixture.pool) to be one of them. The testing
+// package holds parallel tests until every sequential one has finished, so the few tests
+// left on the shared pool (those that time a render against a short bound, kill or crash
+// its browser, or check it after the others), or that count browser processes, stay
+// sequential and never overlap one. -parallel (defaultParallel, 4, unless given) bounds
+// how many run at once.
 
 // safetyTimeout bounds a render (or a wait) in a test whose assertion is not about time:
 // most of what is left of the test binary's own deadline (go test -timeout), or ten

@@ -75,14 +75,14 @@ func TestRenderPageGetsFrames(t *testing.T) {
 		Resolver:  fakeResolver{},
 		Dialer:    loopbackOnly{f},
 	})
-	p, err := New(Config{
+	p, err := newPool(Config{
 		Clock:       clock.Real{},
 		Logger:      slog.New(slog.DiscardHandler),
 		Concurrency: 1,
 		WarmTabs:    -1,
 		UserAgent:   testUserAgent,
 		Guard:       guard,
-	})
+	}, onSharedBrowser(t, seams{}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -150,7 +150,7 @@ func newGuardEnv(t *testing.T, hops bool, caps subrequestCaps) guardEnv {
 	if hops {
 		admitter = rec
 	}
-	p, err := newHopsPool(cfg, seams{}, admitter)
+	p, err := newHopsPool(cfg, onSharedBrowser(t, seams{}), admitter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +298,7 @@ func TestRenderSubrequestCapsHTTPS(t *testing.T) {
 	})
 	l := limiter.New(clock.Real{})
 	p, err := newHopsPool(Config{Concurrency: 1, WarmTabs: -1, UserAgent: testUserAgent, Guard: guard,
-		Logger: testLogger(t), MaxHostSubrequestCount: perHost}, seams{extraFlags: []string{"ignore-certificate-errors"}}, limiterHops{l: l})
+		Logger: testLogger(t), MaxHostSubrequestCount: perHost}, onSharedBrowser(t, seams{extraFlags: []string{"ignore-certificate-errors"}}), limiterHops{l: l})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -137,7 +137,7 @@ func newHopEnvWith(t *testing.T, defaultInterval time.Duration, handler http.Han
 		UserAgent:   testUserAgent,
 		Guard:       guard,
 		Logger:      testLogger(t),
-	}, seams{}, rec)
+	}, onSharedBrowser(t, seams{}), rec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -688,6 +688,8 @@ Promise.all(all).then(() => { document.getElementById("n").textContent = "answer
 				}
 			}
 		}},
+		// Its own browser: Trace.CDPMessagef reads the local browser's pipe, whose debug
+		// lines are all messages (a websocket's also tell of its control frames).
 	}, seams{}, limiterHops{l: l})
 	if err != nil {
 		t.Fatal(err)

@@ -28,8 +28,8 @@ func TestRenderHopsPerCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	guard := netguard.New(netguard.Config{ConnectTo: []netguard.Rule{rule}, Resolver: fakeResolver{}, Dialer: loopbackOnly{f}})
-	p, err := New(Config{Concurrency: 1, WarmTabs: 1, UserAgent: testUserAgent, Guard: guard, ShouldAdmitHops: true,
-		Logger: testLogger(t)})
+	p, err := newPool(Config{Concurrency: 1, WarmTabs: 1, UserAgent: testUserAgent, Guard: guard, ShouldAdmitHops: true,
+		Logger: testLogger(t)}, onSharedBrowser(t, seams{}))
 	if err != nil {
 		t.Fatal(err)
 	}

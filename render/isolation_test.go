@@ -182,7 +182,7 @@ func TestRenderRevisitCache(t *testing.T) {
 func TestRenderContextRecycling(t *testing.T) {
 	t.Parallel() // owns its origin and pool (parallelTests)
 	o := newSiteOrigin(t, stateHandlers())
-	p := o.pool(t, Config{Isolation: IsolationWipe, Concurrency: 1, MaxContextRenders: 2})
+	p := o.poolOwnBrowser(t, Config{Isolation: IsolationWipe, Concurrency: 1, MaxContextRenders: 2}) // counts the browser's contexts
 	f := getFixture(t)
 	for i := range 7 {
 		out := p.Render(context.Background(), f.url(siteName(1+i%3)+"/"), nil, safetyTimeout(t))

@@ -29,7 +29,7 @@ func TestRenderHeapRecycling(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			o := newSiteOrigin(t, stateHandlers())
-			p := o.pool(t, Config{Isolation: IsolationWipe, Concurrency: 1, MaxContextHeapBytes: tt.bound})
+			p := o.poolOwnBrowser(t, Config{Isolation: IsolationWipe, Concurrency: 1, MaxContextHeapBytes: tt.bound}) // counts the browser's contexts
 			const renders = 6
 			for i := range renders {
 				// One site: a tab kept would be reused for each.

@@ -25,6 +25,20 @@ type seams struct {
 	// their HTTPS origins, which the browser must take at the first handshake as it takes
 	// a real site's: each refused handshake would be a tunnel of its own).
 	extraFlags []string
+	// browser, when set, is a running local browser the pool connects to, on a websocket
+	// of its own, instead of launching one: tests run many pools on one browser, each
+	// with its own browser contexts (a launch costs about 2 CPU-seconds). The pool is
+	// otherwise a local one (Chromium's profile, no canary); the browser's owner launched
+	// it with localFlags and owns its deny listener, so extraFlags and BinaryPath do not
+	// apply.
+	browser runningBrowser
+}
+
+// runningBrowser is a browser someone else launched and closes (seams.browser).
+type runningBrowser interface {
+	// websocketURL is the browser's DevTools websocket:
+	// ws://127.0.0.1:port/devtools/browser/id.
+	websocketURL() string
 }
 
 // poolConfig is a pool's configuration: the operator's, and the seams.

@@ -102,8 +102,20 @@ func (o *siteOrigin) poolHops(t testing.TB, cfg Config, hops bool) hopsPool {
 	return o.poolSeams(t, cfg, hops, seams{})
 }
 
-// poolSeams is poolHops with the test's seams.
+// poolSeams is poolHops with the test's seams, on the shared browser (sharedBrowser).
 func (o *siteOrigin) poolSeams(t testing.TB, cfg Config, hops bool, sm seams) hopsPool {
+	t.Helper()
+	return o.poolOn(t, cfg, hops, onSharedBrowser(t, sm))
+}
+
+// poolOwnBrowser is pool on a browser of the pool's own, for a test that counts the
+// browser's contexts or targets.
+func (o *siteOrigin) poolOwnBrowser(t testing.TB, cfg Config) hopsPool {
+	t.Helper()
+	return o.poolOn(t, cfg, true, seams{})
+}
+
+func (o *siteOrigin) poolOn(t testing.TB, cfg Config, hops bool, sm seams) hopsPool {
 	t.Helper()
 	cfg.Guard = o.guard
 	cfg.UserAgent = testUserAgent

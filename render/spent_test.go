@@ -27,7 +27,7 @@ func TestRenderFailedConnectionSpendsTheSlot(t *testing.T) {
 			} else {
 				var err error
 				p, err = newHopsPool(Config{Concurrency: 1, WarmTabs: -1, UserAgent: testUserAgent, Guard: f.guard,
-					Isolation: IsolationContext, Logger: testLogger(t)}, seams{}, limiterHops{l: limiter.New(clock.Real{})})
+					Isolation: IsolationContext, Logger: testLogger(t)}, onSharedBrowser(t, seams{}), limiterHops{l: limiter.New(clock.Real{})})
 				if err != nil {
 					t.Fatal(err)
 				}

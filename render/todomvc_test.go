@@ -176,7 +176,7 @@ func TestRenderTodoMVC(t *testing.T) {
 	t.Parallel() // owns its origin and pool (parallelTests)
 	dir := todomvcDir(t)
 	o := newCrawlOrigin(t, dir)
-	p, err := New(Config{Concurrency: 1, UserAgent: testUserAgent, Guard: o.guard, Logger: testLogger(t)})
+	p, err := newPool(Config{Concurrency: 1, UserAgent: testUserAgent, Guard: o.guard, Logger: testLogger(t)}, onSharedBrowser(t, seams{}))
 	if err != nil {
 		t.Fatal(err)
 	}

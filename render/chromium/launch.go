@@ -44,3 +44,7 @@ func (a *Allocator) Close() error {
 	a.cancel()
 	return a.prof.Release()
 }
+
+// ProfilePath is the browser's user data directory (where it writes DevToolsActivePort
+// when given a debugging port).
+func (a *Allocator) ProfilePath() string { return a.prof.Path() }
