@@ -339,7 +339,7 @@ func (r *Runtime) joinHeartbeat(ctx context.Context) error {
 		if err == nil || !errors.Is(err, errNoAnswer) || ctx.Err() != nil {
 			return err
 		}
-		r.log.Warn("joining the cluster: TiKV did not answer the heartbeat; trying again", "retry_after", pause, "error", err)
+		r.log.Warn("joining the cluster: TiKV did not answer the heartbeat; trying again", "retry_after_seconds", pause.Seconds(), "error", err)
 		if serr := r.sleep(ctx, pause); serr != nil {
 			return err
 		}
