@@ -120,8 +120,8 @@ func (h *hookCounter) counts() (connecting, connected int) {
 	return h.connecting, len(h.connected)
 }
 
-// closedPort is a loopback address nothing listens on.
+// closedPort is a loopback address that refuses connections (proxytest.ClosedPort).
 func closedPort(t testing.TB) string {
 	t.Helper()
-	return "127.0.0.1:" + proxytest.FreePort(t)
+	return "127.0.0.1:" + proxytest.ClosedPort(t)
 }

@@ -41,7 +41,7 @@ func TestObscuraGuardProxyThroughEgressProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	var rules []netguard.Rule
-	deadPort := proxytest.FreePort(t)
+	deadPort := proxytest.ClosedPort(t) // refuses for the whole test
 	for _, s := range []string{"js.test:80:127.0.0.1:" + f.port, "refused.test:80:127.0.0.1:" + deadPort} {
 		rules = append(rules, mustRule(s))
 	}

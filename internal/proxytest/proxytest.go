@@ -64,6 +64,29 @@ func FreePort(t testing.TB) string {
 	return port
 }
 
+// ClosedPort returns a loopback port that refuses every connection for the rest of the
+// test: a TCP socket is bound to it and never listens, so a connection attempt is reset
+// ("connection refused") and no other socket, a parallel test's listener included, can
+// take the port meanwhile. (A port found free and released, as FreePort's, may be handed
+// to another test's listener on 127.0.0.1:0 before the test connects to it, and then
+// answers.)
+func ClosedPort(t testing.TB) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprint(sa.(*syscall.SockaddrInet4).Port)
+}
+
 // sharedDir is a directory the daemons' unprivileged users can read (squid runs its
 // helpers as user proxy; t.TempDir's parents are 0700).
 func sharedDir(t testing.TB) string {

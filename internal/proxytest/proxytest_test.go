@@ -2,8 +2,10 @@ package proxytest
 
 import (
 	"bufio"
+	"errors"
 	"net"
 	"net/http"
+	"syscall"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -40,5 +42,22 @@ func TestSquidAndDanteStart(t *testing.T) {
 	var reply [2]byte
 	if _, err := dc.Read(reply[:]); err != nil || reply != [2]byte{5, 0} {
 		t.Fatalf("danted's greeting reply %v, %v; want [5 0]", reply, err)
+	}
+}
+
+// TestClosedPortRefusesAndStaysTaken: a connection to a closed port is refused, and the
+// port cannot be listened on while the test runs (a parallel test's listener cannot take
+// it and answer).
+func TestClosedPortRefusesAndStaysTaken(t *testing.T) {
+	port := ClosedPort(t)
+	if c, err := net.Dial("tcp", "127.0.0.1:"+port); err == nil {
+		c.Close()
+		t.Fatal("a connection to the closed port was accepted")
+	} else if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("dial: %v; want connection refused", err)
+	}
+	if ln, err := net.Listen("tcp", "127.0.0.1:"+port); err == nil {
+		ln.Close()
+		t.Error("another socket could listen on the closed port")
 	}
 }
