@@ -15,6 +15,7 @@ import (
 
 	"downloader/engine"
 	"downloader/limiter"
+	"downloader/store/tikv/tikvtest"
 )
 
 // TestJoinClearsLockLeftByDeadPredecessor: a process dies between its heartbeat's
@@ -43,16 +44,7 @@ func TestJoinClearsLockLeftByDeadPredecessor(t *testing.T) {
 
 	// Its record expires (the rig's clock; the lock's TTL runs on PD's real one).
 	rg.clk.Advance(5*time.Second + 50*time.Millisecond + time.Second)
-	s, _ := openStore(t, rg.cluster)
-	var logged lockedBuffer
-	rt, err := NewRuntime(s, RuntimeConfig{Share: engine.EvenShare, InstanceID: "x", Clock: rg.clk, Gate: limiter.NewGate(8, 16),
-		Logger:             slog.New(slog.NewTextHandler(&logged, nil)),
-		MaxConcurrentCount: 8, HeartbeatInterval: time.Second, InstanceTTL: 5 * time.Second, MaxClockSkew: 50 * time.Millisecond,
-		AdmitTimeout: time.Second, ExpirySlack: 2 * time.Second, TSOLag: time.Nanosecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt.refNow = func(context.Context) (time.Time, error) { return rg.clk.Now(), nil }
+	rt, s, _, logged := rg.joining("x")
 	started := make(chan error, 1)
 	go func() { started <- rt.Start(t.Context()) }()
 	// Registered, Start waits two intervals on the rig's clock for its share.
@@ -109,16 +101,7 @@ func (l *lockedBuffer) String() string {
 // exited.)
 func TestStartRetriesWhileTiKVDoesNotAnswer(t *testing.T) {
 	rg := newRig(t)
-	s, cl := openStore(t, rg.cluster)
-	var logged lockedBuffer
-	rt, err := NewRuntime(s, RuntimeConfig{Share: engine.EvenShare, InstanceID: "x", Clock: rg.clk, Gate: limiter.NewGate(8, 16),
-		Logger:             slog.New(slog.NewTextHandler(&logged, nil)),
-		MaxConcurrentCount: 8, HeartbeatInterval: time.Second, InstanceTTL: 5 * time.Second, MaxClockSkew: 50 * time.Millisecond,
-		AdmitTimeout: time.Second, ExpirySlack: 2 * time.Second, TSOLag: time.Nanosecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt.refNow = func(context.Context) (time.Time, error) { return rg.clk.Now(), nil }
+	rt, _, cl, logged := rg.joining("x")
 	cl.SetDown(true)
 	started := make(chan error, 1)
 	go func() { started <- rt.Start(t.Context()) }()
@@ -168,4 +151,21 @@ func TestStartRetriesWhileTiKVDoesNotAnswer(t *testing.T) {
 	if n := strings.Count(logged.String(), "TiKV did not answer the heartbeat; trying again"); n < 3 {
 		t.Errorf("%d retries logged; want at least 3 (log: %s)", n, logged.String())
 	}
+}
+
+// joining is a process of instance id on the rig, not started, its heartbeat deadline 1 s,
+// its log kept (a TextHandler's lines).
+func (rg *rig) joining(id string) (*Runtime, *Store, *tikvtest.Client, *lockedBuffer) {
+	rg.t.Helper()
+	s, cl := openStore(rg.t, rg.cluster)
+	logged := &lockedBuffer{}
+	rt, err := NewRuntime(s, RuntimeConfig{Share: engine.EvenShare, InstanceID: id, Clock: rg.clk, Gate: limiter.NewGate(8, 16),
+		Logger:             slog.New(slog.NewTextHandler(logged, nil)),
+		MaxConcurrentCount: 8, HeartbeatInterval: time.Second, InstanceTTL: 5 * time.Second, MaxClockSkew: 50 * time.Millisecond,
+		AdmitTimeout: time.Second, ExpirySlack: 2 * time.Second, TSOLag: time.Nanosecond})
+	if err != nil {
+		rg.t.Fatal(err)
+	}
+	rt.refNow = func(context.Context) (time.Time, error) { return rg.clk.Now(), nil }
+	return rt, s, cl, logged
 }
