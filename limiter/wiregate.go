@@ -71,8 +71,8 @@ func NewWireGate(ctx context.Context, adm *Admission) *WireGate {
 	return &WireGate{ctx: ctx, adm: adm}
 }
 
-// ended is why a wait would fail at once, if it would: the request or the dial (dialCtx,
-// when not nil) is over, or Close began.
+// ended is why a wait would fail at once, if it would: the request or the dial (dialCtx;
+// the request's own for a write) is over, or Close began.
 func (g *WireGate) ended(dialCtx context.Context) error {
 	if g.isClosed.Load() {
 		return context.Canceled
@@ -80,10 +80,7 @@ func (g *WireGate) ended(dialCtx context.Context) error {
 	if err := g.ctx.Err(); err != nil {
 		return err
 	}
-	if dialCtx != nil {
-		return dialCtx.Err()
-	}
-	return nil
+	return dialCtx.Err()
 }
 
 // waitContext is the context a wait ends with: the request's, ended by Close too.
@@ -229,7 +226,7 @@ func (g *WireGate) Send(write func() (int, error)) (int, error) {
 // attempt of this admission, else WireAndHold, waiting only when it must. Requires g.mu
 // held.
 func (g *WireGate) waitWrite() error {
-	err := g.admitNow(nil, g.attempted)
+	err := g.admitNow(g.ctx, g.attempted) // a write has no dial of its own: the request's context stands for it
 	if err != errMustWait {
 		return err
 	}

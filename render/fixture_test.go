@@ -302,23 +302,6 @@ func (f *fixture) pool(t *testing.T) hopsPool {
 	return p
 }
 
-// ownBrowserPool is pool on a browser of the pool's own, for a test that looks at the
-// browser itself (its process, contexts or targets).
-func (f *fixture) ownBrowserPool(t *testing.T) hopsPool {
-	t.Helper()
-	p, err := newHopsPool(f.sharedConfig(testLogger(t)), seams{}, limiterHops{l: limiter.New(clock.Real{})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if n := p.deniedConn.Load(); n != 0 {
-			t.Errorf("the browser made %d connections outside any render", n)
-		}
-		p.Close()
-	})
-	return p
-}
-
 func closeFixture() {
 	poolOnce.Do(func() {})
 	if shared.Pool != nil {
