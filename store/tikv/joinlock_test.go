@@ -13,6 +13,7 @@ import (
 
 	"github.com/tikv/client-go/v2/tikvrpc"
 
+	"downloader/clock/clocktest"
 	"downloader/engine"
 	"downloader/limiter"
 	"downloader/store/tikv/tikvtest"
@@ -48,17 +49,7 @@ func TestJoinClearsLockLeftByDeadPredecessor(t *testing.T) {
 	started := make(chan error, 1)
 	go func() { started <- rt.Start(t.Context()) }()
 	// Registered, Start waits two intervals on the rig's clock for its share.
-	for rg.clk.TimerCount() == 0 {
-		ch := rg.clk.Changed()
-		if rg.clk.TimerCount() > 0 {
-			break
-		}
-		select {
-		case <-ch:
-		case err := <-started:
-			t.Fatalf("Start: %v; want it registered past the lock its predecessor left", err)
-		}
-	}
+	awaitSleep(t, rg.clk, started, "registered past the lock its predecessor left")
 	rg.clk.Advance(2 * time.Second)
 	if err := <-started; err != nil {
 		t.Fatalf("Start: %v; want it started", err)
@@ -105,24 +96,9 @@ func TestStartRetriesWhileTiKVDoesNotAnswer(t *testing.T) {
 	cl.SetDown(true)
 	started := make(chan error, 1)
 	go func() { started <- rt.Start(t.Context()) }()
-	// awaitPause waits until Start sleeps on the rig's clock, then ends the sleep.
-	awaitPause := func(what string) {
-		t.Helper()
-		for rg.clk.TimerCount() == 0 {
-			ch := rg.clk.Changed()
-			if rg.clk.TimerCount() > 0 {
-				break
-			}
-			select {
-			case <-ch:
-			case err := <-started:
-				t.Fatalf("Start returned %v; want it waiting (%s)", err, what)
-			}
-		}
-		rg.clk.Advance(joinRetryMax)
-	}
 	for i := range 3 {
-		awaitPause(fmt.Sprintf("failed heartbeat %d", i+1))
+		awaitSleep(t, rg.clk, started, fmt.Sprintf("failed heartbeat %d", i+1))
+		rg.clk.Advance(joinRetryMax)
 		if _, err := rt.fence(rg.clk.Now()); err == nil {
 			t.Errorf("after %d failed heartbeats the instance may admit; want it fenced until it joined", i+1)
 		}
@@ -168,4 +144,21 @@ func (rg *rig) joining(id string) (*Runtime, *Store, *tikvtest.Client, *lockedBu
 	}
 	rt.refNow = func(context.Context) (time.Time, error) { return rg.clk.Now(), nil }
 	return rt, s, cl, logged
+}
+
+// awaitSleep waits until Start, running with started as its result, sleeps on clk, and
+// fails the test if Start returns first (what says where it should be waiting).
+func awaitSleep(t *testing.T, clk *clocktest.Fake, started <-chan error, what string) {
+	t.Helper()
+	for clk.TimerCount() == 0 {
+		ch := clk.Changed()
+		if clk.TimerCount() > 0 {
+			return
+		}
+		select {
+		case <-ch:
+		case err := <-started:
+			t.Fatalf("Start returned %v; want it waiting (%s)", err, what)
+		}
+	}
 }
