@@ -37,6 +37,7 @@ type netCluster struct {
 	nodes      []*node
 	intervalOf map[string]time.Duration
 	domains    []string
+	sends      *sendLog // every connection's first write, the clients' view
 
 	sent, refused, failedClosed [3]atomic.Int64 // per node
 	// isDead: the node was made to die. Its clients' requests then in flight may end in any
@@ -57,7 +58,8 @@ func newNetCluster(t *testing.T, clocks ...clock.Clock) *netCluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	guard := netguard.New(netguard.Config{ConnectTo: []netguard.Rule{rule}, Dialer: loopbackDialer{t, &atomic.Int64{}}, Resolver: noResolver{t}})
+	nc.sends = &sendLog{}
+	guard := netguard.New(netguard.Config{ConnectTo: []netguard.Rule{rule}, Dialer: loopbackDialer{t, &atomic.Int64{}, nc.sends}, Resolver: noResolver{t}})
 	c := tikvtest.NewCluster(t)
 	nc.cluster, nc.guard = c, guard
 	for i := range 3 {
@@ -225,6 +227,10 @@ func (nc *netCluster) check() {
 				stamp = "handler time"
 			}
 			nc.t.Logf("arrival at %s: %s (%s) %s from %s", host, a.At.Format("15:04:05.000000"), stamp, a.Path, a.Remote)
+		}
+		for _, s := range nc.sends.of(host) {
+			nc.t.Logf("a first write to %s: %s from %s, began %s, returned %s", host, s.path, s.local,
+				s.before.Format("15:04:05.000000"), s.after.Format("15:04:05.000000"))
 		}
 		for _, n := range nc.nodes {
 			for _, at := range n.wires.of(host) {

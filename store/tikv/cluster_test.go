@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -224,6 +225,69 @@ func (w testWriter) Write(p []byte) (int, error) {
 type loopbackDialer struct {
 	t     *testing.T
 	count *atomic.Int64
+	// sends, when set, records each connection's first write: the client's own view of
+	// when a request's bytes left, beside the origin's kernel stamps and the limiter's wire
+	// moments in a violation's report.
+	sends *sendLog
+}
+
+// sendLog records the first write of every connection the test dialer made.
+type sendLog struct {
+	mu  sync.Mutex
+	all []firstSend
+}
+
+// firstSend is one connection's first write: its request line's path and Host, and the
+// moments just before the write began and after it returned.
+type firstSend struct {
+	host, path    string
+	before, after time.Time
+	local         string
+}
+
+func (l *sendLog) add(s firstSend) {
+	l.mu.Lock()
+	l.all = append(l.all, s)
+	l.mu.Unlock()
+}
+
+// of returns the first writes to host, in the order they began.
+func (l *sendLog) of(host string) []firstSend {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := slices.DeleteFunc(slices.Clone(l.all), func(s firstSend) bool { return s.host != host })
+	slices.SortFunc(out, func(a, b firstSend) int { return a.before.Compare(b.before) })
+	return out
+}
+
+// sendConn records its first write in log.
+type sendConn struct {
+	net.Conn
+	log  *sendLog
+	once sync.Once
+}
+
+func (c *sendConn) Write(p []byte) (int, error) {
+	first := false
+	c.once.Do(func() { first = true })
+	if !first {
+		return c.Conn.Write(p)
+	}
+	before := time.Now()
+	n, err := c.Conn.Write(p)
+	after := time.Now()
+	req := string(p)
+	path := ""
+	if _, rest, ok := strings.Cut(req, " "); ok {
+		path, _, _ = strings.Cut(rest, " ")
+	}
+	host := ""
+	if _, rest, ok := strings.Cut(req, "\r\nHost: "); ok {
+		host, _, _ = strings.Cut(rest, "\r\n")
+		host, _, _ = strings.Cut(host, ":")
+	}
+	c.log.add(firstSend{host: strings.ToLower(host), path: path, before: before, after: after, local: c.LocalAddr().String()})
+	return n, err
 }
 
 // slowDial is longer than the skew allowance and shorter than the intervals.
@@ -248,7 +312,11 @@ func (d loopbackDialer) DialContext(ctx context.Context, network, address string
 		}
 	}
 	var nd net.Dialer
-	return nd.DialContext(ctx, network, address)
+	c, err := nd.DialContext(ctx, network, address)
+	if err != nil || d.sends == nil {
+		return c, err
+	}
+	return &sendConn{Conn: c, log: d.sends}, nil
 }
 
 // noResolver fails the test if anything is resolved: every host is mapped to the origin.
@@ -363,7 +431,7 @@ func TestClusterThreeInstances(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	guard := netguard.New(netguard.Config{ConnectTo: []netguard.Rule{rule}, Dialer: loopbackDialer{t, &atomic.Int64{}}, Resolver: noResolver{t}})
+	guard := netguard.New(netguard.Config{ConnectTo: []netguard.Rule{rule}, Dialer: loopbackDialer{t: t, count: &atomic.Int64{}}, Resolver: noResolver{t}})
 	c := tikvtest.NewCluster(t)
 	clk := newPacedClock(t)
 	nodes := make([]*node, 3)
