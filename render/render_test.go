@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -291,21 +292,19 @@ func TestRenderTabCrashed(t *testing.T) {
 			return
 		}
 		// Attach a second session to the render's tab, as a debugger would, and crash it.
-		infos, err := cdp.Call(ctx, b.b, target.GetTargets, target.GetTargetsParams{})
+		// The browser process may not list the tab at its new URL yet: the renderer tells
+		// it of the commit by a message of its own, while the page's XHR reached the origin
+		// through the network service, so on a loaded machine the XHR can come first. The
+		// lookup asks again until the browser's list shows the commit (or ctx ends).
+		id, err := renderTabOf(ctx, b.b, "http://slowxhr.test/")
 		if err != nil {
 			crashed <- err
 			return
 		}
-		for _, info := range infos.TargetInfos {
-			if info.Type == "page" && strings.HasPrefix(info.URL, "http://slowxhr.test/") {
-				tctx, tcancel := chromedp.NewContext(b.ctx, chromedp.WithTargetID(info.TargetID))
-				defer tcancel()
-				chromedp.Call(tctx, page.Crash, cdp.Empty{}) // no answer: the renderer is gone
-				crashed <- nil
-				return
-			}
-		}
-		crashed <- errors.New("no tab of the render found")
+		tctx, tcancel := chromedp.NewContext(b.ctx, chromedp.WithTargetID(id))
+		defer tcancel()
+		chromedp.Call(tctx, page.Crash, cdp.Empty{}) // no answer: the renderer is gone
+		crashed <- nil
 	}()
 	start := time.Now()
 	out := render(t, p, "slowxhr.test/", 20*time.Second)
@@ -320,6 +319,29 @@ func TestRenderTabCrashed(t *testing.T) {
 	}
 	if next := render(t, p, "empty.test/", 20*time.Second); next.FailReason != "" {
 		t.Errorf("next render: fail_reason=%s", failReason(next))
+	}
+}
+
+// renderTabOf returns the id of the page target whose URL starts with prefix, asking the
+// browser again every few milliseconds until it lists one or ctx ends.
+func renderTabOf(ctx context.Context, b cdp.Session, prefix string) (target.ID, error) {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		infos, err := cdp.Call(ctx, b, target.GetTargets, target.GetTargetsParams{})
+		if err != nil {
+			return "", err
+		}
+		for _, info := range infos.TargetInfos {
+			if info.Type == "page" && strings.HasPrefix(info.URL, prefix) {
+				return info.TargetID, nil
+			}
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return "", fmt.Errorf("no tab of the render at %s found: %w", prefix, ctx.Err())
+		}
 	}
 }
 
